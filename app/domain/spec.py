@@ -1,0 +1,120 @@
+"""The job spec of API.md, shared by REST, scenarios and the simulator.
+
+One pydantic model validates every way a job enters gpuq, so a bad field
+gets the same 4xx ``detail`` whether it came from curl or a scenario file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+Placement = Literal["binpack", "spread"]
+Topology = Literal["none", "same_node", "same_rack", "fast_network"]
+
+MAX_REPLICAS = 1024
+MAX_GPUS_PER_REPLICA = 64
+
+
+def check_dns_label(value: str, field: str = "name") -> str:
+    """Names become Pod names and label values, so they must be DNS labels."""
+    if not DNS_LABEL.match(value):
+        raise ValueError(
+            f"{field} {value!r} must be a DNS label: lowercase letters, digits and '-', "
+            "1-63 characters, starting and ending with a letter or digit"
+        )
+    return value
+
+
+class Resources(BaseModel):
+    """What one replica (or, for gpu_units, the whole job) asks for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS_PER_REPLICA)
+    gpu_units: float | None = Field(default=None, gt=0, le=100_000)
+    mig: str | None = Field(default=None, min_length=1, max_length=64)
+    gpu_share: float | None = Field(default=None, gt=0, lt=1)
+    min_gpu_memory_gb: float = Field(default=0, ge=0, le=10_000)
+    gpu_types: list[str] = Field(default_factory=list, max_length=64)
+    avoid_gpu_types: list[str] = Field(default_factory=list, max_length=64)
+    allow_mixed_types: bool = False
+    cpu: float = Field(default=1, ge=0, le=100_000)
+    memory_gb: float = Field(default=1, ge=0, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _exactly_one_mode(self) -> Resources:
+        modes = ("gpus", "gpu_units", "mig", "gpu_share")
+        given = [k for k in modes if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "resources must set exactly one of gpus, gpu_units, mig, gpu_share "
+                f"(got {', '.join(given) if given else 'none'})"
+            )
+        return self
+
+    @property
+    def mode(self) -> str:
+        for k in ("gpus", "gpu_units", "mig", "gpu_share"):
+            if getattr(self, k) is not None:
+                return k
+        raise AssertionError("validated above")
+
+
+class JobSpec(BaseModel):
+    """A job as submitted (REST body or scenario entry)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=63)
+    team: str = Field(min_length=1, max_length=63)
+    pool: str | None = Field(default=None, max_length=63)
+    priority: str | None = Field(default=None, max_length=63)
+    replicas: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
+    min_available: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
+    resources: Resources
+    placement: Placement | None = None
+    topology: Topology = "none"
+    duration_estimate_s: float | None = Field(default=None, gt=0, le=365 * 86400)
+    pod_template: dict[str, Any] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    # scenario-only fields (ignored by the live service)
+    submit_at_s: float | None = Field(default=None, ge=0)
+    runtime_s: float | None = Field(default=None, gt=0)
+    speed: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_dns(cls, v: str) -> str:
+        return check_dns_label(v, "name")
+
+    @model_validator(mode="after")
+    def _gang_shape(self) -> JobSpec:
+        if self.resources.gpu_units is not None:
+            if self.replicas is not None or self.min_available is not None:
+                raise ValueError(
+                    "replicas/min_available must be absent with resources.gpu_units "
+                    "(gpuq chooses one replica per node used)"
+                )
+        else:
+            replicas = self.replicas or 1
+            if self.min_available is not None and self.min_available > replicas:
+                raise ValueError(
+                    f"min_available ({self.min_available}) must not exceed replicas ({replicas})"
+                )
+        for t, s in self.speed.items():
+            if s <= 0:
+                raise ValueError(f"speed[{t}] must be > 0")
+        return self
+
+    @property
+    def replica_count(self) -> int:
+        return self.replicas or 1
+
+    @property
+    def gang_min(self) -> int:
+        return self.min_available or self.replica_count

@@ -1,0 +1,290 @@
+"""Plain data the pure scheduling core reads and returns.
+
+The dispatcher builds a :class:`Snapshot` from PostgreSQL and the cluster;
+the simulator builds one from a scenario. The core never reads a clock:
+``Snapshot.now`` is the time. Decisions come back as data
+(:class:`CycleResult`) so the caller performs and persists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+RequestMode = Literal["gpus", "gpu_units", "mig", "gpu_share"]
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    name: str
+    memory_gb: float
+    compute_fraction: float
+
+
+@dataclass(frozen=True, slots=True)
+class GpuType:
+    """A GPU model; ``weight`` is the CU of one whole card."""
+
+    name: str
+    memory_gb: float
+    weight: float
+    mig_profiles: Mapping[str, MigProfile] = field(default_factory=dict)
+    shareable: bool = False
+    resource_name: str = "nvidia.com/gpu"
+
+
+@dataclass(slots=True)
+class Device:
+    """One physical card; either whole, cut into MIG slices, or shared (vGPU).
+
+    A card with a ``mig_layout`` is only ever handed out slice by slice.
+    ``share_used`` and ``share_memory_gb`` track vGPU fractions on it.
+    ``external`` marks a card held by something gpuq does not manage.
+    """
+
+    index: int
+    mig_layout: tuple[str, ...] = ()
+    whole_used: bool = False
+    slices_used: list[bool] = field(default_factory=list)
+    share_used: float = 0.0
+    share_memory_gb: float = 0.0
+    external: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mig_layout and len(self.slices_used) != len(self.mig_layout):
+            self.slices_used = [False] * len(self.mig_layout)
+
+    @property
+    def is_free_whole(self) -> bool:
+        return (
+            not self.mig_layout
+            and not self.whole_used
+            and not self.external
+            and self.share_used <= 0.0
+        )
+
+
+@dataclass(slots=True)
+class Node:
+    """A node's capacity plus what is already taken on it."""
+
+    name: str
+    gpu_type: str | None
+    devices: list[Device]
+    cpu: float
+    memory_gb: float
+    cpu_used: float = 0.0
+    memory_used_gb: float = 0.0
+    rack: str | None = None
+    network: str = "eth"
+    nvlink_domain: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    schedulable: bool = True
+
+    @property
+    def cpu_free(self) -> float:
+        return self.cpu - self.cpu_used
+
+    @property
+    def memory_free_gb(self) -> float:
+        return self.memory_gb - self.memory_used_gb
+
+    def free_whole_devices(self) -> list[int]:
+        return [d.index for d in self.devices if d.is_free_whole]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A pending job as the core sees it (one normalized spec)."""
+
+    id: str
+    name: str
+    team: str
+    pool: str
+    priority: str
+    priority_value: int
+    preemptible: bool
+    submitted_at: float
+    replicas: int = 1
+    min_available: int = 1
+    gpus: int | None = 0
+    gpu_units: float | None = None
+    mig: str | None = None
+    gpu_share: float | None = None
+    min_gpu_memory_gb: float = 0.0
+    gpu_types: tuple[str, ...] = ()
+    avoid_gpu_types: tuple[str, ...] = ()
+    allow_mixed_types: bool = False
+    cpu: float = 1.0
+    memory_gb: float = 1.0
+    placement: str = "binpack"
+    topology: str = "none"
+    duration_estimate_s: float | None = None
+    preemption_count: int = 0
+    tolerations: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def mode(self) -> RequestMode:
+        if self.gpu_units is not None:
+            return "gpu_units"
+        if self.mig is not None:
+            return "mig"
+        if self.gpu_share is not None:
+            return "gpu_share"
+        return "gpus"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    """Where one replica goes and what it holds there."""
+
+    replica: int
+    node: str
+    gpu_type: str | None
+    devices: tuple[int, ...] = ()  # whole cards, or the card of a share
+    mig: tuple[tuple[int, int, str], ...] = ()  # (device, slice index, profile)
+    share: float = 0.0  # vGPU fraction of devices[0]
+    share_memory_gb: float = 0.0
+    units: float = 0.0
+    cpu: float = 0.0
+    memory_gb: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    id: str
+    borrower: str
+    lender: str
+    gpu_type: str
+    units: float
+    job_id: str
+    started_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding capacity (admitted or running)."""
+
+    request: JobRequest
+    placements: tuple[ReplicaPlacement, ...]
+    started_at: float
+    leases: tuple[LeaseInfo, ...] = ()
+
+    @property
+    def units(self) -> float:
+        return sum(p.units for p in self.placements)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolInfo:
+    name: str
+    gpu_types: tuple[str, ...] = ()
+    guaranteed: Mapping[str, float] = field(default_factory=dict)
+    borrow_limit: float | None = None
+    lend_limit: Mapping[str, float] = field(default_factory=dict)
+    max_borrow_seconds: float = 1800.0
+    reclaim: str = "always"
+    placement: str = "binpack"
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TeamInfo:
+    name: str
+    pool: str
+    allowed_pools: tuple[str, ...] = ()
+    quota_units: float | None = None
+    quota_by_type: Mapping[str, float] = field(default_factory=dict)
+    weight: float = 1.0
+    default_priority: str = "P1"
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityInfo:
+    name: str
+    value: int
+    preemptible: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Knobs of the core; every one can be set under ``scheduler:`` in the config."""
+
+    w_memory_waste: float = 1.0
+    w_overshoot: float = 1.0
+    w_type_preference: float = 0.5
+    w_binpack: float = 1.0
+    w_spread: float = 1.0
+    w_topology: float = 1.0
+    w_headroom: float = 1.0
+    w_fragmentation: float = 1.0
+    reservation_after_s: float = 1800.0
+    aging_s: float = 3600.0
+    min_run_time_s: float = 60.0
+    max_cycle_admissions: int = 100_000
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object] | None) -> SchedulerConfig:
+        """Build from the config file's ``scheduler`` mapping, ignoring loop-only keys."""
+        if not data:
+            return cls()
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything one cycle looks at. ``nodes`` carry capacity only; the
+    core applies ``running`` on a working copy."""
+
+    now: float
+    gpu_types: Mapping[str, GpuType]
+    nodes: list[Node]
+    pools: Mapping[str, PoolInfo]
+    teams: Mapping[str, TeamInfo]
+    priorities: Mapping[str, PriorityInfo]
+    running: list[RunningJob]
+    pending: list[JobRequest]
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    borrower: str
+    lender: str
+    gpu_type: str
+    units: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    job_id: str
+    placements: tuple[ReplicaPlacement, ...]
+    leases: tuple[LeaseGrant, ...] = ()
+
+    @property
+    def units(self) -> float:
+        return sum(p.units for p in self.placements)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A running job to stop and requeue; ``kind`` is preempt or reclaim."""
+
+    job_id: str
+    reason: str
+    by_job: str | None = None
+    kind: Literal["preempt", "reclaim"] = "preempt"
+
+
+@dataclass(slots=True)
+class CycleResult:
+    admissions: list[Admission] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)  # pending job -> why it waits
+    unschedulable: dict[str, str] = field(default_factory=dict)  # job -> why it never can run
+    order: list[str] = field(default_factory=list)  # pending jobs in dispatch order
