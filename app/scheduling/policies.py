@@ -1,0 +1,19 @@
+"""Scheduling policies by name: the live core and the baselines it is measured against."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from app.scheduling.engine import schedule
+from app.scheduling.model import CycleResult, Snapshot
+
+Policy = Callable[[Snapshot], CycleResult]
+
+POLICIES: dict[str, Policy] = {"gpuq": schedule}
+
+
+def get_policy(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
