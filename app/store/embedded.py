@@ -45,8 +45,9 @@ class EmbeddedPostgres:
 
     def drop_database(self, name: str) -> None:
         with psycopg.connect(self.admin_conninfo(), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
     def stop(self) -> None:
         """Stop the server (idempotent); the data folder stays."""

@@ -56,9 +56,7 @@ job_revision_seq = Sequence("job_revision_seq", metadata=Base.metadata)
 
 
 class Timestamps:
-    created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now()
-    )
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
     )
@@ -81,9 +79,7 @@ class NodeRow(Timestamps, Base):
     __tablename__ = "nodes"
 
     name: Mapped[str] = mapped_column(NAME, primary_key=True)
-    gpu_type: Mapped[str | None] = mapped_column(
-        ForeignKey("gpu_types.name", ondelete="RESTRICT")
-    )
+    gpu_type: Mapped[str | None] = mapped_column(ForeignKey("gpu_types.name", ondelete="RESTRICT"))
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     cpu: Mapped[float] = mapped_column(Float)
     memory_gb: Mapped[float] = mapped_column(Float)
@@ -144,9 +140,7 @@ class ApiTokenRow(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))
     description: Mapped[str | None] = mapped_column(String(255))
-    created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now()
-    )
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
@@ -174,9 +168,7 @@ class JobRow(Base):
     name: Mapped[str] = mapped_column(NAME)
     team: Mapped[str] = mapped_column(ForeignKey("teams.name", ondelete="RESTRICT"))
     pool: Mapped[str] = mapped_column(ForeignKey("pools.name", ondelete="RESTRICT"), index=True)
-    priority: Mapped[str] = mapped_column(
-        ForeignKey("priority_classes.name", ondelete="RESTRICT")
-    )
+    priority: Mapped[str] = mapped_column(ForeignKey("priority_classes.name", ondelete="RESTRICT"))
     status: Mapped[str] = mapped_column(String(16), default="pending")
     reason: Mapped[str | None] = mapped_column(Text)
     spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
@@ -227,9 +219,7 @@ class AllocationRow(Base):
     cpu: Mapped[float] = mapped_column(Float, default=0.0)
     memory_gb: Mapped[float] = mapped_column(Float, default=0.0)
     pool: Mapped[str] = mapped_column(String(63))
-    created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now()
-    )
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
     job: Mapped[JobRow] = relationship(back_populates="allocations")
 
