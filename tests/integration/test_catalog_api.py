@@ -134,6 +134,8 @@ def test_pools_crud_and_usage(client, admin, session_factory, dispatcher, clock)
     }
     job = client.get(f"/v1/jobs/{j['id']}", headers=admin).json()
     assert job["lease"]["lender"] == "mixed"
+    listed = {i["id"]: i for i in client.get("/v1/jobs", headers=admin).json()["items"]}
+    assert listed[j["id"]]["lease"]["id"] == job["lease"]["id"]
     assert client.get("/v1/leases", params={"state": "returned"}, headers=admin).json() == []
     assert client.get("/v1/leases", params={"state": "bogus"}, headers=admin).status_code == 422
 
