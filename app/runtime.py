@@ -54,7 +54,10 @@ def resolve_admin_token(settings: Settings, announce: Callable[[str], None] = pr
         return path.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True)
     token = new_token(ADMIN_PREFIX)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process (gpuq api next to gpuq dispatcher) won
+        return path.read_text().strip()
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     announce(
