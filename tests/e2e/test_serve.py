@@ -99,3 +99,20 @@ def test_readme_walkthrough_against_gpuq_serve(server):
     assert done["allocations"][0]["released"] is True
     events = httpx.get(f"{base}/v1/jobs/{job_id}/events", headers=h).json()
     assert [e["type"] for e in events] == ["submitted", "admitted", "running", "succeeded"]
+
+    # concurrent submits with one Idempotency-Key: one job, every caller gets it
+    from concurrent.futures import ThreadPoolExecutor
+
+    body2 = {**body, "name": "once"}
+    hk = {**h, "Idempotency-Key": "same-key"}
+
+    def submit(_):
+        return httpx.post(f"{base}/v1/jobs", json=body2, headers=hk, timeout=30)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        replies = list(pool.map(submit, range(6)))
+    assert all(r.status_code in (200, 201) for r in replies), [r.text for r in replies]
+    assert len({r.json()["id"] for r in replies}) == 1
+    assert sum(r.status_code == 201 for r in replies) == 1
+    listed = httpx.get(f"{base}/v1/jobs", params={"limit": 500}, headers=h).json()["items"]
+    assert [j["name"] for j in listed].count("once") == 1
