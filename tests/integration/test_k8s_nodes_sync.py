@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from tests.fakekube.fixtures import cluster, kube, wait_until  # noqa: F401
+from tests.fakekube.fixtures import cluster, kube, wait_until
 from tests.fakekube.objects import article_a100, gfd_v100, node, pod
 
 
@@ -12,7 +12,7 @@ def _by_name(c):
     return {n.name: n for n in c.list_nodes()}
 
 
-def test_sync_both_label_styles_and_follow_watch(kube, cluster):  # noqa: F811
+def test_sync_both_label_styles_and_follow_watch(kube, cluster):
     kube.add_node(article_a100("a100-0"))
     kube.add_node(gfd_v100("v100-0"))
     wait_until(lambda: len(cluster.list_nodes()) == 2)
@@ -31,7 +31,7 @@ def test_sync_both_label_styles_and_follow_watch(kube, cluster):  # noqa: F811
     wait_until(lambda: "v100-0" not in _by_name(cluster))
 
 
-def test_unmatched_product_gets_event_and_metric(kube, cluster):  # noqa: F811
+def test_unmatched_product_gets_event_and_metric(kube, cluster):
     kube.add_node(node("h100-0", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
                        {"nvidia.com/gpu": "8"}))
     wait_until(lambda: cluster.list_nodes())
