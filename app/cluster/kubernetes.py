@@ -410,8 +410,10 @@ class KubernetesCluster:
             bind_id = bind_ids.pop()
             phase, message = job_phase(pods, expected)
             with self._lock:
-                t = _Track(bind_id, expected, reported=phase)
-                self._tracks[job_id] = t
+                t = self._tracks.get(job_id)
+                if t is not None and t.bind_id == bind_id and not t.stopped:
+                    continue  # already followed (and reported) since the first list
+                self._tracks[job_id] = _Track(bind_id, expected, reported=phase)
                 if phase != "pending":
                     self._events.append(JobStatusEvent(job_id, phase, message))
         return report

@@ -89,6 +89,7 @@ class FakeKube:
         self.create_failures: dict[str, tuple[int, str]] = {}
         self.pdb_protected: set[str] = set()  # pod names whose eviction answers 429
         self.watch_timeout_s = watch_timeout_s
+        self.gone_as_http = False  # answer a too-old watch with HTTP 410, not an ERROR event
         self.list_calls: dict[str, int] = {"nodes": 0, "pods": 0}
         self._closing = False
         self._server: ThreadingHTTPServer | None = None
@@ -391,6 +392,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, status(404, "NotFound", f"no route {url.path}"))
             return
         if q.get("watch") in ("1", "true", "True"):
+            since = q.get("resourceVersion")
+            if self.kube.gone_as_http and since and int(since) <= self.kube.compacted_rv:
+                self._send(410, status(410, "Expired", f"too old resource version: {since}"))
+                return
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
