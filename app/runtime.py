@@ -100,6 +100,9 @@ class Services:
             self.listener.stop()  # type: ignore[attr-defined]
         for t in self._threads:
             t.join(timeout=5)
+        close_cluster = getattr(self.cluster, "close", None)
+        if close_cluster is not None:
+            close_cluster()  # stop the Kubernetes informers
         self.engine.dispose()
         if self.embedded is not None:
             self.embedded.stop()
@@ -134,15 +137,27 @@ def open_services(
             from app.loops.snapshot import node_info
             from app.store.orm import NodeRow
 
+            elector = None
+            gpu_types: list = []
             with session_factory() as session:
                 nodes = [node_info(r) for r in session.scalars(select(NodeRow))]
-            cluster = build_cluster(settings, nodes=nodes, clock=clock)
+                if settings.cluster == "kubernetes":
+                    from app.loops.node_sync import gpu_type_configs
+
+                    gpu_types = gpu_type_configs(session)
+            cluster = build_cluster(settings, nodes=nodes, clock=clock, gpu_types=gpu_types)
+            if settings.cluster == "kubernetes":
+                # any number of dispatcher replicas: one leads (PostgreSQL advisory lock)
+                from app.loops.leader import LeaderElector
+
+                elector = LeaderElector(url)
             loops.append(
                 Dispatcher(
                     session_factory,
                     cluster,
                     clock=clock,
                     interval=settings.dispatch_interval_s,
+                    elector=elector,
                 )
             )
     except BaseException:

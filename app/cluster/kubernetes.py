@@ -57,6 +57,7 @@ class _Track:
     expected: int
     reported: str = "pending"
     stopped: bool = False
+    seen: bool = True  # False between bind() and the watch showing its Pods
 
 
 @dataclass(slots=True)
@@ -87,6 +88,10 @@ def _body(e: ApiException) -> dict:
 
 
 class KubernetesCluster:
+    # The dispatcher schedules on list_nodes() (live capacity and usage by
+    # other Pods) rather than on the nodes table of a static/simulated cluster.
+    live_nodes = True
+
     def __init__(
         self,
         api_client: kclient.ApiClient,
@@ -100,6 +105,7 @@ class KubernetesCluster:
         self._tracks: dict[str, _Track] = {}
         self._events: list[JobStatusEvent] = []
         self._reported_unmatched: set[tuple[str, str]] = set()
+        self._by_job: dict[str, dict[str, dict]] = {}  # job id -> pod key -> Pod
         self.unmatched: dict[str, str] = {}  # node -> product, from the last list_nodes
         self.nodes = Informer("nodes", self.api.list_node, None, timeout_s=self.ks.watch_timeout_s)
         self.pods = Informer(
@@ -108,6 +114,17 @@ class KubernetesCluster:
             self._on_pod,
             timeout_s=self.ks.watch_timeout_s,
         )
+
+    @classmethod
+    def from_settings(
+        cls, settings: Any = None, *, gpu_types: Sequence[GpuTypeConfig] = (), start: bool = True
+    ) -> KubernetesCluster:
+        """In-cluster config or KUBECONFIG; informers started and synced."""
+        ks = KubeSettings()
+        cluster = cls(load_api_client(), gpu_types, ks)
+        if start:
+            cluster.start()
+        return cluster
 
     def set_gpu_types(self, gpu_types: Sequence[GpuTypeConfig]) -> None:
         """GPU types can change at run time (REST); node sync uses the latest."""
@@ -185,15 +202,11 @@ class KubernetesCluster:
 
     # ---------------------------------------------------------------- pods
     def _job_pods(self, job_id: str, bind_id: str | None = None) -> list[dict]:
-        jid = L.label_value(job_id)
-        out = []
-        for p in self.pods.items():
-            labels = (p.get("metadata") or {}).get("labels") or {}
-            if not L.is_gpuq_pod(p) or labels.get(L.JOB_ID) != jid:
-                continue
-            if bind_id is None or labels.get(L.BIND_ID) == bind_id:
-                out.append(p)
-        return out
+        with self._lock:
+            pods = list(self._by_job.get(job_id, {}).values())
+        if bind_id is None:
+            return pods
+        return [p for p in pods if p["metadata"]["labels"].get(L.BIND_ID) == bind_id]
 
     def bind(self, req: BindRequest) -> None:
         """Create all the job's Pods, then bind them; all or nothing."""
@@ -202,7 +215,7 @@ class KubernetesCluster:
             old = self._tracks.get(req.job_id)
             if old is not None:
                 old.stopped = True
-            self._tracks[req.job_id] = _Track(bind_id, len(req.placements))
+            self._tracks[req.job_id] = _Track(bind_id, len(req.placements), seen=False)
         nodes = {n["metadata"]["name"]: n for n in self.nodes.items()}
         created: list[tuple[str, str]] = []
         try:
@@ -329,7 +342,14 @@ class KubernetesCluster:
             return
         labels = pod["metadata"]["labels"]
         job_id, bind_id = L.job_id_of(pod), labels.get(L.BIND_ID, "")
+        key = f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}"
         with self._lock:
+            if type_ == "DELETED":
+                self._by_job.get(job_id, {}).pop(key, None)
+                if not self._by_job.get(job_id, True):
+                    del self._by_job[job_id]
+            else:
+                self._by_job.setdefault(job_id, {})[key] = pod
             t = self._tracks.get(job_id)
             if t is None:
                 # Pods this process did not create: a previous leader's, or ours
@@ -340,6 +360,7 @@ class KubernetesCluster:
                 self._tracks[job_id] = t
             if t.stopped or bind_id != t.bind_id or t.reported in TERMINAL:
                 return
+            t.seen = True
             if type_ == "DELETED":
                 t.reported = "gone"
                 self._events.append(JobStatusEvent(
@@ -358,15 +379,14 @@ class KubernetesCluster:
             return out
 
     def running_job_ids(self) -> set[str]:
-        """Jobs with Pods that hold (or are about to hold) resources."""
-        out = set()
-        for p in self.pods.items():
-            if not L.is_gpuq_pod(p) or (p.get("metadata") or {}).get("deletionTimestamp"):
-                continue
-            phase = (p.get("status") or {}).get("phase")
-            if phase not in ("Succeeded", "Failed"):
-                out.add(L.job_id_of(p))
-        return out
+        """Jobs that have Pods on the cluster now, finished ones included (their
+        status event may not be ingested yet), plus jobs bound a moment ago
+        whose Pods the watch has not shown yet: the caller must never bind a
+        job twice because the cache lags."""
+        with self._lock:
+            out = set(self._by_job)
+            out.update(j for j, t in self._tracks.items() if not t.seen and not t.stopped)
+            return out
 
     def reconcile(self, active_job_ids: set[str]) -> ReconcileReport:
         """After a restart or failover: square the database with the Pods.

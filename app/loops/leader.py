@@ -30,10 +30,9 @@ def lock_key(name: str) -> int:
 
 def libpq_dsn(url: str) -> str:
     """SQLAlchemy URL (``postgresql+psycopg://...``) -> a libpq connection string."""
-    if "://" in url:
-        scheme, rest = url.split("://", 1)
-        return "postgresql://" + rest if scheme.startswith("postgres") else url
-    return url
+    from app.store.db import normalize_url, psycopg_conninfo
+
+    return psycopg_conninfo(normalize_url(url))
 
 
 class LeaderElector:

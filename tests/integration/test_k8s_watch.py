@@ -118,8 +118,17 @@ def test_reconcile_after_restart(kube):
     second.pods.step()
     second.pods.step()
     assert second.poll_events() == [JobStatusEvent("adopt-me", "succeeded")]
-    assert second.running_job_ids() == set()
+    # finished Pods stay (logs) and still count as "on the cluster"
+    assert second.running_job_ids() == {"adopt-me", "finished"}
     second.close()
+
+
+def test_a_job_just_bound_counts_as_on_the_cluster_before_the_watch_shows_it(kube, manual):
+    manual.bind(req("fresh"))
+    assert "fresh" in manual.running_job_ids()  # so the dispatcher never binds it twice
+    manual.stop("fresh", "cancelled")
+    assert "fresh" not in manual.running_job_ids()
+    assert kube.gpuq_pods() == []  # stop() asked the server, not the lagging cache
 
 
 def test_standby_follows_pods_created_by_the_leader(kube):

@@ -1,0 +1,189 @@
+"""Two dispatcher replicas on the Kubernetes backend: one leader, failover,
+reconcile, node sync into the nodes table (fake API server + real PostgreSQL)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import select
+
+from app.clock import utcnow
+from app.domain.config import load_config_text
+from app.domain.spec import JobSpec
+from app.loops.dispatcher import Dispatcher
+from app.loops.leader import LeaderElector, libpq_dsn
+from app.loops.node_sync import gpu_type_configs
+from app.store import migrate
+from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.db import make_engine, make_session_factory
+from app.store.jobs import submit_job
+from app.store.orm import JobRow, NodeRow
+from tests.fakekube.fixtures import kube, make_cluster, wait_until
+from tests.fakekube.objects import article_a100, node
+
+BASE = os.environ.get("TEST_DATABASE_URL")
+pytestmark = pytest.mark.skipif(not BASE, reason="TEST_DATABASE_URL not set")
+
+CONFIG = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10, product: "NVIDIA-A100.*80GB"}
+pools:
+  - {name: training, gpu_types: [a100-80g], guaranteed: {a100-80g: 160}}
+teams:
+  - {name: nlp, pool: training, quota_units: 1000}
+"""
+
+
+@pytest.fixture
+def db_url() -> Iterator[str]:
+    name = f"gpuq_k8s_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(libpq_dsn(BASE), autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    url = f"{BASE.rpartition('/')[0]}/{name}"
+    engine = make_engine(url, null_pool=True)
+    migrate.upgrade(engine)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        ensure_priority_classes(s)
+        apply_config(s, load_config_text(CONFIG))
+        s.commit()
+    engine.dispose()
+    yield url
+    with psycopg.connect(libpq_dsn(BASE), autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _status(sf, job_id):
+    with sf() as s:
+        return s.get(JobRow, job_id).status
+
+
+def test_two_dispatchers_one_leader_failover(kube, db_url):
+    kube.add_node(article_a100("a100-0"))
+    kube.add_node(article_a100("a100-1"))
+    kube.add_node(node("cpu-0"))
+    lock = f"gpuq-dispatcher-{uuid.uuid4().hex[:8]}"
+    engine = make_engine(db_url, pool_size=4)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        types = gpu_type_configs(s)
+    replicas = []
+    for _ in range(2):
+        c = make_cluster(kube)
+        c.set_gpu_types(types)
+        c.start(wait_s=10)
+        d = Dispatcher(sf, c, elector=LeaderElector(db_url, lock), grace_seconds=5)
+        replicas.append((d, c))
+    (d1, c1), (d2, c2) = replicas
+    try:
+        with sf() as s:
+            spec = JobSpec.model_validate({
+                "name": "sft", "team": "nlp", "replicas": 2,
+                "resources": {"gpus": 8, "gpu_types": ["a100-80g"], "cpu": 4, "memory_gb": 16},
+            })
+            job_id = submit_job(s, spec, now=utcnow()).job.id
+            s.commit()
+        d1.run_once()
+        d2.run_once()
+        assert d1.elector.is_leader and not d2.elector.is_leader
+        assert _status(sf, job_id) == "admitted"
+        pods = kube.gpuq_pods()
+        assert sorted(p["spec"]["nodeName"] for p in pods) == ["a100-0", "a100-1"]
+        # the nodes table mirrors the cluster for the API
+        with sf() as s:
+            rows = {r.name: r for r in s.scalars(select(NodeRow))}
+        assert rows["a100-0"].source == "kubernetes" and rows["a100-0"].gpus == 8
+        assert rows["cpu-0"].gpu_type is None
+        for _ in range(3):  # more passes of both: never a second set of Pods
+            d1.run_once()
+            d2.run_once()
+        assert len(kube.gpuq_pods()) == 2
+
+        for p in pods:
+            kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Running")
+        wait_until(lambda: d1.run_once() or _status(sf, job_id) == "running")
+
+        # the leader dies: its session (and lock) goes with it
+        with psycopg.connect(libpq_dsn(db_url), autocommit=True) as c:
+            c.execute("SELECT pg_terminate_backend(%s, 10000)", (d1.elector.backend_pid,))
+        c1.close()
+        d2.run_once()
+        assert d2.elector.is_leader
+        d1.run_once()
+        assert not d1.elector.is_leader
+        assert len(kube.gpuq_pods()) == 2  # adopted, not re-created
+        for p in pods:
+            kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Succeeded")
+        wait_until(lambda: d2.run_once() or _status(sf, job_id) == "succeeded")
+    finally:
+        for d, c in replicas:
+            d.elector.release()
+            c.close()
+        engine.dispose()
+
+
+def test_new_leader_removes_half_bound_gang_and_rebinds(kube, db_url):
+    """A crash between creating a gang's Pods and binding them all."""
+    kube.add_node(article_a100("a100-0"))
+    kube.add_node(article_a100("a100-1"))
+    lock = f"gpuq-dispatcher-{uuid.uuid4().hex[:8]}"
+    engine = make_engine(db_url, pool_size=4)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        types = gpu_type_configs(s)
+    c1 = make_cluster(kube)
+    c1.set_gpu_types(types)
+    c1.start(wait_s=10)
+    d1 = Dispatcher(sf, c1, elector=LeaderElector(db_url, lock))
+    # the process dies after binding the first replica of the gang
+    orig_bind = c1.api.create_namespaced_pod_binding
+    calls = []
+
+    def crash_on_second(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise _Crash
+        return orig_bind(*args, **kwargs)
+
+    c1.api.create_namespaced_pod_binding = crash_on_second
+    try:
+        with sf() as s:
+            spec = JobSpec.model_validate({
+                "name": "gang", "team": "nlp", "replicas": 2,
+                "resources": {"gpus": 8, "gpu_types": ["a100-80g"]},
+            })
+            job_id = submit_job(s, spec, now=utcnow()).job.id
+            s.commit()
+        with pytest.raises(_Crash):
+            d1.run_once()
+        d1.elector.release()
+        c1.close()
+        pods = kube.gpuq_pods()
+        assert len(pods) == 2 and sum(bool(p["spec"].get("nodeName")) for p in pods) == 1
+        assert _status(sf, job_id) == "admitted"
+
+        c2 = make_cluster(kube)
+        c2.set_gpu_types(types)
+        c2.start(wait_s=10)
+        d2 = Dispatcher(sf, c2, elector=LeaderElector(db_url, lock))
+        try:
+            d2.run_once()  # leader: reconcile removes the half gang
+            wait_until(lambda: d2.run_once() or (
+                len(kube.gpuq_pods()) == 2
+                and all(p["spec"].get("nodeName") for p in kube.gpuq_pods())))
+            assert {p["metadata"]["name"] for p in kube.gpuq_pods()}.isdisjoint(
+                {p["metadata"]["name"] for p in pods})
+            assert _status(sf, job_id) == "admitted"
+        finally:
+            d2.elector.release()
+            c2.close()
+    finally:
+        engine.dispose()
+
+
+class _Crash(BaseException):
+    """The process dying mid-call: no except-Exception handler (no undo) runs."""
