@@ -21,6 +21,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -72,7 +73,8 @@ def load_api_client(kubeconfig: str | None = None) -> kclient.ApiClient:
     try:
         kconfig.load_incluster_config()
     except kconfig.ConfigException:
-        kconfig.load_kube_config(config_file=kubeconfig)
+        # read KUBECONFIG now: the client module captured it at import time
+        kconfig.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"))
     return kclient.ApiClient()
 
 

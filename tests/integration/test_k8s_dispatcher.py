@@ -12,16 +12,14 @@ import pytest
 from sqlalchemy import select
 
 from app.clock import utcnow
-from app.domain.config import load_config_text
 from app.domain.spec import JobSpec
 from app.loops.dispatcher import Dispatcher
 from app.loops.leader import LeaderElector, libpq_dsn
 from app.loops.node_sync import gpu_type_configs
-from app.store import migrate
-from app.store.config_loader import apply_config, ensure_priority_classes
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
 from app.store.orm import JobRow, NodeRow
+from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import kube, make_cluster, wait_until
 from tests.fakekube.objects import article_a100, node
 
@@ -40,21 +38,7 @@ teams:
 
 @pytest.fixture
 def db_url() -> Iterator[str]:
-    name = f"gpuq_k8s_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(libpq_dsn(BASE), autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    url = f"{BASE.rpartition('/')[0]}/{name}"
-    engine = make_engine(url, null_pool=True)
-    migrate.upgrade(engine)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        ensure_priority_classes(s)
-        apply_config(s, load_config_text(CONFIG))
-        s.commit()
-    engine.dispose()
-    yield url
-    with psycopg.connect(libpq_dsn(BASE), autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    yield from fresh_database(BASE, CONFIG)
 
 
 def _status(sf, job_id):
