@@ -146,11 +146,14 @@ def open_services(
 
                     gpu_types = gpu_type_configs(session)
             cluster = build_cluster(settings, nodes=nodes, clock=clock, gpu_types=gpu_types)
+            max_retries = 0
             if settings.cluster == "kubernetes":
                 # any number of dispatcher replicas: one leads (PostgreSQL advisory lock)
+                from app.cluster.k8s_settings import KubeSettings
                 from app.loops.leader import LeaderElector
 
                 elector = LeaderElector(url)
+                max_retries = KubeSettings().max_retries
             loops.append(
                 Dispatcher(
                     session_factory,
@@ -158,6 +161,7 @@ def open_services(
                     clock=clock,
                     interval=settings.dispatch_interval_s,
                     elector=elector,
+                    max_retries=max_retries,
                 )
             )
     except BaseException:

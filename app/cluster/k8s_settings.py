@@ -43,6 +43,8 @@ class KubeSettings(BaseSettings):
     # Watch requests end server-side after this long and are resumed.
     watch_timeout_s: int = Field(default=300, ge=1)
     eviction_fallback_delete: bool = True
+    # A job whose Pod fails is requeued this many times before it ends `failed`.
+    max_retries: int = Field(default=0, ge=0, le=100)
 
     @field_validator("rack_labels", "tolerated_taints", mode="before")
     @classmethod

@@ -121,7 +121,10 @@ class Informer:
             if rv:
                 self.resource_version = rv
         if self.handler:
-            self.handler(type_, obj, prev)
+            try:
+                self.handler(type_, obj, prev)
+            except Exception:  # never lose the watch position over a handler bug
+                log.exception("%s: handler failed on %s %s", self.name, type_, object_key(obj))
 
     def watch_once(self) -> None:
         """One watch request from the current version; returns when it ends.

@@ -68,6 +68,11 @@ class ReconcileReport:
     orphans: set[str] = field(default_factory=set)  # Pods of jobs the DB does not run: removed
 
 
+def _holds_or_will_hold(pod: dict) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed")
+
+
 def load_api_client(kubeconfig: str | None = None) -> kclient.ApiClient:
     """In-cluster config (the ServiceAccount) when running in a Pod, else KUBECONFIG."""
     try:
@@ -386,7 +391,14 @@ class KubernetesCluster:
         whose Pods the watch has not shown yet: the caller must never bind a
         job twice because the cache lags."""
         with self._lock:
-            out = set(self._by_job)
+            out = set()
+            for job_id, pods in self._by_job.items():
+                t = self._tracks.get(job_id)
+                if t is not None and t.stopped and not any(
+                    _holds_or_will_hold(p) for p in pods.values()
+                ):
+                    continue  # stopped by gpuq, only finished Pods left (kept for logs)
+                out.add(job_id)
             out.update(j for j, t in self._tracks.items() if not t.seen and not t.stopped)
             return out
 

@@ -87,9 +87,11 @@ class Dispatcher(LoopService):
         interval: float = 1.0,
         grace_seconds: float = 30.0,
         elector: LeaderElector | None = None,
+        max_retries: int = 0,
     ) -> None:
         super().__init__(interval)
         self.elector = elector
+        self.max_retries = max_retries  # a failed run is requeued this many times
         if elector is not None:
             elector.on_change = self._leadership_changed
         self._reconcile_cluster = True  # on the first pass as leader
@@ -195,6 +197,16 @@ class Dispatcher(LoopService):
         now = self.clock()
         if ev.phase == "running" and job.status == "admitted":
             change_state(session, job, "running", now=now, reason=None)
+        elif ev.phase == "failed" and self._retries(session, job) < self.max_retries:
+            n = self._retries(session, job) + 1
+            change_state(
+                session,
+                job,
+                "pending",
+                now=now,
+                event_type="retried",
+                reason=f"run failed (retry {n}/{self.max_retries}): {ev.message}",
+            )
         elif ev.phase in ("succeeded", "failed"):
             change_state(
                 session,
@@ -212,6 +224,19 @@ class Dispatcher(LoopService):
                 event_type="requeued",
                 reason=f"pods lost on the cluster: {ev.message}" if ev.message else "pods lost",
             )
+
+    @staticmethod
+    def _retries(session: Session, job: JobRow) -> int:
+        from app.store.orm import JobEventRow
+
+        return int(
+            session.scalar(
+                select(func.count())
+                .select_from(JobEventRow)
+                .where(JobEventRow.job_id == job.id, JobEventRow.type == "retried")
+            )
+            or 0
+        )
 
     # 3. reconcile ---------------------------------------------------------
 

@@ -142,3 +142,16 @@ def test_status_events_running_succeeded_failed_gone(kube, cluster, nodes):
     assert by_job == {"ok": ["running", "succeeded"], "bad": ["running", "failed"],
                       "lost": ["gone"]}
     assert "OOMKilled" in next(e.message for e in got if e.phase == "failed")
+
+
+def test_stopped_job_with_only_finished_pods_is_off_the_cluster(kube, cluster, nodes):
+    cluster.bind(gang(job_id="bad"))
+    pods = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in kube.gpuq_pods()]
+    kube.set_pod_phase(*pods[0], "Running")
+    kube.set_pod_phase(*pods[1], "Failed", terminated={"reason": "Error", "exitCode": 2})
+    wait_until(lambda: any(e.phase == "failed" for e in cluster.poll_events()))
+    assert "bad" in cluster.running_job_ids()
+    cluster.stop("bad", "job failed")  # evicts the running replica, keeps the failed one
+    assert [n for _ns, n, _g in kube.evictions] == [pods[0][1]]
+    assert [p["metadata"]["name"] for p in kube.gpuq_pods()] == [pods[1][1]]  # for its logs
+    wait_until(lambda: "bad" not in cluster.running_job_ids())

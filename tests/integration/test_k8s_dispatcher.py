@@ -18,7 +18,7 @@ from app.loops.leader import LeaderElector, libpq_dsn
 from app.loops.node_sync import gpu_type_configs
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
-from app.store.orm import JobRow, NodeRow
+from app.store.orm import JobEventRow, JobRow, NodeRow
 from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import kube, make_cluster, wait_until
 from tests.fakekube.objects import article_a100, node
@@ -171,3 +171,51 @@ def test_new_leader_removes_half_bound_gang_and_rebinds(kube, db_url):
 
 class _Crash(BaseException):
     """The process dying mid-call: no except-Exception handler (no undo) runs."""
+
+
+def test_failed_pod_requeues_up_to_the_retry_limit_then_fails(kube, db_url):
+    kube.add_node(article_a100("a100-0"))
+    engine = make_engine(db_url, pool_size=4)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        types = gpu_type_configs(s)
+    c = make_cluster(kube)
+    c.set_gpu_types(types)
+    c.start(wait_s=10)
+    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"),
+                   max_retries=1)
+    try:
+        with sf() as s:
+            spec = JobSpec.model_validate({"name": "flaky", "team": "nlp",
+                                           "resources": {"gpus": 1}})
+            job_id = submit_job(s, spec, now=utcnow()).job.id
+            s.commit()
+        names: list[str] = []
+
+        def new_bound_pod():
+            fresh = [p for p in kube.gpuq_pods()
+                     if p["metadata"]["name"] not in names and p["spec"].get("nodeName")]
+            return fresh[0]["metadata"]["name"] if fresh else None
+
+        for _attempt in range(2):
+            wait_until(lambda: d.run_once() or new_bound_pod())
+            names.append(new_bound_pod())
+            kube.set_pod_phase("gpuq-jobs", names[-1], "Failed",
+                               terminated={"reason": "Error", "exitCode": 1})
+            # first failure: requeued and bound again (a new Pod); second: failed
+            wait_until(lambda: d.run_once() or _status(sf, job_id) == "failed"
+                       or new_bound_pod())
+        with sf() as s:
+            types_seen = [e.type for e in s.scalars(
+                select(JobEventRow).where(JobEventRow.job_id == job_id)
+                .order_by(JobEventRow.id))]
+        assert types_seen.count("retried") == 1
+        assert len(names) == 2
+        assert _status(sf, job_id) == "failed"
+        with sf() as s:
+            job = s.get(JobRow, job_id)
+            assert "exit code 1" in (job.reason or "")
+    finally:
+        d.elector.release()
+        c.close()
+        engine.dispose()
