@@ -155,3 +155,20 @@ def test_stopped_job_with_only_finished_pods_is_off_the_cluster(kube, cluster, n
     assert [n for _ns, n, _g in kube.evictions] == [pods[0][1]]
     assert [p["metadata"]["name"] for p in kube.gpuq_pods()] == [pods[1][1]]  # for its logs
     wait_until(lambda: "bad" not in cluster.running_job_ids())
+
+
+def test_binding_conflict_409_undoes_the_gang(kube, cluster, nodes):
+    """Another scheduler bound one of the Pods first: 409 Conflict, all undone."""
+    orig = kube.bind
+
+    def bound_elsewhere(ns, name, body):
+        if name.endswith("-1"):
+            with kube.cond:
+                kube.pods[(ns, name)]["spec"]["nodeName"] = "v100-0"
+        return orig(ns, name, body)
+
+    kube.bind = bound_elsewhere
+    with pytest.raises(BindError, match="409.*already assigned"):
+        cluster.bind(gang(job_id="raced"))
+    kube.bind = orig
+    assert kube.gpuq_pods() == []

@@ -122,3 +122,15 @@ def test_single_type_cluster_needs_no_labels():
     only = [GpuTypeConfig(name="l4-24g", memory_gb=24, weight=3)]
     v = node_view(node("l4", {}, {"nvidia.com/gpu": "2"}), [], only, KS)
     assert v.node.gpu_type == "l4-24g"
+
+
+def test_label_keys_are_configurable_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GPUQ_K8S_RACK_LABELS", "example.com/rack, topology.kubernetes.io/zone")
+    monkeypatch.setenv("GPUQ_K8S_NETWORK_LABEL", "example.com/fabric")
+    monkeypatch.setenv("GPUQ_K8S_TOLERATED_TAINTS", "nvidia.com/gpu,dedicated")
+    ks = KubeSettings()
+    assert ks.rack_labels == ["example.com/rack", "topology.kubernetes.io/zone"]
+    n = article_a100(taints=[{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
+    n["metadata"]["labels"].update({"example.com/rack": "rack-9", "example.com/fabric": "roce"})
+    v = node_view(n, [], GPU_TYPES, ks)
+    assert (v.node.rack, v.node.network, v.node.schedulable) == ("rack-9", "roce", True)
