@@ -35,7 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from app.cluster import k8s_labels as L
 from app.cluster import k8s_metrics as M
-from app.cluster.base import BindError, BindRequest, JobStatusEvent
+from app.cluster.base import BindError, BindRequest, InvalidPodError, JobStatusEvent
 from app.cluster.k8s_nodes import NodeView, node_views, pod_holds_resources
 from app.cluster.k8s_pods import build_pod, job_phase
 from app.cluster.k8s_settings import KubeSettings
@@ -241,9 +241,12 @@ class KubernetesCluster:
                 try:
                     self.api.create_namespaced_pod(ns, pod, _preload_content=False)
                 except ApiException as e:
-                    raise BindError(
+                    err = InvalidPodError if e.status in (400, 422) else BindError
+                    raise err(
                         f"create pod {ns}/{name}: {e.status} {_body(e).get('message', e.reason)}"
                     ) from e
+                except ValueError as e:  # the client's own model validation
+                    raise InvalidPodError(f"pod {ns}/{name} is invalid: {e}") from e
                 created.append((ns, name))
             # 2. bind each to its node
             for pod, p in zip(pods, req.placements, strict=True):

@@ -417,16 +417,17 @@ class Dispatcher(LoopService):
             try:
                 self.cluster.bind(req)
             except BindError as e:
-                self._undo_bind(req.job_id, str(e))
+                self._undo_bind(req.job_id, str(e), permanent=e.permanent)
 
-    def _undo_bind(self, job_id: str, message: str) -> None:
+    def _undo_bind(self, job_id: str, message: str, *, permanent: bool = False) -> None:
         with self.session_factory() as session:
             job = _locked_job(session, job_id)
             if job is not None and job.status == "admitted":
                 change_state(
                     session,
                     job,
-                    "pending",
+                    # a Pod the cluster rejects as invalid would fail every retry
+                    "failed" if permanent else "pending",
                     now=self.clock(),
                     event_type="bind_failed",
                     reason=f"bind failed: {message}",

@@ -219,3 +219,32 @@ def test_failed_pod_requeues_up_to_the_retry_limit_then_fails(kube, db_url):
         d.elector.release()
         c.close()
         engine.dispose()
+
+
+def test_invalid_pod_template_fails_the_job_instead_of_retrying_forever(kube, db_url):
+    kube.add_node(article_a100("a100-0"))
+    engine = make_engine(db_url, pool_size=4)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        types = gpu_type_configs(s)
+    c = make_cluster(kube)
+    c.set_gpu_types(types)
+    c.start(wait_s=10)
+    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"))
+    try:
+        with sf() as s:
+            bad = JobSpec.model_validate({
+                "name": "bad-template", "team": "nlp", "resources": {"gpus": 1},
+                "pod_template": {"spec": {"containers": [{"image": "trainer:1"}]}},  # no name
+            })
+            job_id = submit_job(s, bad, now=utcnow()).job.id
+            s.commit()
+        d.run_once()
+        with sf() as s:
+            job = s.get(JobRow, job_id)
+            assert job.status == "failed" and "invalid" in job.reason
+        assert kube.gpuq_pods() == []
+    finally:
+        d.elector.release()
+        c.close()
+        engine.dispose()
