@@ -208,6 +208,25 @@ def _pack_mig(
     return devices, unknown
 
 
+def _keep_held(
+    devices: list[Device], held: set[int], held_mig: list[tuple[int, int, str]]
+) -> None:
+    """Cards or slices gpuq's running Pods hold but the node no longer
+    advertises (a card went unhealthy, a MIG layout changed) stay in the model,
+    marked unavailable, so the core can still account for those jobs instead
+    of failing on a device index that vanished."""
+    need = max([*held, *(d for d, _s, _p in held_mig)], default=-1)
+    while len(devices) <= need:
+        devices.append(Device(index=len(devices), external=True))
+    for d, sl, prof in held_mig:
+        dev = devices[d]
+        if len(dev.mig_layout) <= sl:
+            missing = sl + 1 - len(dev.mig_layout)
+            dev.mig_layout = dev.mig_layout + (prof,) * missing
+            dev.slices_used = list(dev.slices_used) + [True] * missing
+            dev.external = False
+
+
 def node_view(
     node: Mapping,
     pods_on_node: Iterable[Mapping],
@@ -261,6 +280,7 @@ def node_view(
     ext_mig: Counter[str] = Counter()
     gpuq_devices: set[int] = set()
     gpuq_slices: set[tuple[int, int]] = set()
+    gpuq_mig: list[tuple[int, int, str]] = []
     for pod in pods_on_node:
         if not pod_holds_resources(pod):
             continue
@@ -269,8 +289,9 @@ def node_view(
             gpuq_devices.update(int(x) for x in ann.get(L.ANN_DEVICES, "").split(",") if x)
             for item in ann.get(L.ANN_MIG, "").split(";"):
                 if item.count(":") == 2:
-                    d, s, _p = item.split(":")
-                    gpuq_slices.add((int(d), int(s)))
+                    d, sl, prof = item.split(":")
+                    gpuq_slices.add((int(d), int(sl)))
+                    gpuq_mig.append((int(d), int(sl), prof))
             continue
         req = pod_requests(pod)
         cpu_used += req.get("cpu", Decimal(0))
@@ -281,6 +302,8 @@ def node_view(
             for r, q in req.items():
                 if r.startswith(prefix):
                     ext_mig[r[len(prefix) :]] += int(q)
+    if gpu_type is not None:
+        _keep_held(devices, gpuq_devices, gpuq_mig)
     # External cards: highest index first and never one gpuq's own Pods hold,
     # so applying gpuq's running jobs on top does not double count.
     for d in sorted(devices, key=lambda d: -d.index):

@@ -134,3 +134,25 @@ def test_label_keys_are_configurable_from_the_environment(monkeypatch):
     n["metadata"]["labels"].update({"example.com/rack": "rack-9", "example.com/fabric": "roce"})
     v = node_view(n, [], GPU_TYPES, ks)
     assert (v.node.rack, v.node.network, v.node.schedulable) == ("rack-9", "roce", True)
+
+
+def test_cards_held_by_gpuq_that_vanished_stay_in_the_model():
+    """A card went unhealthy (allocatable 8 -> 6) under a running gpuq job that
+    holds devices 6 and 7: the core must still be able to account for it."""
+    from app.scheduling.model import ReplicaPlacement
+    from app.scheduling.state import ClusterState
+
+    own = pod("gpuq-own", "a100-0", {"nvidia.com/gpu": "2"},
+              labels={"app.kubernetes.io/managed-by": "gpuq", "gpuq.io/job-id": "j1"})
+    own["metadata"]["annotations"] = {"gpuq.io/devices": "6,7"}
+    mig = pod("gpuq-mig", "a100-0", {"nvidia.com/mig-3g.40gb": "1"},
+              labels={"app.kubernetes.io/managed-by": "gpuq", "gpuq.io/job-id": "j2"})
+    mig["metadata"]["annotations"] = {"gpuq.io/mig": "9:1:3g.40gb"}
+    v = view(article_a100(gpus=6), [own, mig])
+    assert len(v.node.devices) == 10
+    assert v.node.free_whole_devices() == list(range(6))  # never offered again
+    state = ClusterState([v.node])
+    state.reserve(ReplicaPlacement(0, "a100-0", "a100-80g", devices=(6, 7)))
+    state.reserve(ReplicaPlacement(0, "a100-0", "a100-80g", mig=((9, 1, "3g.40gb"),)))
+    state.unreserve(ReplicaPlacement(0, "a100-0", "a100-80g", devices=(6, 7)))
+    assert state.nodes["a100-0"].free_whole_devices() == list(range(6))
