@@ -24,8 +24,11 @@ Rules, each a small function tests exercise on its own:
 5. **What-if gate** (:func:`what_if`): in ``auto`` mode the recent window
    is replayed through the simulator with the old and the new weights; the
    change applies only if predicted P99 wait improves and no team's P99
-   gets worse by more than ``team_margin``. ``recommend`` runs the same
-   replay (when one is available) and records the figures, changing nothing.
+   gets worse by more than ``team_margin``. Which way helps depends on why
+   jobs wait (for quota: cheaper cards help; for cards: dearer scarce cards
+   steer flexible work away), so the mirrored change is weighed too and the
+   better passing one wins. ``recommend`` runs the same replay (when one is
+   available) and records the figures, changing nothing.
 
 Every decision carries its trigger and figures, so the history says why.
 """
@@ -38,7 +41,9 @@ from typing import Any, Literal
 
 Mode = Literal["off", "recommend", "auto"]
 MODES: tuple[str, ...] = ("off", "recommend", "auto")
-Action = Literal["off", "no_trigger", "cooldown", "no_change", "proposed", "applied", "rejected"]
+Action = Literal[
+    "off", "busy", "no_trigger", "cooldown", "no_change", "proposed", "applied", "rejected"
+]
 RECORDED_ACTIONS = frozenset({"proposed", "applied", "rejected"})
 
 
@@ -284,19 +289,26 @@ def blocked_by_hysteresis(
 
 
 def propose(
-    triggers: Iterable[Trigger], inputs: TunerInputs, memory: TunerMemory, cfg: TunerConfig
+    triggers: Iterable[Trigger],
+    inputs: TunerInputs,
+    memory: TunerMemory,
+    cfg: TunerConfig,
+    *,
+    mirrored: bool = False,
 ) -> tuple[list[Change], list[str]]:
     """Changes the triggers ask for, after bounds and hysteresis; plus why some were dropped.
 
     A type both asked up and down by different triggers is left alone: the
-    signals disagree, and doing nothing cannot oscillate.
+    signals disagree, and doing nothing cannot oscillate. ``mirrored`` flips
+    every direction (the other candidate the what-if gate compares).
     """
+    sign = -1 if mirrored else 1
     wanted: dict[str, set[int]] = {}
     for t in triggers:
         for name in t.up:
-            wanted.setdefault(name, set()).add(1)
+            wanted.setdefault(name, set()).add(sign)
         for name in t.down:
-            wanted.setdefault(name, set()).add(-1)
+            wanted.setdefault(name, set()).add(-sign)
     changes: list[Change] = []
     dropped: list[str] = []
     for name in sorted(wanted):
@@ -367,6 +379,10 @@ def decide(
     cfg: TunerConfig,
     replay: Replay | None = None,
 ) -> Decision:
+    """One evaluation. With a replay, two candidates are weighed: the prices-follow-demand
+    change and its mirror (which way helps depends on whether jobs wait for quota or for
+    cards); the trigger decides *when*, the replay decides *which way*, hysteresis and
+    bounds apply to both."""
     now = inputs.now
     if cfg.mode == "off":
         return Decision("off", "tuner is off", now)
@@ -377,27 +393,63 @@ def decide(
         assert memory.last_action_at is not None
         left = cfg.cooldown_s - (now - memory.last_action_at)
         return Decision("cooldown", f"cooldown: {left:.0f}s left", now, triggers)
-    changes, dropped = propose(triggers, inputs, memory, cfg)
-    if not changes:
+    primary, dropped = propose(triggers, inputs, memory, cfg)
+    mirror, _ = propose(triggers, inputs, memory, cfg, mirrored=True)
+    candidates = [c for c in (primary, mirror) if c]
+    if replay is None:
+        candidates = candidates[:1] if primary else []
+    if not candidates:
         msg = "; ".join(dropped) or "triggers name no GPU type to change"
         return Decision("no_change", msg, now, triggers)
-    new = {**inputs.weights, **{c.gpu_type: c.new for c in changes}}
-    gate = what_if(inputs.weights, new, replay, cfg) if replay is not None else None
-    desc = ", ".join(f"{c.gpu_type} {c.old:g}->{c.new:g}" for c in changes)
-    if cfg.mode == "recommend":
-        note = f" ({gate.reason})" if gate else " (no replay available)"
-        return Decision("proposed", f"recommend {desc}{note}", now, triggers, tuple(changes), gate)
-    if gate is None:
+    if replay is None:
+        changes = tuple(candidates[0])
+        desc = _describe(changes)
+        if cfg.mode == "recommend":
+            return Decision(
+                "proposed", f"recommend {desc} (no replay available)", now, triggers, changes
+            )
         return Decision(
-            "rejected",
-            f"{desc}: no replay available for the what-if gate",
-            now,
-            triggers,
-            tuple(changes),
+            "rejected", f"{desc}: no replay available for the what-if gate", now, triggers, changes
+        )
+    cached = _cached(replay)
+    gates = [
+        (tuple(c), what_if(inputs.weights, _apply(inputs.weights, c), cached, cfg))
+        for c in candidates
+    ]
+    passing = [(c, g) for c, g in gates if g.passed]
+    if passing:
+        changes, gate = min(passing, key=lambda cg: cg[1].after.wait_p99_s)  # type: ignore[union-attr]
+    else:
+        changes, gate = gates[0]
+    desc = _describe(changes)
+    if cfg.mode == "recommend":
+        return Decision(
+            "proposed", f"recommend {desc} ({gate.reason})", now, triggers, changes, gate
         )
     if not gate.passed:
-        return Decision("rejected", f"{desc}: {gate.reason}", now, triggers, tuple(changes), gate)
-    return Decision("applied", f"{desc}: {gate.reason}", now, triggers, tuple(changes), gate)
+        return Decision("rejected", f"{desc}: {gate.reason}", now, triggers, changes, gate)
+    return Decision("applied", f"{desc}: {gate.reason}", now, triggers, changes, gate)
+
+
+def _describe(changes: Iterable[Change]) -> str:
+    return ", ".join(f"{c.gpu_type} {c.old:g}->{c.new:g}" for c in changes)
+
+
+def _apply(weights: Mapping[str, float], changes: Iterable[Change]) -> dict[str, float]:
+    return {**weights, **{c.gpu_type: c.new for c in changes}}
+
+
+def _cached(replay: Replay) -> Replay:
+    """Replay each weight set once (the old weights are shared by both candidates)."""
+    memo: dict[tuple[tuple[str, float], ...], ReplayOutcome] = {}
+
+    def run(weights: Mapping[str, float]) -> ReplayOutcome:
+        key = tuple(sorted(weights.items()))
+        if key not in memo:
+            memo[key] = replay(weights)
+        return memo[key]
+
+    return run
 
 
 def memory_from_history(entries: Iterable[Mapping[str, Any]]) -> TunerMemory:

@@ -114,29 +114,28 @@ def queue_page(items: Sequence[Mapping[str, Any]], *, pool: str | None = None) -
     )
 
 
-def _per_type(mapping: Any) -> str:
-    if not isinstance(mapping, Mapping) or not mapping:
-        return "-"
-    return ", ".join(f"{esc(k)} {num(v)}" for k, v in sorted(mapping.items()))
-
-
 def pools_page(pools: Sequence[Mapping[str, Any]], leases: Sequence[Mapping[str, Any]]) -> str:
+    """One row per pool and GPU type: guaranteed, used, borrowed, lent CU (``pool_usage``)."""
     rows = []
     for p in pools:
         u = p.get("usage") or {}
-        rows.append(
-            [
-                esc(p.get("name")),
-                esc(", ".join(p.get("gpu_types") or []) or "any"),
-                _per_type(u.get("guaranteed", p.get("guaranteed"))),
-                _per_type(u.get("used")),
-                _per_type(u.get("borrowed")),
-                _per_type(u.get("lent")),
-                num(u.get("pending")),
-                esc(p.get("reclaim")),
-                esc(p.get("placement")),
-            ]
-        )
+        by_type = u.get("gpu_types") or {}
+        first = True
+        for t, v in by_type.items() or [("-", {})]:
+            rows.append(
+                [
+                    f"<b>{esc(p.get('name'))}</b>" if first else "",
+                    esc(t),
+                    num(v.get("guaranteed")),
+                    num(v.get("used")),
+                    num(v.get("borrowed")),
+                    num(v.get("lent")),
+                    num(u.get("pending")) if first else "",
+                    esc(p.get("reclaim")) if first else "",
+                    esc(p.get("placement")) if first else "",
+                ]
+            )
+            first = False
     lrows = [
         [
             esc(x.get("id")),
@@ -166,6 +165,7 @@ def pools_page(pools: Sequence[Mapping[str, Any]], leases: Sequence[Mapping[str,
                 "placement",
             ],
             rows,
+            numeric=(2, 3, 4, 5, 6),
             empty="no pools",
             table_id="pools",
         )

@@ -79,8 +79,12 @@ def test_bounded_step_and_bounds():
         assert abs(c.new - c.old) <= 0.2 * c.old + 1e-9
     # at the bound: nothing left to change
     at_bound = inputs(imbalance=IMBALANCE, weights={**W, "a100": 20.0, "v100": 2.0})
-    d = decide(at_bound, TunerMemory(), cfg, better)
+    d = decide(at_bound, TunerMemory(), cfg, None)
     assert d.action == "no_change" and "bound" in d.message
+    # with a replay the mirrored candidate (a100 down, v100 up) is weighed, and it does not help
+    d = decide(at_bound, TunerMemory(), cfg, better)
+    assert d.action == "rejected"
+    assert {c.gpu_type: c.direction for c in d.changes} == {"a100": -1, "v100": 1}
 
 
 def test_auto_applies_when_gate_passes_and_records_figures():
@@ -131,7 +135,15 @@ def test_hysteresis_blocks_flip_back():
     d = decide(
         inputs(t0 + 2 * HOUR, weights=weights, imbalance=flip, idle=idle), mem, cfg, flip_better
     )
-    assert d.action == "no_change" and "hysteresis" in d.message
+    # the reversal is blocked; only the same-direction mirror is weighed, and it does not help
+    assert d.action == "rejected"
+    assert {c.gpu_type: c.direction for c in d.changes} == {"a100": 1, "v100": -1}
+    assert (
+        decide(
+            inputs(t0 + 2 * HOUR, weights=weights, imbalance=flip, idle=idle), mem, cfg, None
+        ).message.count("hysteresis")
+        == 2
+    )
     # after the hysteresis window the reversal is allowed
     d = decide(
         inputs(t0 + 6 * HOUR, weights=weights, imbalance=flip, idle=idle), mem, cfg, flip_better
@@ -211,3 +223,15 @@ def test_config_round_trip():
     assert TunerConfig.from_dict(cfg.to_dict()) == cfg
     assert TunerConfig.from_dict(None) == TunerConfig()
     assert TunerConfig.from_dict({"mode": "auto", "unknown": 1}).mode == "auto"
+
+
+def test_mirror_candidate_wins_when_the_replay_says_so():
+    def dearer_v100_better(w):
+        p99 = 100.0 if w["v100"] > 4.0 else 200.0
+        return ReplayOutcome(p99, {"nlp": p99}, jobs=10)
+
+    d = decide(
+        inputs(imbalance=IMBALANCE), TunerMemory(), TunerConfig(mode="auto"), dearer_v100_better
+    )
+    assert d.action == "applied"
+    assert {c.gpu_type: c.new for c in d.changes} == {"a100": 8.0, "v100": 4.8}

@@ -1,0 +1,89 @@
+"""The one place reports read the database: job rows -> :class:`JobRecord`.
+
+Everything else in :mod:`app.reports` is pure. A finished job no longer
+holds allocation rows, so the GPU type it ran on comes from its last
+``admitted`` event (the nodes it was placed on) mapped through the node
+table; a job that never ran is filed under the type it waits for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, selectinload
+
+from app.clock import to_epoch
+from app.domain.states import wait_seconds
+from app.reports.records import JobRecord
+from app.reports.utilization import ANY_TYPE, CPU_ONLY
+from app.store.orm import JobEventRow, JobRow, NodeRow, PoolRow
+
+
+def _wanted_from_spec(spec: Mapping) -> str:
+    res = (spec or {}).get("resources") or {}
+    if res.get("gpus") == 0:
+        return CPU_ONLY
+    types = res.get("gpu_types") or []
+    if types:
+        return str(types[0])
+    return ANY_TYPE
+
+
+def job_records(session: Session, now: datetime, window_s: float | None) -> list[JobRecord]:
+    """Jobs still pending, or with a submit/admit/finish inside the window (all when None)."""
+    q = select(JobRow).options(selectinload(JobRow.allocations))
+    if window_s is not None:
+        since = now - timedelta(seconds=window_s)
+        q = q.where(
+            or_(
+                JobRow.status == "pending",
+                JobRow.submitted_at >= since,
+                JobRow.admitted_at >= since,
+                JobRow.finished_at >= since,
+            )
+        )
+    rows = list(session.scalars(q))
+    pool_types = {p.name: list(p.gpu_types or []) for p in session.scalars(select(PoolRow))}
+    node_type = {n.name: n.gpu_type for n in session.scalars(select(NodeRow))}
+    # finished jobs: where did they run? (their allocations are gone)
+    need_events = [r.id for r in rows if not r.allocations and r.status != "pending"]
+    ran_on: dict[int, str] = {}
+    if need_events:
+        for ev in session.scalars(
+            select(JobEventRow)
+            .where(JobEventRow.job_id.in_(need_events), JobEventRow.to_status == "admitted")
+            .order_by(JobEventRow.id)
+        ):
+            types = sorted(
+                {node_type.get(n) or CPU_ONLY for n in (ev.data or {}).get("nodes", [])}
+            )
+            if types:
+                ran_on[ev.job_id] = types[0] if len(types) == 1 else "mixed"
+    out = []
+    for r in rows:
+        if r.allocations:
+            types = sorted({a.gpu_type or CPU_ONLY for a in r.allocations})
+            gpu_type = types[0] if len(types) == 1 else "mixed"
+        elif r.id in ran_on:
+            gpu_type = ran_on[r.id]
+        else:
+            gpu_type = _wanted_from_spec(r.spec)
+            if gpu_type == ANY_TYPE and pool_types.get(r.pool):
+                gpu_type = pool_types[r.pool][0]
+        out.append(
+            JobRecord(
+                id=str(r.id),
+                team=r.team,
+                pool=r.pool,
+                priority=r.priority,
+                gpu_type=gpu_type,
+                status=r.status,
+                submitted_at=to_epoch(r.submitted_at),
+                wait_s=wait_seconds(r, now),
+                admitted_at=to_epoch(r.admitted_at) if r.admitted_at else None,
+                finished_at=to_epoch(r.finished_at) if r.finished_at else None,
+            )
+        )
+    return out
