@@ -31,7 +31,8 @@ def metrics_loop(request: Request):
 @router.get("/metrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
     try:
-        metrics_loop(request).refresh()
+        # scrapes closer than this reuse the last pass (tests set 0 to always refresh)
+        metrics_loop(request).refresh(getattr(request.app.state, "metrics_max_age_s", 5.0))
     except Exception:  # serve what we have (and count the failure) rather than a 500
         log.exception("metrics refresh failed")
     return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
