@@ -33,6 +33,7 @@ def run_dispatcher(settings: Settings) -> None:
 
     _configure_logging()
     svc = open_services(settings, with_loops=True)
+
     def stop(*_: object) -> None:
         for loop in svc.loops:
             loop.stop()

@@ -137,7 +137,7 @@ class TunerLoop(LoopService):
                         snap,
                         arrivals,
                         policy=get_policy(self.policy),
-                        horizon_s=cfg.replay_window_s,
+                        horizon_s=2 * cfg.replay_window_s,  # the window, then drain
                     )
                 return cache["fn"](weights)  # type: ignore[operator]
 

@@ -56,9 +56,7 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
             .where(JobEventRow.job_id.in_(need_events), JobEventRow.to_status == "admitted")
             .order_by(JobEventRow.id)
         ):
-            types = sorted(
-                {node_type.get(n) or CPU_ONLY for n in (ev.data or {}).get("nodes", [])}
-            )
+            types = sorted({node_type.get(n) or CPU_ONLY for n in (ev.data or {}).get("nodes", [])})
             if types:
                 ran_on[ev.job_id] = types[0] if len(types) == 1 else "mixed"
     out = []
