@@ -304,16 +304,24 @@ def cmd_cancel(client: Client, console: Console, job_id: str) -> int:
 
 
 def _usage_rows(table: Table, body: Mapping[str, Any]) -> None:
-    """Team/pool usage bodies differ by owner; print every per-type mapping they carry."""
+    """Pool usage (``gpu_types: {type: {guaranteed, used, ...}}``) or team usage
+    (``used_by_type``, ``quota_by_type``): one row per GPU type, the rest as a caption."""
     per_type: dict[str, dict[str, Any]] = {}
     scalars: dict[str, Any] = {}
     for key, value in body.items():
-        if isinstance(value, dict) and all(not isinstance(v, dict) for v in value.values()):
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            for t, inner in value.items():
+                per_type.setdefault(t, {}).update(inner)
+        elif isinstance(value, dict):
+            if key == "total":
+                scalars.update({f"total {k}": v for k, v in value.items()})
+                continue
+            col = key.removesuffix("_by_type")
             for t, x in value.items():
-                per_type.setdefault(t, {})[key] = x
-        elif not isinstance(value, (dict, list)):
+                per_type.setdefault(t, {})[col] = x
+        elif not isinstance(value, list):
             scalars[key] = value
-    cols = sorted({k for row in per_type.values() for k in row})
+    cols = list(dict.fromkeys(k for row in per_type.values() for k in row))
     table.add_column("gpu_type")
     for c in cols:
         table.add_column(c, justify="right")
