@@ -228,7 +228,9 @@ class Dispatcher(LoopService):
                 job = fresh(job_id)
                 if job is not None and job.status == "pending":
                     change_state(session, job, "unschedulable", now=now, reason=why)
-            position = {job_id: i + 1 for i, job_id in enumerate(result.order)}
+            leaving = {a.job_id for a in result.admissions} | set(result.unschedulable)
+            still_pending = [j for j in result.order if j not in leaving]
+            position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
             for job_id, job in jobs.items():
                 if job.status != "pending" or job.revision != ctx.revisions.get(job_id):
                     continue
@@ -281,6 +283,18 @@ class Dispatcher(LoopService):
                 "nodes": sorted({p.node for p in a.placements}),
                 "units": a.units,
                 "leases": len(a.leases),
+                # what it held, kept in history after the allocation rows are freed
+                "placements": [
+                    {
+                        "replica": p.replica,
+                        "node": p.node,
+                        "gpu_type": p.gpu_type,
+                        "gpus": list(p.devices) if not p.mig else [],
+                        "mig": [list(m) for m in p.mig],
+                        "units": p.units,
+                    }
+                    for p in a.placements
+                ],
             },
         )
         session.flush()
