@@ -147,10 +147,8 @@ def schedule(snap: Snapshot) -> CycleResult:
             )
             continue
         units = sum(p.units for p in placed)
-        if (
-            team
-            and team.quota_units is not None
-            and team_used[job.team] + units > (team.quota_units + EPS)
+        if team and team.quota_units is not None and team_used[job.team] + units > (
+            team.quota_units + EPS
         ):
             for p in placed:
                 state.unreserve(p)
