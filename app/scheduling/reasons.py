@@ -95,6 +95,12 @@ def never_fits(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) -
                 f"(allowed: {', '.join(names)})"
             )
         k = job.gpus or 0
+        if not present:
+            return (
+                f"no node has a GPU of an allowed type with >= {job.min_gpu_memory_gb:g} GB "
+                f"(types that would fit: {', '.join(t.name for t in types)}; "
+                f"nodes have: {', '.join(sorted(static.by_type)) or 'no GPUs'})"
+            )
         ok = [t for t in present if _host_ok(job, static, t) and static.by_type[t.name].max_cards
               >= k]
         if not ok:
