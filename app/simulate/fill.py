@@ -81,8 +81,9 @@ class FillCluster:
     def __init__(self, nodes: list[TraceNode]) -> None:
         self.names = [n.name for n in nodes]
         self.models = [n.model for n in nodes]
-        self.cpu = [n.cpu_milli for n in nodes]
-        self.mem = [n.memory_mib for n in nodes]
+        self.cpu = [n.cpu_milli for n in nodes]  # free CPU (milli)
+        self.mem = [n.memory_mib for n in nodes]  # free memory (MiB)
+        self.cpu_cap = list(self.cpu)
         self.free = [[MILLI] * n.gpus for n in nodes]
         self.capacity_milli = sum(n.gpus for n in nodes) * MILLI
         self.allocated_milli = 0
@@ -269,10 +270,14 @@ class GpuqFillKnobs:
     """
 
     w_fragmentation: float = 1.0
-    w_binpack: float = 0.0
-    w_cpu: float = 0.0
+    w_binpack: float = 0.05
+    w_cpu: float = 0.1
     w_type: float = 0.0
     use_memory: bool = True
+    cpu_balance_of_free: bool = False  # w_cpu compares to free CPU before, not capacity
+    quantum: float = 0.0  # round the score to this many GPU-milli (0: exact)
+    random_ties: bool = False  # break exact ties at random (seeded) instead of by node index
+    size_weight: float = 0.0  # mix weight = count x (1 + size_weight x GPUs requested)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> GpuqFillKnobs:
@@ -305,8 +310,9 @@ class GpuqPolicy:
     def choose(self, pod: FillPod, cl: FillCluster) -> Choice:
         k = self.knobs
         frag = self.model.frag
-        best: tuple[float, int] | None = None
-        best_take = 0
+        best: float | None = None
+        tied: list[tuple[int, int]] = []
+        q = k.quantum
         for (model, free, cpu, mem), idx in cl.feasible(pod):
             before = frag(model, free, cpu, mem)
             c2, m2 = cpu - pod.cpu, mem - pod.mem
@@ -320,6 +326,8 @@ class GpuqPolicy:
                 ]
             else:
                 options = [(_after_free(free, MILLI, pod.num, MILLI), MILLI)]
+            node_best: float | None = None
+            node_take = 0
             for after_free, take in options:
                 score = k.w_fragmentation * (frag(model, after_free, c2, m2) - before)
                 if k.w_binpack:
@@ -327,32 +335,54 @@ class GpuqPolicy:
                 if k.w_cpu and after_free:
                     left = sum(after_free)
                     cap = len(after_free) * MILLI
-                    score += k.w_cpu * abs(c2 / max(1, cl.cpu[idx[0]]) - left / cap) * MILLI
+                    base = cpu if k.cpu_balance_of_free else cl.cpu_cap[idx[0]]
+                    score += k.w_cpu * abs(c2 / max(1, base) - left / cap) * MILLI
                 if k.w_type:
                     score += k.w_type * self.type_share.get(model, 0.0) * MILLI
-                key = (score, idx[0])
-                if best is None or key < best:
-                    best, best_take = key, take
-        if best is None:
+                if q:
+                    score = round(score / q)
+                if node_best is None or score < node_best:
+                    node_best, node_take = score, take
+            if node_best is None:
+                continue
+            if best is None or node_best < best - 1e-9:
+                best = node_best
+                tied = [(i, node_take) for i in idx]
+            elif node_best <= best + 1e-9:
+                tied.extend((i, node_take) for i in idx)
+        if not tied:
             return None
-        i = best[1]
-        return i, _cards(cl.free[i], pod, best_take)
+        if k.random_ties:
+            i, take = self.rng.choice(tied)
+        else:
+            i, take = min(tied)
+        return i, _cards(cl.free[i], pod, take)
 
 
-FILL_POLICIES = ("random", "bestfit", "fgd", "gpuq")
+FILL_POLICIES = ("random", "bestfit", "fgd", "gpuq", "gpuq-core")
 
 
 # --------------------------------------------------------------------------- the protocol
 
 
-def workload_model(pods: list[TracePod], *, use_memory: bool) -> FragModel:
-    """The mix: every pod shape of the (un-inflated) trace, weighted by its count."""
+def workload_model(
+    pods: list[TracePod], *, use_memory: bool, size_weight: float = 0.0
+) -> FragModel:
+    """The mix: every pod shape of the (un-inflated) trace, weighted by its count
+    (times ``1 + size_weight x GPUs`` when ``size_weight`` is set)."""
     counts: dict[tuple, int] = {}
     for p in pods:
         key = (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.gpu_spec)
         counts[key] = counts.get(key, 0) + 1
     tasks = [
-        IntTask(cpu, mem, num, milli, frozenset(spec) if spec else None, float(w))
+        IntTask(
+            cpu,
+            mem,
+            num,
+            milli,
+            frozenset(spec) if spec else None,
+            float(w) * (1.0 + size_weight * num * milli / MILLI),
+        )
         for (cpu, mem, num, milli, spec), w in counts.items()
     ]
     return FragModel(tasks, use_memory=use_memory)
@@ -375,7 +405,7 @@ def make_policy(
     pods: list[TracePod],
     nodes: list[TraceNode],
     scheduler: Mapping[str, Any] | None = None,
-) -> RandomPolicy | BestFitPolicy | FgdPolicy | GpuqPolicy:
+) -> RandomPolicy | BestFitPolicy | FgdPolicy | GpuqPolicy | CorePolicy:
     if name == "random":
         return RandomPolicy(rng)
     if name == "bestfit":
@@ -386,10 +416,12 @@ def make_policy(
         knobs = GpuqFillKnobs.from_mapping(scheduler)
         return GpuqPolicy(
             rng,
-            workload_model(pods, use_memory=knobs.use_memory),
+            workload_model(pods, use_memory=knobs.use_memory, size_weight=knobs.size_weight),
             knobs,
             type_usability(pods, {n.model for n in nodes}),
         )
+    if name == "gpuq-core":
+        return CorePolicy(nodes, pods, scheduler)
     raise ValueError(f"unknown fill policy {name!r}; known: {', '.join(FILL_POLICIES)}")
 
 
@@ -564,3 +596,98 @@ def summarize(runs: list[FillRun]) -> dict[str, Any]:
             for r in runs
         ],
     }
+
+
+# --------------------------------------------------------------------------- the live core
+
+
+class CorePolicy:
+    """The live core's ``place_job`` on a persistent ClusterState (the dispatcher's code path).
+
+    Pods become JobRequests (gpu_milli -> gpu_share, gpu_spec -> gpu_types),
+    nodes core Nodes of the default GPU types; the context's workload mix is
+    the trace's pod shapes weighted by count, as for the ``gpuq`` policy.
+    """
+
+    name = "gpuq-core"
+
+    def __init__(
+        self,
+        nodes: list[TraceNode],
+        pods: list[TracePod],
+        scheduler: Mapping[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        from app.scheduling.context import PlacementContext
+        from app.scheduling.fragmentation import MixEntry, WorkloadMix
+        from app.scheduling.model import Device, GpuType, Node, SchedulerConfig
+        from app.scheduling.state import ClusterState
+        from app.simulate.alibaba import GPU_MODELS, MIB_TO_GB
+
+        self._mib = MIB_TO_GB
+        self.types = {
+            m.type_name: GpuType(m.type_name, m.memory_gb, m.weight, shareable=True)
+            for m in GPU_MODELS.values()
+        }
+        self.type_of = {code: m.type_name for code, m in GPU_MODELS.items()}
+        core_nodes = [
+            Node(
+                name=n.name,
+                gpu_type=self.type_of[n.model],
+                devices=[Device(index=g) for g in range(n.gpus)],
+                cpu=n.cpu_milli / MILLI,
+                memory_gb=n.memory_mib * MIB_TO_GB,
+            )
+            for n in nodes
+        ]
+        self.state = ClusterState(core_nodes, self.types)
+        counts: dict[tuple, int] = {}
+        for p in pods:
+            key = (p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec)
+            counts[key] = counts.get(key, 0) + 1
+        mix = WorkloadMix(
+            tuple(
+                MixEntry(
+                    gpus=num if milli >= MILLI else 0,
+                    gpu_share=milli / MILLI if 0 < milli < MILLI else 0.0,
+                    cpu=cpu / MILLI,
+                    memory_gb=mem * MIB_TO_GB,
+                    gpu_types=tuple(self.type_of[s] for s in spec if s in self.type_of),
+                    weight=float(w),
+                )
+                for (num, milli, cpu, mem, spec), w in counts.items()
+            )
+        )
+        self.ctx = PlacementContext(
+            gpu_types=self.types, config=SchedulerConfig.from_mapping(scheduler), mix=mix
+        )
+        self.node_index = {n.name: i for i, n in enumerate(nodes)}
+        self._n = 0
+
+    def choose(self, pod: FillPod, cl: FillCluster) -> Choice:
+        from app.scheduling.model import JobRequest
+        from app.scheduling.placement import place_job
+
+        self._n += 1
+        share = pod.num == 1 and pod.milli < MILLI
+        job = JobRequest(
+            id=f"{pod.name}",
+            name=pod.name,
+            team="openb",
+            pool="default",
+            priority="P1",
+            priority_value=500,
+            preemptible=True,
+            submitted_at=float(self._n),
+            gpus=None if share else pod.num,
+            gpu_share=pod.milli / MILLI if share else None,
+            gpu_types=tuple(self.type_of[s] for s in pod.spec) if pod.spec else (),
+            cpu=pod.cpu / MILLI,
+            memory_gb=pod.mem * self._mib,
+        )
+        placed = place_job(job, self.state, self.ctx)
+        if not placed:
+            return None
+        (p,) = placed
+        self.state.reserve(p)
+        return self.node_index[p.node], list(p.devices)
