@@ -479,6 +479,18 @@ def run_fill(
         return run
     seq = fill_sequence(pods, cl.capacity_milli, seed, inflate)
     pol = make_policy(policy, random.Random(seed + 1_000_003), pods, gpu_nodes, scheduler)
+    replay_sequence(cl, seq, pol, run, progress)
+    return run
+
+
+def replay_sequence(
+    cl: FillCluster,
+    seq: list[FillPod],
+    pol: Any,
+    run: FillRun,
+    progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """Offer the pods in order; record placements, drops and the curve into ``run``."""
     arrived = 0
     next_pct = 1
     cap = cl.capacity_milli
@@ -498,8 +510,7 @@ def run_fill(
             next_pct += 1
         if progress is not None and n % 256 == 0:
             progress(n, len(seq))
-    run.pods = len(seq)
-    return run
+    run.pods += len(seq)
 
 
 def check_placements(
