@@ -30,20 +30,18 @@ def run_simulate(
     from app.scheduling.policies import POLICIES
     from app.simulate.replay import ScenarioModel, Simulator, to_json
 
-    if policy not in POLICIES:
-        print(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}", file=sys.stderr)
-        return 2
     if protocol not in (None, "replay"):
         if protocol != "fill":
             print(f"unknown protocol {protocol!r}; known: replay, fill", file=sys.stderr)
             return 2
-        try:
-            from app.simulate.fill import run_fill_command  # type: ignore[import-not-found]
-        except ImportError:
-            print("the fill protocol is not available in this build", file=sys.stderr)
-            return 2
+        from app.simulate.fill_command import run_fill_command
+
+        # the fill protocol has its own policies (random, bestfit, fgd, gpuq, gpuq-core)
         return int(run_fill_command(scenario, policy=policy, seed=seed, out=out, report=report,
                                     inflate=inflate, seeds=seeds))
+    if policy not in POLICIES:
+        print(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}", file=sys.stderr)
+        return 2
     path = Path(scenario)
     if not path.is_file():
         print(f"scenario file not found: {scenario}", file=sys.stderr)
