@@ -343,17 +343,17 @@ def cmd_usage(
         return 0
     body = client.get("/v1/reports/utilization")
     t = Table(title="GPU types", header_style="bold")
+    t.add_column("type", no_wrap=True)
     for col in (
-        "type",
         "CU/card",
         "cards",
-        "capacity",
-        "allocated",
-        "alloc %",
-        "free cards",
-        "free slices",
-        "pending",
-        "GPU util",
+        "cap CU",
+        "alloc CU",
+        "alloc",
+        "free",
+        "slices",
+        "pend",
+        "util",
     ):
         t.add_column(col, justify="right")
     for row in body.get("gpu_types", []):

@@ -120,6 +120,7 @@ class TunerLoop(LoopService):
             now = self.clock()
             state = load_state(session)
             cfg = TunerConfig.from_dict(state["config"])
+            self.interval = cfg.interval_s  # PUT /v1/tuning may change the pace
             if cfg.mode == "off":
                 self.last = Decision("off", "tuner is off", to_epoch(now))
                 return self.last
