@@ -107,7 +107,7 @@ class Env:
 
 
 @contextmanager
-def seeded_env(config_text: str = CONFIG) -> Iterator[Env]:
+def seeded_env(config_text: str = CONFIG, prometheus_url: str | None = None) -> Iterator[Env]:
     with fresh_database() as url:
         engine = make_engine(url, pool_size=4)
         try:
@@ -121,7 +121,12 @@ def seeded_env(config_text: str = CONFIG) -> Iterator[Env]:
             clock = ManualClock()
             cluster = SimulatedCluster(nodes=nodes, clock=clock)
             metrics = GpuqMetrics()
-            settings = Settings(DATABASE_URL=url, GPUQ_ADMIN_TOKEN=ADMIN, GPUQ_RUN_LOOPS=False)
+            settings = Settings(
+                DATABASE_URL=url,
+                GPUQ_ADMIN_TOKEN=ADMIN,
+                GPUQ_RUN_LOOPS=False,
+                GPUQ_PROMETHEUS_URL=prometheus_url,
+            )
             services = Services(
                 settings=settings,
                 engine=engine,
