@@ -292,6 +292,8 @@ class Dispatcher(LoopService):
                         "gpus": list(p.devices) if not p.mig else [],
                         "mig": [list(m) for m in p.mig],
                         "units": p.units,
+                        "cpu": p.cpu,
+                        "memory_gb": p.memory_gb,
                     }
                     for p in a.placements
                 ],

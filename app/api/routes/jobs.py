@@ -72,7 +72,12 @@ def list_jobs(
 @router.get("/{job_id}")
 def get_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowDep) -> JobOut:
     job = job_store.get_job(session, job_id, team=principal.team)
-    return job_out(job, now, job_store.active_lease(session, job))
+    return job_out(
+        job,
+        now,
+        job_store.active_lease(session, job),
+        released=job_store.released_placements(session, job),
+    )
 
 
 @router.post("/{job_id}/cancel")
