@@ -147,6 +147,11 @@ class Cycle:
         if least > room + EPS:
             info = self.ledger.teams[job.team]
             used = self.ledger.team_total[job.team]
+            if info.quota_units is not None and least > info.quota_units + EPS:
+                return (
+                    f"job needs at least {least:g} CU but team {job.team}'s quota is "
+                    f"{info.quota_units:g} CU: it runs only if the quota is raised"
+                )
             return (
                 f"team {job.team} at quota {used:g}/{info.quota_units:g} CU "
                 f"(job needs at least {least:g} CU)"
