@@ -32,6 +32,7 @@ from app.tuning.tuner import Decision, TunerConfig, TunerInputs, decide, memory_
 from app.tuning.whatif import DEFAULT_RUNTIME_S, Arrival, make_replay
 
 MAX_ARRIVALS = 500
+MAX_REPLAY_PENDING = 2000  # the replay keeps the queue's head: bounded cost on huge backlogs
 TUNER_LOCK_KEY = 0x67707574  # "gput": one tuner pass at a time across replicas
 
 
@@ -134,8 +135,9 @@ class TunerLoop(LoopService):
             def replay(weights):  # built on first use: only when a proposal exists
                 if "fn" not in cache:
                     arrivals = recent_arrivals(session, snap, now, cfg.replay_window_s)
+                    head = sorted(snap.pending, key=lambda j: (-j.priority_value, j.submitted_at))
                     cache["fn"] = make_replay(
-                        snap,
+                        replace(snap, pending=head[:MAX_REPLAY_PENDING]),
                         arrivals,
                         policy=get_policy(self.policy),
                         horizon_s=2 * cfg.replay_window_s,  # the window, then drain

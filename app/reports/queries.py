@@ -2,8 +2,8 @@
 
 Everything else in :mod:`app.reports` is pure. A finished job no longer
 holds allocation rows, so the GPU type it ran on comes from its last
-``admitted`` event (the nodes it was placed on) mapped through the node
-table; a job that never ran is filed under the type it waits for.
+``admitted`` event (its placements, or the nodes it was placed on mapped
+through the node table); a job that never ran is filed under the type it waits for.
 """
 
 from __future__ import annotations
@@ -56,7 +56,12 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
             .where(JobEventRow.job_id.in_(need_events), JobEventRow.to_status == "admitted")
             .order_by(JobEventRow.id)
         ):
-            types = sorted({node_type.get(n) or CPU_ONLY for n in (ev.data or {}).get("nodes", [])})
+            data = ev.data or {}
+            placed = data.get("placements") or []
+            if placed:
+                types = sorted({p.get("gpu_type") or CPU_ONLY for p in placed})
+            else:
+                types = sorted({node_type.get(n) or CPU_ONLY for n in data.get("nodes", [])})
             if types:
                 ran_on[ev.job_id] = types[0] if len(types) == 1 else "mixed"
     out = []

@@ -309,7 +309,7 @@ def job_page(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> str
             esc(a.get("gpu_type")),
             esc(a.get("gpus")),
             esc(a.get("mig")),
-            num(a.get("units")),
+            num(a.get("units")) + (" (released)" if a.get("released") else ""),
         ]
         for a in job.get("allocations") or []
     ]

@@ -128,7 +128,9 @@ def job(job_id: str, session: SessionDep, now: NowDep) -> HTMLResponse:
         row = job_store.get_job(session, job_id)
     except GpuqError as e:
         return _error(f"Job {job_id}", e)
-    body = jsonable_encoder(job_out(row, now, job_store.active_lease(session, row)))
+    lease = job_store.active_lease(session, row)
+    released = job_store.released_placements(session, row)
+    body = jsonable_encoder(job_out(row, now, lease, released))
     events = [jsonable_encoder(event_out(e)) for e in job_store.job_events(session, row)]
     return _html(pages.job_page(body, events))
 

@@ -116,3 +116,9 @@ def test_metrics_on_a_seeded_cluster(env):
     assert v[("gpuq_queue_wait_seconds_count", nlp)] == 2
     assert v[("gpuq_queue_wait_seconds_sum", nlp)] == pytest.approx(10 + expect)
     assert v[("gpuq_gpu_allocated_units", A)] == 30
+    # finished jobs are filed under the type they ran on (from their admitted event)
+    rep = env.get("/v1/reports/fairness", window_s=3600)
+    types = {g["key"]: g["jobs"] for g in rep["groups"]["gpu_type"]}
+    assert types == {"a100": 2, "v100": 1}
+    statuses = {j["name"]: j["status"] for j in env.get("/v1/jobs")["items"]}
+    assert statuses["train-a"] == "succeeded" and statuses["serve-b"] == "succeeded"

@@ -96,3 +96,32 @@ def test_fairness_and_jobs_and_tuning_pages():
         ],
     )
     assert "v100 4→3.2" in html and "recommend" in html
+
+
+def test_pools_page_one_row_per_pool_and_type():
+    from app.ui.pages import pools_page
+
+    usage = {
+        "pool": "training",
+        "pending": 3,
+        "gpu_types": {
+            "a100": {"guaranteed": 30.0, "used": 20.0, "borrowed": 0.0, "lent": 10.0},
+            "v100": {"guaranteed": 0.0, "used": 4.0, "borrowed": 4.0, "lent": 0.0},
+        },
+    }
+    html = pools_page(
+        [{"name": "training", "reclaim": "always", "placement": "binpack", "usage": usage}],
+        [
+            {
+                "id": "1",
+                "borrower": "training",
+                "lender": "inference",
+                "gpu_type": "v100",
+                "units": 4.0,
+                "job_id": "7",
+                "state": "active",
+            }
+        ],
+    )
+    assert html.count("<tr>") == 1 + 2 + 1 + 1  # header, 2 type rows, lease header, 1 lease
+    assert "<b>training</b>" in html and 'href="/ui/jobs/7"' in html
