@@ -11,7 +11,7 @@ decision and any weight change are written in one transaction.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.clock import to_epoch, utcnow
+from app.domain.states import wait_seconds
 from app.loops.base import LoopService
 from app.loops.snapshot import build_snapshot, job_request
 from app.reports.alerts import AlertThresholds, type_imbalance_alerts
@@ -37,8 +38,14 @@ TUNER_LOCK_KEY = 0x67707574  # "gput": one tuner pass at a time across replicas
 
 
 def tuner_inputs(
-    snap: Snapshot, base_weights: dict[str, float], cfg: TunerConfig, th: AlertThresholds
+    snap: Snapshot,
+    base_weights: dict[str, float],
+    cfg: TunerConfig,
+    th: AlertThresholds,
+    waits: Mapping[str, float] | None = None,
 ) -> TunerInputs:
+    """The tuner's observation. ``waits``: pending job id -> seconds pending so far
+    (across requeues); without it a job's age since submit stands in."""
     rows = utilization(snap)
     idle = {r.gpu_type: r.idle_ratio for r in rows if r.capacity_cu > 0}
     imbalance = tuple(
@@ -49,8 +56,9 @@ def tuner_inputs(
     types_by_pool: dict[str, Counter[str]] = defaultdict(Counter)
     for j in snap.pending:
         types_by_pool[j.pool][wanted_type(j, snap.pools)] += 1
+    waits = waits or {}
     training = tuple(
-        (j.id, snap.now - j.submitted_at, wanted_type(j, snap.pools))
+        (j.id, waits.get(j.id, snap.now - j.submitted_at), wanted_type(j, snap.pools))
         for j in snap.pending
         if j.pool in cfg.training_pools
     )
@@ -128,7 +136,17 @@ class TunerLoop(LoopService):
             if not session.scalar(select(func.pg_try_advisory_xact_lock(TUNER_LOCK_KEY))):
                 return Decision("busy", "another tuner pass is running", to_epoch(now))
             snap = build_snapshot(session, now).snapshot
-            inputs = tuner_inputs(snap, state["base_weights"], cfg, alert_thresholds(session))
+            waits = {
+                str(r.id): wait_seconds(r, now)
+                for r in session.scalars(
+                    select(JobRow).where(
+                        JobRow.status == "pending", JobRow.pool.in_(cfg.training_pools)
+                    )
+                )
+            }
+            inputs = tuner_inputs(
+                snap, state["base_weights"], cfg, alert_thresholds(session), waits
+            )
             memory = memory_from_history(load_history(session))
             cache: dict[str, object] = {}
 

@@ -17,8 +17,7 @@ import httpx
 import pytest
 import uvicorn
 
-from tests.integration.obs_env import job, seeded_env
-from tests.integration.test_cli_client import free_port
+from tests.integration.obs_env import free_port, job, seeded_env
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")

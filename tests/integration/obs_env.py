@@ -9,6 +9,7 @@ simulated cluster are the real ones.
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,6 +56,12 @@ teams:
 scheduler:
   alerts: {hol_min_samples: 5, hol_min_p99_s: 60}
 """
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def base_url() -> str:
@@ -156,4 +163,4 @@ def job(name: str, team: str, gpus: int, gpu_type: str, duration: float = 60.0, 
     return spec
 
 
-__all__ = ["ADMIN", "AUTH", "CONFIG", "Env", "job", "seeded_env", "timedelta"]
+__all__ = ["ADMIN", "AUTH", "CONFIG", "Env", "free_port", "job", "seeded_env", "timedelta"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -13,15 +12,9 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from tests.integration.obs_env import ADMIN, seeded_env
+from tests.integration.obs_env import ADMIN, free_port, seeded_env
 
 GPUQ = [sys.executable, "-m", "app.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

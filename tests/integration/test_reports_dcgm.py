@@ -9,8 +9,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.integration.obs_env import seeded_env
-from tests.integration.test_cli_client import free_port
+from tests.integration.obs_env import free_port, seeded_env
 
 RESULT = [
     {"metric": {"Hostname": "a100-0", "gpu": "0"}, "value": [0, "90"]},

@@ -25,6 +25,11 @@ def test_tuner_recommend_cooldown_then_auto_applies_through_the_store():
         r = c.put("/v1/tuning", json={"mode": "sometimes"}, headers=AUTH)
         assert r.status_code == 422 and "mode" in r.json()["detail"]
         assert c.put("/v1/tuning", json={"mode": "auto"}).status_code == 401
+        r = c.put("/v1/tuning", json={"inference_pools": ["nope"]}, headers=AUTH)
+        assert r.status_code == 422
+        assert r.json()["detail"] == "inference_pools: unknown pool(s) nope"
+        r = c.put("/v1/tuning", json={"bogus": 1}, headers=AUTH)
+        assert r.status_code == 422 and "bogus" in r.json()["detail"]
         r = c.put(
             "/v1/tuning", json={"mode": "recommend", "inference_pending_threshold": 4}, headers=AUTH
         )
@@ -80,3 +85,22 @@ def test_tuner_recommend_cooldown_then_auto_applies_through_the_store():
         # the dashboard page shows the change
         page = c.get("/ui/tuning").text
         assert "v100 4→3.2" in page and "applied" in page
+
+
+def test_training_wait_trigger_uses_the_real_wait():
+    with seeded_env() as env:
+        c = env.client
+        env.submit(job("hold", "nlp", 2, "a100", duration=7200))
+        env.submit(job("starved", "nlp", 3, "a100"))  # one whole A100 left: waits
+        env.dispatch()
+        env.advance(3600)
+        d = c.post("/v1/tuning/evaluate", headers=AUTH).json()
+        assert d["action"] == "no_trigger"  # exactly an hour is not "more than 1 hour"
+        env.advance(1)
+        d = c.post("/v1/tuning/evaluate", headers=AUTH).json()
+        assert d["action"] == "proposed", d["message"]  # default mode: recommend
+        trig = d["triggers"][0]
+        assert trig["kind"] == "training_wait" and trig["up"] == ["a100"]
+        assert trig["figures"]["wait_s"] == 3601
+        assert env.get("/v1/tuning")["weights"] == {"a100": 10.0, "v100": 4.0}
+        assert env.get("/v1/tuning/history", action="proposed")["items"][0]["at"] == d["at"]

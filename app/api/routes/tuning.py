@@ -6,8 +6,11 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
 
 from app.api.deps import AdminDep, PrincipalDep, SessionDep
+from app.domain.errors import InputError
+from app.store.orm import PoolRow
 from app.tuning.store import current_weights, load_history, load_state, save_config
 from app.tuning.tuner import TunerConfig
 
@@ -50,6 +53,11 @@ def get_tuning(session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
 def put_tuning(body: TuningUpdate, session: SessionDep, _: AdminDep) -> dict[str, Any]:
     cfg = TunerConfig.from_dict(load_state(session)["config"])
     patch = body.model_dump(exclude_none=True)
+    known = set(session.scalars(select(PoolRow.name)))
+    for field in ("inference_pools", "training_pools"):
+        unknown = sorted(set(patch.get(field, [])) - known)
+        if unknown:
+            raise InputError(f"unknown pool(s) {', '.join(unknown)}", field)
     save_config(session, TunerConfig.from_dict({**cfg.to_dict(), **patch}))
     session.commit()
     return _body(session)
