@@ -8,17 +8,18 @@ through the node table); a job that never ran is filed under the type it waits f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
 from app.domain.states import wait_seconds
 from app.reports.records import JobRecord
 from app.reports.utilization import ANY_TYPE, CPU_ONLY
-from app.store.orm import JobEventRow, JobRow, NodeRow, PoolRow
+from app.store.orm import AllocationRow, JobEventRow, JobRow, NodeRow, PoolRow
 
 
 def _wanted_from_spec(spec: Mapping) -> str:
@@ -32,8 +33,24 @@ def _wanted_from_spec(spec: Mapping) -> str:
 
 
 def job_records(session: Session, now: datetime, window_s: float | None) -> list[JobRecord]:
-    """Jobs still pending, or with a submit/admit/finish inside the window (all when None)."""
-    q = select(JobRow).options(selectinload(JobRow.allocations))
+    """Jobs still pending, or with a submit/admit/finish inside the window (all when None).
+
+    Reads columns, not ORM objects (a report touches thousands of rows): the job's
+    timing, its ``resources`` from the spec, and separately the GPU types it holds or held.
+    """
+    q = select(
+        JobRow.id,
+        JobRow.team,
+        JobRow.pool,
+        JobRow.priority,
+        JobRow.status,
+        JobRow.submitted_at,
+        JobRow.queued_at,
+        JobRow.waited_s,
+        JobRow.admitted_at,
+        JobRow.finished_at,
+        JobRow.spec["resources"].label("resources"),
+    )
     if window_s is not None:
         since = now - timedelta(seconds=window_s)
         q = q.where(
@@ -44,35 +61,44 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
                 JobRow.finished_at >= since,
             )
         )
-    rows = list(session.scalars(q))
+    rows = session.execute(q).all()
     pool_types = {p.name: list(p.gpu_types or []) for p in session.scalars(select(PoolRow))}
     node_type = {n.name: n.gpu_type for n in session.scalars(select(NodeRow))}
-    # finished jobs: where did they run? (their allocations are gone)
-    need_events = [r.id for r in rows if not r.allocations and r.status != "pending"]
+    ids = [r.id for r in rows if r.status != "pending"]
+    held: dict[int, set[str]] = defaultdict(set)
+    for chunk in _chunks(ids):
+        for job_id, gpu_type in session.execute(
+            select(AllocationRow.job_id, AllocationRow.gpu_type).where(
+                AllocationRow.job_id.in_(chunk)
+            )
+        ):
+            held[job_id].add(gpu_type or CPU_ONLY)
+    # finished jobs: where did they run? (their allocation rows are freed)
+    need_events = [i for i in ids if i not in held]
     ran_on: dict[int, str] = {}
-    if need_events:
-        for ev in session.scalars(
-            select(JobEventRow)
-            .where(JobEventRow.job_id.in_(need_events), JobEventRow.to_status == "admitted")
+    for chunk in _chunks(need_events):
+        for job_id, data in session.execute(
+            select(JobEventRow.job_id, JobEventRow.data)
+            .where(JobEventRow.job_id.in_(chunk), JobEventRow.to_status == "admitted")
             .order_by(JobEventRow.id)
         ):
-            data = ev.data or {}
+            data = data or {}
             placed = data.get("placements") or []
             if placed:
                 types = sorted({p.get("gpu_type") or CPU_ONLY for p in placed})
             else:
                 types = sorted({node_type.get(n) or CPU_ONLY for n in data.get("nodes", [])})
             if types:
-                ran_on[ev.job_id] = types[0] if len(types) == 1 else "mixed"
+                ran_on[job_id] = types[0] if len(types) == 1 else "mixed"
     out = []
     for r in rows:
-        if r.allocations:
-            types = sorted({a.gpu_type or CPU_ONLY for a in r.allocations})
+        if r.id in held:
+            types = sorted(held[r.id])
             gpu_type = types[0] if len(types) == 1 else "mixed"
         elif r.id in ran_on:
             gpu_type = ran_on[r.id]
         else:
-            gpu_type = _wanted_from_spec(r.spec)
+            gpu_type = _wanted_from_spec({"resources": r.resources or {}})
             if gpu_type == ANY_TYPE and pool_types.get(r.pool):
                 gpu_type = pool_types[r.pool][0]
         out.append(
@@ -84,9 +110,14 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
                 gpu_type=gpu_type,
                 status=r.status,
                 submitted_at=to_epoch(r.submitted_at),
-                wait_s=wait_seconds(r, now),
+                wait_s=wait_seconds(r, now),  # the row has the columns it reads
                 admitted_at=to_epoch(r.admitted_at) if r.admitted_at else None,
                 finished_at=to_epoch(r.finished_at) if r.finished_at else None,
             )
         )
     return out
+
+
+def _chunks(ids: list[int], size: int = 5000) -> Iterator[list[int]]:
+    for i in range(0, len(ids), size):
+        yield ids[i : i + size]
