@@ -40,12 +40,13 @@ CYCLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 # free-text reasons -> a small fixed set of label values (labels must stay low-cardinality)
 _REASON_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("team_quota", re.compile(r"\bteam\b.*\bquota\b|\bquota\b.*\bteam\b", re.I)),
-    ("pool_quota", re.compile(r"\bpool\b.*(quota|guarantee|borrow)", re.I)),
-    ("reservation", re.compile(r"reserv", re.I)),
-    ("gpu_memory", re.compile(r"memory", re.I)),
-    ("topology", re.compile(r"topolog|same_node|same_rack|fast_network|one node|rack", re.I)),
-    ("capacity", re.compile(r"free|capacity|no node|largest|fit", re.I)),
-    ("unsupported", re.compile(r"not supported|unknown", re.I)),
+    ("pool_quota", re.compile(r"\bpool\b.*(quota|guarantee|borrow|lend)", re.I)),
+    ("reservation", re.compile(r"^waiting for reservation|reserved for", re.I)),
+    ("gpu_memory", re.compile(r"(GPU|card|slice)[^;]*>= ?[\d.]+ ?GB|>= ?[\d.]+ ?GB memory", re.I)),
+    ("host_resources", re.compile(r"CPU and [\d.]+ GB memory", re.I)),
+    ("gpu_type", re.compile(r"no GPU type is allowed|shareable|MIG profile", re.I)),
+    ("capacity", re.compile(r"free|capacity|largest|no node|fit", re.I)),
+    ("admission_limit", re.compile(r"admission limit", re.I)),
 )
 
 

@@ -100,7 +100,13 @@ def test_reason_categories():
     assert reason_category("team nlp at quota 200/200 CU") == "team_quota"
     assert reason_category("no allowed GPU type has >= 90 GB memory") == "gpu_memory"
     assert reason_category("waiting for reservation") == "reservation"
-    assert reason_category("needs 4 x a100 on one node; largest free block is 2") == "topology"
+    assert reason_category("needs 4 x a100 per replica; largest free block: a100 2") == "capacity"
+    assert reason_category("needs 2 CPU and 8 GB memory on one node; free: none") == (
+        "host_resources"
+    )
+    assert reason_category("no node has a GPU of an allowed type with >= 90 GB") == "gpu_memory"
+    assert reason_category("pool inference at its borrow limit 40 CU") == "pool_quota"
+    assert reason_category("something new") == "other"
     assert reason_category(None) == "unknown"
     assert reason_category_preempt("lease 4 expired") == "lease_expired"
     assert reason_category_preempt("") == "unknown"
