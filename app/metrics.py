@@ -257,19 +257,24 @@ class GpuqMetrics:
             self.scheduling_attempts.labels("unschedulable").inc(never)
             self.scheduling_failures.labels("unschedulable").inc(never)
         for kind, reason in preemptions:
-            target = self.lease_reclaims if kind == "reclaim" else self.preemptions
-            target.labels(reason_category_preempt(reason)).inc()
+            self.record_stop(kind, reason)
+
+    def record_stop(self, kind: str, reason: str | None) -> None:
+        """One preemption (``kind`` preempt/preempted) or lease reclaim (reclaim/reclaimed)."""
+        target = self.lease_reclaims if kind.startswith("reclaim") else self.preemptions
+        target.labels(reason_category_preempt(reason)).inc()
 
 
 def reason_category_preempt(reason: str | None) -> str:
-    """Preemption reasons: priority, lease expiry, descheduler room or defragmentation."""
+    """Why a running job was stopped: ``defragment``, ``descheduler``, ``lease_expired``,
+    ``priority`` (or ``other``/``unknown``), from the reason the core or a loop wrote."""
     text = (reason or "").lower()
+    if "moved off" in text or "defrag" in text or "compress" in text:
+        return "defragment"
+    if text.startswith("descheduler") or "water" in text:
+        return "descheduler"
     if "expire" in text or "lease" in text:
         return "lease_expired"
-    if "defrag" in text or "compress" in text:
-        return "defragment"
-    if "descheduler" in text or "water" in text or "room" in text:
-        return "descheduler"
-    if "priority" in text or text.startswith("p0") or "preempted by" in text:
+    if "preempted by" in text or "priority" in text:
         return "priority"
     return "other" if text else "unknown"

@@ -7,9 +7,11 @@
   (so the sum is every second pending, across requeues) and the JCT once
   at a successful finish. ``/metrics`` calls :meth:`MetricsLoop.refresh`, so a scrape
   is current in every process shape (``serve`` or ``api``), loops or not.
+  Preemptions and lease reclaims are counted from the ``preempted`` /
+  ``reclaimed`` job events, whichever loop wrote them.
 - :class:`MeteredDispatcher` is the dispatcher plus cycle metrics: time per
-  pass, attempts, failure reasons, preemptions and reclaims (these exist
-  in the process that runs the dispatcher, i.e. ``gpuq serve``).
+  pass, attempts, failure reasons (these exist in the process that runs the
+  dispatcher, i.e. ``gpuq serve``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from app.metrics import GpuqMetrics
 from app.reports.alerts import Alert
 from app.reports.live import live_fairness, live_utilization
 from app.reports.utilization import borrowed_units, pending_counts, utilization
-from app.store.orm import JobRow
+from app.store.orm import JobEventRow, JobRow
 
 SEEN_CAP = 200_000
 
@@ -58,6 +60,7 @@ class MetricsLoop(LoopService):
         self.fairness_window_s = fairness_window_s
         self.backfill_s = backfill_s
         self.last_revision: int | None = None
+        self.last_event_id: int | None = None
         self._seen: OrderedDict[tuple[int, str, float], None] = OrderedDict()
         self._waited: OrderedDict[int, float] = OrderedDict()  # job -> wait already observed
         self._lock = threading.Lock()
@@ -75,6 +78,7 @@ class MetricsLoop(LoopService):
                 now = self.clock()
                 self._gauges(session, now)
                 self._histograms(session, now)
+                self._stops(session, now)
             except Exception:
                 self.metrics.metrics_pass_errors.inc()
                 raise
@@ -126,6 +130,21 @@ class MetricsLoop(LoopService):
         if self.last_revision is None:
             self.last_revision = 0
 
+    def _stops(self, session: Session, now: datetime) -> None:
+        """Preemptions and lease reclaims from the job events written since the last pass."""
+        q = select(JobEventRow.id, JobEventRow.type, JobEventRow.reason).where(
+            JobEventRow.type.in_(("preempted", "reclaimed"))
+        )
+        if self.last_event_id is None:
+            q = q.where(JobEventRow.at >= now - timedelta(seconds=self.backfill_s))
+        else:
+            q = q.where(JobEventRow.id > self.last_event_id)
+        last = self.last_event_id or 0
+        for event_id, kind, reason in session.execute(q.order_by(JobEventRow.id)):
+            self.metrics.record_stop(kind, reason)
+            last = max(last, event_id)
+        self.last_event_id = last
+
     def _first(self, job_id: int, kind: str, at: datetime) -> bool:
         key = (job_id, kind, at.timestamp())
         if key in self._seen:
@@ -162,10 +181,11 @@ class MeteredDispatcher(Dispatcher):
         result = self.last_result
         if result is None:  # not the leader this pass
             return
+        # preemptions and reclaims are counted from job events by the MetricsLoop, so
+        # those of the descheduler and the lease reaper count too, in any process
         self.metrics.record_cycle(
             seconds=time.perf_counter() - t0,
             admitted=len(result.admissions),
             reasons=result.reasons,
             unschedulable=result.unschedulable,
-            preemptions=[(p.kind, p.reason) for p in result.preemptions],
         )

@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
 from app.clock import from_epoch
-from app.store.orm import JobRow, LeaseRow
+from app.store.orm import JobEventRow, JobRow, LeaseRow
 from tests.integration.obs_env import job, seeded_env
 
 FAMILIES = {
@@ -122,3 +122,20 @@ def test_metrics_on_a_seeded_cluster(env):
     assert types == {"a100": 2, "v100": 1}
     statuses = {j["name"]: j["status"] for j in env.get("/v1/jobs")["items"]}
     assert statuses["train-a"] == "succeeded" and statuses["serve-b"] == "succeeded"
+
+    # preemptions and reclaims are counted from the job events (whichever loop wrote them)
+    with env.services.session_factory() as s:
+        jid = s.scalar(select(JobRow.id).where(JobRow.name == "train-c"))
+        for typ, why in [
+            ("preempted", "preempted by job 9: preempted by job 9 (P0 > P1)"),
+            ("reclaimed", "reclaimed: lease 3: 20 CU of a100 borrowed from pool x expired"),
+            ("preempted", "preempted by job 9: descheduler: moved off node a100-0 so job 9 ..."),
+        ]:
+            s.add(JobEventRow(job_id=jid, at=env.clock(), type=typ, reason=why))
+        s.commit()
+    _, v = scrape(env)
+    assert v[("gpuq_preemptions_total", (("reason", "priority"),))] == 1
+    assert v[("gpuq_preemptions_total", (("reason", "defragment"),))] == 1
+    assert v[("gpuq_lease_reclaims_total", (("reason", "lease_expired"),))] == 1
+    _, v = scrape(env)  # counted once
+    assert v[("gpuq_preemptions_total", (("reason", "priority"),))] == 1
