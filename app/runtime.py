@@ -22,6 +22,7 @@ from app.cluster import build_cluster
 from app.cluster.base import Cluster
 from app.domain.config import GpuqConfig, load_config, load_config_text
 from app.loops.base import LoopService
+from app.metrics import GpuqMetrics
 from app.settings import Settings
 from app.store import migrate
 from app.store.config_loader import apply_config, ensure_priority_classes
@@ -80,6 +81,7 @@ class Services:
     admin_token: str
     embedded: EmbeddedPostgres | None = None
     loops: list[LoopService] = field(default_factory=list)
+    metrics: GpuqMetrics = field(default_factory=GpuqMetrics)
     listener: object | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -131,10 +133,12 @@ def open_services(
             session.commit()
         admin_token = resolve_admin_token(settings)
         cluster = None
+        metrics = GpuqMetrics()
         loops: list[LoopService] = []
         if with_loops:
-            from app.loops.dispatcher import Dispatcher
+            from app.loops.metrics import MeteredDispatcher
             from app.loops.snapshot import node_info
+            from app.loops.tuner import TunerLoop
             from app.store.orm import NodeRow
 
             elector = None
@@ -155,15 +159,17 @@ def open_services(
                 elector = LeaderElector(url)
                 max_retries = KubeSettings().max_retries
             loops.append(
-                Dispatcher(
+                MeteredDispatcher(
                     session_factory,
                     cluster,
                     clock=clock,
                     interval=settings.dispatch_interval_s,
                     elector=elector,
                     max_retries=max_retries,
+                    metrics=metrics,
                 )
             )
+            loops.append(TunerLoop(session_factory, clock=clock))
     except BaseException:
         engine.dispose()
         if embedded is not None:
@@ -178,4 +184,5 @@ def open_services(
         admin_token=admin_token,
         embedded=embedded,
         loops=loops,
+        metrics=metrics,
     )

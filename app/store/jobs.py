@@ -239,6 +239,21 @@ def released_placements(session: Session, job: JobRow) -> list[dict]:
     return list((ev.data or {}).get("placements", [])) if ev else []
 
 
+def leases_for(session: Session, jobs: list[JobRow]) -> dict[int, LeaseRow]:
+    """The current (or last) lease of each job, in one query (for list pages)."""
+    ids = [j.id for j in jobs]
+    if not ids:
+        return {}
+    out: dict[int, LeaseRow] = {}
+    for lease in session.scalars(
+        select(LeaseRow).where(LeaseRow.job_id.in_(ids)).order_by(LeaseRow.id)
+    ):
+        cur = out.get(lease.job_id)
+        if cur is None or cur.state != "active" or lease.state == "active":
+            out[lease.job_id] = lease
+    return out
+
+
 def active_lease(session: Session, job: JobRow) -> LeaseRow | None:
     return session.scalar(
         select(LeaseRow)

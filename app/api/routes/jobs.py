@@ -66,7 +66,8 @@ def list_jobs(
         limit=limit,
         cursor=cursor,
     )
-    return JobPage(items=[job_out(r, now) for r in rows], next_cursor=next_cursor)
+    leases = job_store.leases_for(session, rows)
+    return JobPage(items=[job_out(r, now, leases.get(r.id)) for r in rows], next_cursor=next_cursor)
 
 
 @router.get("/{job_id}")
