@@ -19,6 +19,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from app.cluster.k8s_metrics import WATCH_RELISTS
+
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, dict, dict | None], None]  # (type, object, previous)
@@ -95,6 +97,7 @@ class Informer:
             self.cache = fresh
             self.resource_version = (data.get("metadata") or {}).get("resourceVersion")
             self.relists += 1
+        WATCH_RELISTS.labels(resource=self.name).inc()
         if self.handler:
             for k, o in old.items():
                 if k not in fresh:

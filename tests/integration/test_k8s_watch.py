@@ -57,7 +57,11 @@ def test_watch_resumes_from_last_resource_version(kube, manual):
 
 @pytest.mark.parametrize("as_http", [False, True])
 def test_410_gone_relists_and_reports_pods_deleted_meanwhile(kube, manual, as_http):
+    from prometheus_client import REGISTRY
+
     kube.gone_as_http = as_http
+    relists_before = REGISTRY.get_sample_value("gpuq_k8s_watch_relists_total",
+                                               {"resource": "pods"})
     manual.bind(req("job-a"))
     manual.pods.step()  # watch: sees the two Pods bound
     for p in kube.gpuq_pods():
@@ -72,6 +76,8 @@ def test_410_gone_relists_and_reports_pods_deleted_meanwhile(kube, manual, as_ht
     assert manual.pods.resource_version is None
     manual.pods.step()  # relist, diffed against the cache
     assert manual.pods.relists == 2
+    assert REGISTRY.get_sample_value("gpuq_k8s_watch_relists_total",
+                                      {"resource": "pods"}) == relists_before + 1
     events = manual.poll_events()
     assert [(e.job_id, e.phase) for e in events] == [("job-a", "gone")]
     assert victim in events[0].message
