@@ -225,6 +225,9 @@ class SchedulerConfig:
     aging_s: float = 3600.0
     min_run_time_s: float = 60.0
     max_cycle_admissions: int = 100_000
+    candidates_per_replica: int = 8  # feasible nodes scored per replica (kube's nodes-to-score)
+    max_reservations: int = 4  # jobs that may hold capacity in one cycle
+    unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object] | None) -> SchedulerConfig:
