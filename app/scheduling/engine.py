@@ -19,6 +19,8 @@ from app.scheduling.model import (
     ReplicaPlacement,
     Snapshot,
 )
+from app.scheduling.pool_steps import charge, preempt_for, reclaim_expired
+from app.scheduling.pools import PoolLedger
 from app.scheduling.state import EPS, ClusterState
 from app.scheduling.units import whole_cards
 
@@ -124,10 +126,23 @@ def _never_fits(job: JobRequest, snap: Snapshot, types: list[GpuType]) -> str | 
 def schedule(snap: Snapshot) -> CycleResult:
     """Run one cycle on the snapshot and return the decisions."""
     result = CycleResult()
+    # 1. working state and ledgers
     state = ClusterState.from_snapshot(snap)
+    ledger = PoolLedger.from_snapshot(snap)
     team_used: dict[str, float] = defaultdict(float)
     for r in snap.running:
         team_used[r.request.team] += r.units
+    # 2. reclaim expired leases (reclaim: always)
+    gone = reclaim_expired(snap, state, ledger, result)
+    for r in snap.running:
+        if r.request.id in gone:
+            team_used[r.request.team] -= r.units
+    by_id = {r.request.id: r for r in snap.running}
+
+    def place(job: JobRequest, st: ClusterState) -> list[ReplicaPlacement] | None:
+        return _place_gang(job, st, allowed_types(job, snap), snap)
+
+    # 3. order, 4. admit each job: team quota -> placement -> pool quota -> [preempt]
     for job in order_pending(snap):
         result.order.append(job.id)
         types = allowed_types(job, snap)
@@ -139,24 +154,48 @@ def schedule(snap: Snapshot) -> CycleResult:
             result.reasons[job.id] = f"request mode {job.mode} is not supported by this core yet"
             continue
         team = snap.teams.get(job.team)
-        placed = _place_gang(job, state, types, snap)
-        if placed is None:
-            result.reasons[job.id] = (
-                f"needs {job.replicas} x {job.gpus} GPU(s) of "
-                f"{', '.join(t.name for t in types) or 'any type'}; no free block large enough"
+
+        def team_ok(placed, job=job, team=team) -> bool:
+            units = sum(p.units for p in placed)
+            return not (
+                team and team.quota_units is not None
+                and team_used[job.team] + units > team.quota_units + EPS
             )
-            continue
-        units = sum(p.units for p in placed)
-        if team and team.quota_units is not None and team_used[job.team] + units > (
-            team.quota_units + EPS
-        ):
+
+        placed = _place_gang(job, state, types, snap)
+        why = ""
+        if placed is not None and not team_ok(placed):
             for p in placed:
                 state.unreserve(p)
+            units = sum(p.units for p in placed)
             result.reasons[job.id] = (
                 f"team {job.team} at quota {team_used[job.team]:g}/{team.quota_units:g} CU "
                 f"(job needs {units:g})"
             )
             continue
-        team_used[job.team] += units
-        result.admissions.append(Admission(job_id=job.id, placements=tuple(placed)))
+        if placed is not None:
+            adm = charge(job, placed, ledger, snap)
+            if isinstance(adm, Admission):
+                team_used[job.team] += adm.units
+                result.admissions.append(adm)
+                continue
+            for p in placed:
+                state.unreserve(p)
+            why = adm
+        else:
+            why = (
+                f"needs {job.replicas} x {job.gpus} GPU(s) of "
+                f"{', '.join(t.name for t in types) or 'any type'}; no free block large enough"
+            )
+        names = {t.name for t in types} if (job.gpus or 0) > 0 else None
+        done = preempt_for(job, snap, state, ledger, place, gone, names, team_ok)
+        if done is None:
+            result.reasons[job.id] = why
+            continue
+        preemptions, adm = done
+        for pr in preemptions:
+            team_used[by_id[pr.job_id].request.team] -= by_id[pr.job_id].units
+        result.preemptions.extend(preemptions)
+        team_used[job.team] += adm.units
+        result.admissions.append(adm)
     return result
