@@ -97,7 +97,7 @@ class PoolLedger:
         self,
         pools: Mapping[str, PoolInfo],
         capacity: Mapping[str, float],
-        active_pools: Iterable[str] = (),
+        active: Iterable[tuple[str, str]] = (),
     ) -> None:
         self.pools = dict(pools)
         self.capacity = {t: max(0.0, c) for t, c in capacity.items()}
@@ -106,12 +106,19 @@ class PoolLedger:
         self.borrowed: dict[tuple[str, str], float] = defaultdict(float)
         self.lent: dict[tuple[str, str], float] = defaultdict(float)
         self.jobs: dict[str, _JobCharge] = {}
-        self.active: set[str] = set(active_pools)
+        # (pool, type) pairs that use or want the type: they split shared capacity
+        self.active: set[tuple[str, str]] = set(active)
 
     # -- building ---------------------------------------------------------
     @classmethod
     def from_snapshot(cls, snap: Snapshot) -> PoolLedger:
-        active = {j.pool for j in snap.pending} | {r.request.pool for r in snap.running}
+        active: set[tuple[str, str]] = set()
+        for j in snap.pending:
+            info = snap.pools.get(j.pool)
+            wanted = j.gpu_types or (info.gpu_types if info else ()) or tuple(snap.gpu_types)
+            active.update((j.pool, t) for t in wanted if t not in j.avoid_gpu_types)
+        for r in snap.running:
+            active.update((r.request.pool, p.gpu_type) for p in r.placements if p.gpu_type)
         ledger = cls(snap.pools, capacity_by_type(snap), active)
         for r in snap.running:
             ledger.add_running(r)
@@ -207,7 +214,7 @@ class PoolLedger:
         info = self.pools.get(pool)
         if info is None:
             return 0.0
-        contenders = {p for p in self.active | {pool} if self._eligible(p, t)} | {pool}
+        contenders = {p for p, tt in self.active if tt == t and self._eligible(p, t)} | {pool}
         total_w = sum(self.pools[p].weight for p in contenders if p in self.pools)
         return self.shared_total(t) * (info.weight / total_w if total_w > 0 else 1.0)
 
@@ -301,7 +308,7 @@ class PoolLedger:
         return Charge(pool, own, shared, tuple(leases))
 
     def commit(self, job_id: str, charge: Charge, used: Mapping[str, float]) -> None:
-        self.active.add(charge.pool)
+        self.active.update((charge.pool, t) for t in used)
         self._apply(job_id, charge.pool, used, list(charge.leases), +1)
 
 

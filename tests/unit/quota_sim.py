@@ -61,12 +61,13 @@ def running(req: JobRequest, node_name: str, t: str, devices: tuple[int, ...],
     return RunningJob(req, (p,), started_at, leases)
 
 
-def snapshot(nodes, pools, pending=(), run=(), now=0.0, teams=None, **cfg) -> Snapshot:
+def snapshot(nodes, pools, pending=(), run=(), now=0.0, teams=None, types=None,
+             priorities=None, **cfg) -> Snapshot:
     pools_map = {p.name: p for p in pools}
     teams = teams or {p.name: TeamInfo(p.name, p.name) for p in pools}
     return Snapshot(
-        now=now, gpu_types=TYPES, nodes=list(nodes), pools=pools_map, teams=teams,
-        priorities=PRIO, running=list(run), pending=list(pending),
+        now=now, gpu_types=types or TYPES, nodes=list(nodes), pools=pools_map, teams=teams,
+        priorities=priorities or PRIO, running=list(run), pending=list(pending),
         config=SchedulerConfig(**cfg),
     )
 
@@ -84,6 +85,8 @@ class Sim:
     events: list[tuple[float, str, str, dict]] = field(default_factory=list)
     lease_seq: int = 0
     policy: object = schedule
+    types: dict | None = None
+    teams: dict | None = None
 
     def submit(self, req: JobRequest, runtime: float = 1e9) -> None:
         req = replace(req, submitted_at=self.now)
@@ -92,7 +95,7 @@ class Sim:
 
     def snap(self) -> Snapshot:
         return snapshot(self.nodes, self.pools, self.pending.values(), self.running.values(),
-                        now=self.now, **self.config)
+                        now=self.now, teams=self.teams, types=self.types, **self.config)
 
     def cycle(self):
         res = self.policy(self.snap())

@@ -52,6 +52,9 @@ def test_shared_capacity_split_by_weight_among_active_pools() -> None:
     assert lg.shared_limit("q", "a100") == 40
     # a pool alone gets all of it (work-conserving)
     assert ledger(pools, pending=[job("a", pool="q")]).shared_limit("q", "a100") == 160
+    # a pool that wants another type does not take a share of this one
+    lg = ledger(pools, pending=[job("a", pool="p", gpu_types=("v100",)), job("b", pool="q")])
+    assert lg.shared_limit("q", "a100") == 160
 
 
 def test_lend_limit_caps_lending() -> None:
