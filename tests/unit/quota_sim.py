@@ -87,6 +87,7 @@ class Sim:
     policy: object = schedule
     types: dict | None = None
     teams: dict | None = None
+    last_snap: Snapshot | None = None
 
     def submit(self, req: JobRequest, runtime: float = 1e9) -> None:
         req = replace(req, submitted_at=self.now)
@@ -98,7 +99,8 @@ class Sim:
                         now=self.now, teams=self.teams, types=self.types, **self.config)
 
     def cycle(self):
-        res = self.policy(self.snap())
+        self.last_snap = self.snap()
+        res = self.policy(self.last_snap)
         for pr in res.preemptions:
             r = self.running.pop(pr.job_id)
             for x in r.leases:
