@@ -2,12 +2,13 @@
 
 1. Build: working state (copy-on-write nodes + capacity index), quota
    ledger, placement context (with the expected job mix), static capacity.
-2. Reclaim expired leases (none yet; the leases work fills this step).
+2. Reclaim expired borrow leases (pool_steps.reclaim_expired).
 3. Order: priority, pools below guarantee, team dominant share, age
    (ordering.FairOrder, re-read after every admission).
-4. Admit each job in order: never-fits check -> quota -> placement ->
-   [preemption: a later step] ; a long-waiting job that does not fit gets
-   a reservation; others behind it may backfill.
+4. Admit each job in order: never-fits check -> team quota -> placement
+   -> pool charge (guarantee, borrowing, leases) -> else preemption of the
+   cheapest minimal victim set; a long-waiting job that still does not
+   fit gets a reservation; others behind it may backfill.
 5. Explain: every job left pending has a reason (filled in step 4).
 
 Speed: identical request shapes that failed for capacity are remembered
@@ -22,16 +23,17 @@ import gc
 
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
-from app.scheduling.filters import allowed_types
+from app.scheduling.filters import allowed_type_names, allowed_types
 from app.scheduling.model import (
     Admission,
     CycleResult,
     JobRequest,
-    Preemption,
     Snapshot,
 )
 from app.scheduling.ordering import FairOrder
-from app.scheduling.placement import try_place
+from app.scheduling.placement import place_job, try_place
+from app.scheduling.pool_steps import charge, preempt_for, reclaim_expired
+from app.scheduling.pools import PoolLedger
 from app.scheduling.quota import QuotaLedger, units_by_type
 from app.scheduling.reasons import StaticCapacity, capacity_reason, never_fits
 from app.scheduling.reservations import add_holds, reserve_for
@@ -59,6 +61,16 @@ class Cycle:
         snap = self.snap
         self.state = ClusterState.from_snapshot(snap)
         self.ledger = QuotaLedger.from_snapshot(snap)
+        self.pools = PoolLedger.from_snapshot(snap)
+        self.running_by_id = {r.request.id: r for r in snap.running}
+        self.gone: set[str] = set()  # running jobs stopped this cycle
+        # preemption is only worth trying above the lowest preemptible priority
+        # running, or when some running job holds a (possibly reclaimable) lease
+        self.lowest_victim = min(
+            (r.request.priority_value for r in snap.running if r.request.preemptible),
+            default=None,
+        )
+        self.any_lease = any(r.leases for r in snap.running)
         self.ctx = PlacementContext.from_snapshot(snap)
         self.static = StaticCapacity.of(snap.nodes)
         self.never_memo: dict[tuple, str | None] = {}
@@ -74,9 +86,13 @@ class Cycle:
         self.reserve_before = snap.now - snap.config.reservation_after_s
 
     # -- step 2 -------------------------------------------------------------
-    def reclaim_leases(self) -> list[Preemption]:
-        """Expired borrow leases to reclaim. Pools/leases work fills this in."""
-        return []
+    def reclaim_leases(self) -> None:
+        """Preempt holders of expired ``always`` leases and free what they held."""
+        gone = reclaim_expired(self.snap, self.state, self.pools, self.result)
+        for job_id in gone:
+            r = self.running_by_id[job_id]
+            self.ledger.release(r.request, units_by_type(r.placements))
+        self.gone |= gone
 
     # -- step 3 -------------------------------------------------------------
     def order(self) -> FairOrder:
@@ -102,9 +118,10 @@ class Cycle:
             if quota_pre:
                 res.reasons[job.id] = quota_pre
                 return
-        # failures are remembered per shape and priority (a later preemption step may
-        # succeed for a higher priority), and per reservation class when capacity is held
-        fkey = (key, job.priority_value, self._hold_class(job) if self.ctx.holds else 0)
+        # failures are remembered per shape, priority and team (preemption depends on
+        # both), and per reservation class when capacity is held
+        fkey = (key, job.priority_value, job.team,
+                self._hold_class(job) if self.ctx.holds else 0)
         failed = self.fail_memo.get(fkey)
         if failed is not None and failed[0] == self.state.release_epoch:
             res.reasons[job.id] = failed[1]
@@ -125,15 +142,51 @@ class Cycle:
         if why:
             res.reasons[job.id] = why
             return
-        for p in placed.placements:
-            self.state.reserve(p)
-        self.ledger.commit(job, by_type)
-        self.admitted += 1
-        res.admissions.append(Admission(job_id=job.id, placements=tuple(placed.placements)))
+        adm = charge(job, placed.placements, self.pools, self.snap)
+        if isinstance(adm, Admission):
+            for p in placed.placements:
+                self.state.reserve(p)
+            self.ledger.commit(job, by_type)
+            self.admitted += 1
+            res.admissions.append(adm)
+            return
+        if not self.try_preempt(job):  # the pool cannot pay: make room, or wait
+            res.reasons[job.id] = adm
 
     def try_preempt(self, job: JobRequest) -> bool:
-        """Make room by preempting lower-priority work. A later step (pools/leases work)."""
-        return False
+        """Step 4c: stop the cheapest minimal set of victims so ``job`` fits and is paid for."""
+        if not self.any_lease and (
+            self.lowest_victim is None or self.lowest_victim >= job.priority_value
+        ):
+            return False
+        gpu_job = not (job.mode == "gpus" and not job.gpus)
+        names = set(allowed_type_names(job, self.ctx.gpu_types, self.ctx.pools)) if (
+            gpu_job) else None
+        ctx = self.ctx
+
+        def place(j: JobRequest, st: ClusterState):
+            ps = place_job(j, st, ctx)
+            if ps is not None:
+                for p in ps:
+                    st.reserve(p)
+            return ps
+
+        def team_ok(placed) -> bool:
+            return self.ledger.check(job, units_by_type(placed)) is None
+
+        done = preempt_for(job, self.snap, self.state, self.pools, place, self.gone, names,
+                           team_ok)
+        if done is None:
+            return False
+        preemptions, adm = done
+        for pr in preemptions:
+            r = self.running_by_id[pr.job_id]
+            self.ledger.release(r.request, units_by_type(r.placements))
+        self.result.preemptions.extend(preemptions)
+        self.ledger.commit(job, units_by_type(adm.placements))
+        self.admitted += 1
+        self.result.admissions.append(adm)
+        return True
 
     def _quota_precheck(self, job: JobRequest, key: tuple) -> str | None:
         """Reject without placing when even the cheapest option breaks the team's total quota."""
@@ -185,7 +238,7 @@ class Cycle:
     # -- the cycle ----------------------------------------------------------
     def run(self) -> CycleResult:
         self.build()  # 1
-        self.result.preemptions.extend(self.reclaim_leases())  # 2
+        self.reclaim_leases()  # 2
         order = self.result.order
         for job in self.order():  # 3
             order.append(job.id)
