@@ -8,8 +8,8 @@ and every borrow is a lease against a named lender so it can be reclaimed.
 
 Arithmetic per (pool, type), all clamped so nothing goes negative:
 
-- ``own``     = min(guaranteed, used - borrowed)   what runs on its guarantee
-- ``shared``  = max(0, used - borrowed - guaranteed)
+- ``own``     = min(guaranteed - lent, used - borrowed)   what runs on its guarantee
+- ``shared``  = used - borrowed - own
 - ``idle``    = max(0, guaranteed - own - lent)    the guarantee nobody uses
 - ``lendable``= min(idle, lend_limit - lent)       (no lend_limit: no cap)
 
@@ -32,10 +32,10 @@ from app.scheduling.model import (
     JobRequest,
     LeaseGrant,
     PoolInfo,
-    ReplicaPlacement,
     RunningJob,
     Snapshot,
 )
+from app.scheduling.quota import units_by_type
 from app.scheduling.state import EPS
 
 
@@ -48,14 +48,6 @@ def capacity_by_type(snap: Snapshot) -> dict[str, float]:
         if t is not None:
             cap[t.name] += t.weight * len(node.devices)
     return dict(cap)
-
-
-def units_by_type(placements: Iterable[ReplicaPlacement]) -> dict[str, float]:
-    out: dict[str, float] = defaultdict(float)
-    for p in placements:
-        if p.gpu_type and p.units > 0:
-            out[p.gpu_type] += p.units
-    return dict(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,11 +173,14 @@ class PoolLedger:
         return self.guaranteed.get((pool, t), 0.0)
 
     def own(self, pool: str, t: str) -> float:
-        on_own = max(0.0, self.used[(pool, t)] - self.borrowed[(pool, t)])
-        return min(self.guarantee(pool, t), on_own)
+        """Usage on the pool's own guarantee; the part of the guarantee that
+        is lent out is not available to it, so usage above that is shared."""
+        not_borrowed = max(0.0, self.used[(pool, t)] - self.borrowed[(pool, t)])
+        return min(max(0.0, self.guarantee(pool, t) - self.lent[(pool, t)]), not_borrowed)
 
     def shared_used(self, pool: str, t: str) -> float:
-        return max(0.0, self.used[(pool, t)] - self.borrowed[(pool, t)] - self.guarantee(pool, t))
+        not_borrowed = max(0.0, self.used[(pool, t)] - self.borrowed[(pool, t)])
+        return max(0.0, not_borrowed - self.own(pool, t))
 
     def idle(self, pool: str, t: str) -> float:
         return max(0.0, self.guarantee(pool, t) - self.own(pool, t) - self.lent[(pool, t)])

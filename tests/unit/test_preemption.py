@@ -1,7 +1,9 @@
 """Priority preemption: who may be a victim, which set, and what happens next."""
 
-from app.scheduling.engine import _place_gang, allowed_types, schedule
+from app.scheduling.context import PlacementContext
+from app.scheduling.engine import schedule
 from app.scheduling.model import LeaseInfo, PoolInfo, ReplicaPlacement, RunningJob
+from app.scheduling.placement import place_job
 from app.scheduling.pools import PoolLedger
 from app.scheduling.preemption import candidates, find_victims, make_fits
 from app.scheduling.state import ClusterState
@@ -110,8 +112,10 @@ def test_victim_set_is_minimal() -> None:
     ledger = PoolLedger.from_snapshot(snap)
     j = snap.pending[0]
 
+    ctx = PlacementContext.from_snapshot(snap)
+
     def place(jb, st):
-        return _place_gang(jb, st, allowed_types(jb, snap), snap)
+        return place_job(jb, st, ctx)
 
     fits = make_fits(j, state, ledger, place)
     chosen = find_victims(candidates(j, snap, snap.running, {"a100"}), fits)
