@@ -237,7 +237,7 @@ class SchedulerConfig:
     defragment: bool = True
     # Grace period given to the pods of a preempted job.
     preemption_grace_s: float = 30.0
-    candidates_per_replica: int = 16  # feasible nodes scored per replica (kube's nodes-to-score)
+    candidates_per_replica: int = 8  # feasible nodes scored per replica (kube's nodes-to-score)
     max_reservations: int = 4  # jobs that may hold capacity in one cycle
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
 
