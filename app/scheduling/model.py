@@ -128,6 +128,9 @@ class JobRequest:
     # core refuses to let it preempt that job back within a window.
     last_preempted_at: float | None = None
     last_preempted_by: str | None = None
+    # When a lease of this job was last reclaimed: it may not borrow again
+    # within the thrash window (else "always" would just restart it).
+    last_reclaimed_at: float | None = None
 
     @property
     def mode(self) -> RequestMode:

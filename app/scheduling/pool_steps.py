@@ -45,7 +45,7 @@ def charge(
     On success the pool ledger holds the charge and the admission carries
     the leases (and a note when the job is expected to outlast them)."""
     need = units_by_type(placed)
-    plan = pools.plan(job, need)
+    plan = pools.plan(job, need, may_borrow=may_borrow(job, snap))
     if not isinstance(plan, Charge):
         return plan
     expiry = {
@@ -59,6 +59,13 @@ def charge(
         leases=lease_grants(plan, expiry),
         notes=outlast_notes(job, expiry, snap.now),
     )
+
+
+def may_borrow(job: JobRequest, snap: Snapshot) -> bool:
+    """A job whose lease was reclaimed waits ``thrash_window_s`` before borrowing
+    again, so ``reclaim: always`` does not turn into restart-every-expiry."""
+    at = job.last_reclaimed_at
+    return at is None or snap.now - at >= snap.config.thrash_window_s
 
 
 def may_preempt_anyone(
@@ -90,7 +97,8 @@ def preempt_for(
     cands = candidates(job, snap, running, type_names, exclude=gone)
     if not cands:
         return None
-    victims = find_victims(cands, make_fits(job, state, pools, _accepting(place, accept)))
+    fits = make_fits(job, state, pools, _accepting(place, accept), may_borrow(job, snap))
+    victims = find_victims(cands, fits)
     if not victims:
         return None
     for v in victims:

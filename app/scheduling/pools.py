@@ -245,7 +245,9 @@ class PoolLedger:
         }
 
     # -- admission ---------------------------------------------------------
-    def plan(self, job: JobRequest, need: Mapping[str, float]) -> Charge | str:
+    def plan(
+        self, job: JobRequest, need: Mapping[str, float], may_borrow: bool = True
+    ) -> Charge | str:
         """How the pool pays for ``need`` CU per type, or why it cannot.
 
         Order: own guarantee, then the pool's weighted share of unguaranteed
@@ -270,7 +272,8 @@ class PoolLedger:
             s = min(u - o, self.shared_headroom(pool, t))
             rest = u - o - s
             grants: list[tuple[str, str, float]] = []
-            if rest > EPS and job.preemptible:
+            can_borrow = job.preemptible and may_borrow
+            if rest > EPS and can_borrow:
                 lenders = sorted(
                     (p for p in self.pools if p != pool),
                     key=lambda p: (-self.lendable(p, t), p),
@@ -287,13 +290,17 @@ class PoolLedger:
             if rest > EPS:
                 borrowable = (
                     0.0
-                    if not job.preemptible
+                    if not can_borrow
                     else min(
                         borrow_room + sum(g[2] for g in grants),
                         sum(self.lendable(p, t) for p in self.pools if p != pool),
                     )
                 )
-                why = "" if job.preemptible else " (non-preemptible jobs do not borrow)"
+                why = (
+                    "" if can_borrow
+                    else " (non-preemptible jobs do not borrow)" if not job.preemptible
+                    else " (its lease was reclaimed recently)"
+                )
                 return (
                     f"pool {pool} cannot cover {u:g} CU of {t}: {o:g} left of its guarantee, "
                     f"{s:g} of shared capacity, {borrowable:g} borrowable{why}"

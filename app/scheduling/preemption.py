@@ -146,7 +146,8 @@ def find_victims(cands: Sequence[Candidate], fits: FitFn) -> list[Candidate] | N
 
 
 def make_fits(
-    job: JobRequest, state: ClusterState, ledger: PoolLedger, place: PlaceFn
+    job: JobRequest, state: ClusterState, ledger: PoolLedger, place: PlaceFn,
+    may_borrow: bool = True,
 ) -> FitFn:
     """A what-if check: with the victims gone, does the job place and does its
     pool pay for it? Leaves state and ledger exactly as they were."""
@@ -159,7 +160,7 @@ def make_fits(
             placed = place(job, state)
             if placed is None:
                 return False
-            return isinstance(ledger.plan(job, units_by_type(placed)), Charge)
+            return isinstance(ledger.plan(job, units_by_type(placed), may_borrow), Charge)
 
     return fits
 
