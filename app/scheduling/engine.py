@@ -2,13 +2,15 @@
 
 1. Build: working state (copy-on-write nodes + capacity index), quota
    ledger, placement context (with the expected job mix), static capacity.
-2. Reclaim expired borrow leases (pool_steps.reclaim_expired).
+2. Reclaim expired leases: holders of an expired ``reclaim: always``
+   lease are preempted (pool_steps.reclaim_expired).
 3. Order: priority, pools below guarantee, team dominant share, age
    (ordering.FairOrder, re-read after every admission).
 4. Admit each job in order: never-fits check -> team quota -> placement
-   -> pool charge (guarantee, borrowing, leases) -> else preemption of the
-   cheapest minimal victim set; a long-waiting job that still does not
-   fit gets a reservation; others behind it may backfill.
+   -> pool quota (guarantee, shared share, leases: pools.PoolLedger) ->
+   [preemption when placement or pool quota fails: preemption.py]; a
+   long-waiting job that does not fit gets a reservation; others behind
+   it may backfill.
 5. Explain: every job left pending has a reason (filled in step 4).
 
 Speed: identical request shapes that failed for capacity are remembered
@@ -23,16 +25,17 @@ import gc
 
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
-from app.scheduling.filters import allowed_type_names, allowed_types
+from app.scheduling.filters import allowed_types
 from app.scheduling.model import (
-    Admission,
     CycleResult,
     JobRequest,
+    Preemption,
+    RunningJob,
     Snapshot,
 )
 from app.scheduling.ordering import FairOrder
 from app.scheduling.placement import place_job, try_place
-from app.scheduling.pool_steps import charge, preempt_for, reclaim_expired
+from app.scheduling.pool_steps import charge, may_preempt_anyone, preempt_for, reclaim_expired
 from app.scheduling.pools import PoolLedger
 from app.scheduling.quota import QuotaLedger, units_by_type
 from app.scheduling.reasons import StaticCapacity, capacity_reason, never_fits
@@ -61,16 +64,6 @@ class Cycle:
         snap = self.snap
         self.state = ClusterState.from_snapshot(snap)
         self.ledger = QuotaLedger.from_snapshot(snap)
-        self.pools = PoolLedger.from_snapshot(snap)
-        self.running_by_id = {r.request.id: r for r in snap.running}
-        self.gone: set[str] = set()  # running jobs stopped this cycle
-        # preemption is only worth trying above the lowest preemptible priority
-        # running, or when some running job holds a (possibly reclaimable) lease
-        self.lowest_victim = min(
-            (r.request.priority_value for r in snap.running if r.request.preemptible),
-            default=None,
-        )
-        self.any_lease = any(r.leases for r in snap.running)
         self.ctx = PlacementContext.from_snapshot(snap)
         self.static = StaticCapacity.of(snap.nodes)
         self.never_memo: dict[tuple, str | None] = {}
@@ -84,15 +77,35 @@ class Cycle:
             if t.quota_units is not None or t.quota_by_type
         }
         self.reserve_before = snap.now - snap.config.reservation_after_s
+        # pools, leases, preemption
+        self.pools = PoolLedger.from_snapshot(snap)
+        self.gone: set[str] = set()  # running jobs stopped this cycle
+        preemptible = [r.request.priority_value for r in snap.running if r.request.preemptible]
+        self.lowest_victim = min(preemptible, default=10**9)
+        self.any_lease = any(r.leases for r in snap.running if r.request.preemptible)
+        self.preempt_memo: dict[tuple, int] = {}  # failed searches, by release epoch
+
+    def _stop(self, r: RunningJob) -> None:
+        """Take a running job out of the state and both ledgers."""
+        for p in r.placements:
+            if p.node in self.state.nodes:
+                self.state.unreserve(p)
+        self.ledger.release(r.request, units_by_type(r.placements))
+        self.pools.remove(r.request.id)
+
+    def _unstop(self, r: RunningJob) -> None:
+        for p in r.placements:
+            if p.node in self.state.nodes:
+                self.state.reserve(p)
+        self.ledger.commit(r.request, units_by_type(r.placements))
+        self.pools.add_running(r)
 
     # -- step 2 -------------------------------------------------------------
-    def reclaim_leases(self) -> None:
-        """Preempt holders of expired ``always`` leases and free what they held."""
-        gone = reclaim_expired(self.snap, self.state, self.pools, self.result)
-        for job_id in gone:
-            r = self.running_by_id[job_id]
-            self.ledger.release(r.request, units_by_type(r.placements))
-        self.gone |= gone
+    def reclaim_leases(self) -> list[Preemption]:
+        """Expired ``always`` leases: their holders stop, capacity is freed."""
+        out = reclaim_expired(self.snap, self._stop)
+        self.gone.update(p.job_id for p in out)
+        return out
 
     # -- step 3 -------------------------------------------------------------
     def order(self) -> FairOrder:
@@ -142,49 +155,47 @@ class Cycle:
         if why:
             res.reasons[job.id] = why
             return
-        adm = charge(job, placed.placements, self.pools, self.snap)
-        if isinstance(adm, Admission):
-            for p in placed.placements:
-                self.state.reserve(p)
-            self.ledger.commit(job, by_type)
-            self.admitted += 1
-            res.admissions.append(adm)
+        adm = charge(job, placed.placements, self.pools, self.snap)  # 4b pool quota
+        if isinstance(adm, str):
+            if not self.try_preempt(job):
+                res.reasons[job.id] = adm
             return
-        if not self.try_preempt(job):  # the pool cannot pay: make room, or wait
-            res.reasons[job.id] = adm
+        for p in placed.placements:
+            self.state.reserve(p)
+        self.ledger.commit(job, by_type)
+        self.admitted += 1
+        res.admissions.append(adm)
 
     def try_preempt(self, job: JobRequest) -> bool:
-        """Step 4c: stop the cheapest minimal set of victims so ``job`` fits and is paid for."""
-        if not self.any_lease and (
-            self.lowest_victim is None or self.lowest_victim >= job.priority_value
-        ):
+        """4c: stop the cheapest minimal set of victims and admit ``job`` instead."""
+        if not may_preempt_anyone(job, self.snap, self.lowest_victim, self.any_lease):
             return False
-        gpu_job = not (job.mode == "gpus" and not job.gpus)
-        names = set(allowed_type_names(job, self.ctx.gpu_types, self.ctx.pools)) if (
-            gpu_job) else None
+        key = (shape_key(job), job.priority_value)
+        if self.preempt_memo.get(key) == self.state.release_epoch:
+            return False
         ctx = self.ctx
+        needs_gpu = job.mode != "gpus" or (job.gpus or 0) > 0
+        names = (
+            {t.name for t in allowed_types(job, ctx.gpu_types, ctx.pools)} if needs_gpu else None
+        )
 
         def place(j: JobRequest, st: ClusterState):
-            ps = place_job(j, st, ctx)
-            if ps is not None:
-                for p in ps:
-                    st.reserve(p)
-            return ps
+            return place_job(j, st, ctx)
 
-        def team_ok(placed) -> bool:
-            return self.ledger.check(job, units_by_type(placed)) is None
+        def team_ok(placements) -> bool:
+            return self.ledger.check(job, units_by_type(placements)) is None
 
-        done = preempt_for(job, self.snap, self.state, self.pools, place, self.gone, names,
-                           team_ok)
+        done = preempt_for(
+            job, self.snap, self.state, self.pools, place, self.gone, names,
+            self._stop, self._unstop, team_ok,
+        )
         if done is None:
+            self.preempt_memo[key] = self.state.release_epoch
             return False
         preemptions, adm = done
-        for pr in preemptions:
-            r = self.running_by_id[pr.job_id]
-            self.ledger.release(r.request, units_by_type(r.placements))
-        self.result.preemptions.extend(preemptions)
         self.ledger.commit(job, units_by_type(adm.placements))
         self.admitted += 1
+        self.result.preemptions.extend(preemptions)
         self.result.admissions.append(adm)
         return True
 
@@ -238,7 +249,7 @@ class Cycle:
     # -- the cycle ----------------------------------------------------------
     def run(self) -> CycleResult:
         self.build()  # 1
-        self.reclaim_leases()  # 2
+        self.result.preemptions.extend(self.reclaim_leases())  # 2
         order = self.result.order
         for job in self.order():  # 3
             order.append(job.id)

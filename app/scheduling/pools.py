@@ -8,8 +8,8 @@ and every borrow is a lease against a named lender so it can be reclaimed.
 
 Arithmetic per (pool, type), all clamped so nothing goes negative:
 
-- ``own``     = min(guaranteed, used - borrowed)   what runs on its guarantee
-- ``shared``  = max(0, used - borrowed - guaranteed)
+- ``own``     = min(guaranteed - lent, used - borrowed)   what runs on its guarantee
+- ``shared``  = used - borrowed - own
 - ``idle``    = max(0, guaranteed - own - lent)    the guarantee nobody uses
 - ``lendable``= min(idle, lend_limit - lent)       (no lend_limit: no cap)
 
@@ -32,10 +32,10 @@ from app.scheduling.model import (
     JobRequest,
     LeaseGrant,
     PoolInfo,
-    ReplicaPlacement,
     RunningJob,
     Snapshot,
 )
+from app.scheduling.quota import units_by_type
 from app.scheduling.state import EPS
 
 
@@ -48,14 +48,6 @@ def capacity_by_type(snap: Snapshot) -> dict[str, float]:
         if t is not None:
             cap[t.name] += t.weight * len(node.devices)
     return dict(cap)
-
-
-def units_by_type(placements: Iterable[ReplicaPlacement]) -> dict[str, float]:
-    out: dict[str, float] = defaultdict(float)
-    for p in placements:
-        if p.gpu_type and p.units > 0:
-            out[p.gpu_type] += p.units
-    return dict(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,11 +173,14 @@ class PoolLedger:
         return self.guaranteed.get((pool, t), 0.0)
 
     def own(self, pool: str, t: str) -> float:
-        on_own = max(0.0, self.used[(pool, t)] - self.borrowed[(pool, t)])
-        return min(self.guarantee(pool, t), on_own)
+        """Usage on the pool's own guarantee; the part of the guarantee that
+        is lent out is not available to it, so usage above that is shared."""
+        not_borrowed = max(0.0, self.used[(pool, t)] - self.borrowed[(pool, t)])
+        return min(max(0.0, self.guarantee(pool, t) - self.lent[(pool, t)]), not_borrowed)
 
     def shared_used(self, pool: str, t: str) -> float:
-        return max(0.0, self.used[(pool, t)] - self.borrowed[(pool, t)] - self.guarantee(pool, t))
+        not_borrowed = max(0.0, self.used[(pool, t)] - self.borrowed[(pool, t)])
+        return max(0.0, not_borrowed - self.own(pool, t))
 
     def idle(self, pool: str, t: str) -> float:
         return max(0.0, self.guarantee(pool, t) - self.own(pool, t) - self.lent[(pool, t)])
@@ -250,7 +245,9 @@ class PoolLedger:
         }
 
     # -- admission ---------------------------------------------------------
-    def plan(self, job: JobRequest, need: Mapping[str, float]) -> Charge | str:
+    def plan(
+        self, job: JobRequest, need: Mapping[str, float], may_borrow: bool = True
+    ) -> Charge | str:
         """How the pool pays for ``need`` CU per type, or why it cannot.
 
         Order: own guarantee, then the pool's weighted share of unguaranteed
@@ -275,7 +272,8 @@ class PoolLedger:
             s = min(u - o, self.shared_headroom(pool, t))
             rest = u - o - s
             grants: list[tuple[str, str, float]] = []
-            if rest > EPS and job.preemptible:
+            can_borrow = job.preemptible and may_borrow
+            if rest > EPS and can_borrow:
                 lenders = sorted(
                     (p for p in self.pools if p != pool),
                     key=lambda p: (-self.lendable(p, t), p),
@@ -292,13 +290,17 @@ class PoolLedger:
             if rest > EPS:
                 borrowable = (
                     0.0
-                    if not job.preemptible
+                    if not can_borrow
                     else min(
                         borrow_room + sum(g[2] for g in grants),
                         sum(self.lendable(p, t) for p in self.pools if p != pool),
                     )
                 )
-                why = "" if job.preemptible else " (non-preemptible jobs do not borrow)"
+                why = (
+                    "" if can_borrow
+                    else " (non-preemptible jobs do not borrow)" if not job.preemptible
+                    else " (its lease was reclaimed recently)"
+                )
                 return (
                     f"pool {pool} cannot cover {u:g} CU of {t}: {o:g} left of its guarantee, "
                     f"{s:g} of shared capacity, {borrowable:g} borrowable{why}"

@@ -27,11 +27,13 @@ from typing import Literal
 
 from app.scheduling.leases import reclaimable_lease
 from app.scheduling.model import JobRequest, Preemption, ReplicaPlacement, RunningJob, Snapshot
-from app.scheduling.pools import Charge, PoolLedger, units_by_type
+from app.scheduling.pools import Charge, PoolLedger
+from app.scheduling.quota import units_by_type
 from app.scheduling.state import ClusterState
 
 FitFn = Callable[[Sequence[RunningJob]], bool]
-# Places a job on the state, reserving what it returns (None: does not fit).
+# Where a job would go on the state, leaving the state unchanged (None: no fit),
+# the contract of placement.place_job.
 PlaceFn = Callable[[JobRequest, ClusterState], "list[ReplicaPlacement] | None"]
 
 
@@ -144,7 +146,8 @@ def find_victims(cands: Sequence[Candidate], fits: FitFn) -> list[Candidate] | N
 
 
 def make_fits(
-    job: JobRequest, state: ClusterState, ledger: PoolLedger, place: PlaceFn
+    job: JobRequest, state: ClusterState, ledger: PoolLedger, place: PlaceFn,
+    may_borrow: bool = True,
 ) -> FitFn:
     """A what-if check: with the victims gone, does the job place and does its
     pool pay for it? Leaves state and ledger exactly as they were."""
@@ -157,11 +160,7 @@ def make_fits(
             placed = place(job, state)
             if placed is None:
                 return False
-            try:
-                return isinstance(ledger.plan(job, units_by_type(placed)), Charge)
-            finally:
-                for p in placed:
-                    state.unreserve(p)
+            return isinstance(ledger.plan(job, units_by_type(placed), may_borrow), Charge)
 
     return fits
 

@@ -109,7 +109,9 @@ class Sim:
                                                                "reason": pr.reason}))
             self.pending[pr.job_id] = replace(
                 r.request, preemption_count=r.request.preemption_count + 1,
-                last_preempted_at=self.now, last_preempted_by=pr.by_job)
+                last_preempted_at=self.now, last_preempted_by=pr.by_job,
+                last_reclaimed_at=self.now if pr.kind == "reclaim" else
+                r.request.last_reclaimed_at)
         for a in res.admissions:
             req = self.pending.pop(a.job_id)
             leases = []

@@ -118,3 +118,16 @@ def test_lease_returned_when_job_ends_and_reclaimed_job_finishes_later() -> None
     assert "y" in s.running and s.running["y"].leases == ()  # on own guarantee now
     s.advance(50.0)
     assert s.done["y"] == "succeeded"
+
+
+def test_reclaimed_job_does_not_reborrow_within_thrash_window() -> None:
+    s = borrowing_sim("always")
+    s.config = {"thrash_window_s": 600}
+    s.advance(1800.0)
+    s.cycle()  # reclaimed
+    s.advance(1.0)
+    res = s.cycle()
+    assert "y" in s.pending and "reclaimed recently" in res.reasons["y"]
+    s.advance(599.0)
+    s.cycle()
+    assert "y" in s.running and s.running["y"].leases[0].expires_at == 2400.0 + 1800.0

@@ -114,11 +114,8 @@ def test_victim_set_is_minimal() -> None:
 
     ctx = PlacementContext.from_snapshot(snap)
 
-    def place(jb, st):  # the core's place_job, reserving on success (PlaceFn contract)
-        ps = place_job(jb, st, ctx)
-        for p in ps or []:
-            st.reserve(p)
-        return ps
+    def place(jb, st):
+        return place_job(jb, st, ctx)
 
     fits = make_fits(j, state, ledger, place)
     chosen = find_victims(candidates(j, snap, snap.running, {"a100"}), fits)
