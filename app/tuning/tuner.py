@@ -35,6 +35,7 @@ Every decision carries its trigger and figures, so the history says why.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -273,9 +274,11 @@ def in_cooldown(now: float, memory: TunerMemory, cfg: TunerConfig) -> bool:
 
 def bounded_step(old: float, base: float, direction: int, cfg: TunerConfig) -> float:
     """One step of at most ``max_step`` x old, clamped to the base weight's bounds."""
-    target = old * (1 + cfg.max_step) if direction > 0 else old * (1 - cfg.max_step)
     lo, hi = base * cfg.min_factor, base * cfg.max_factor
-    return round(max(lo, min(hi, target)), 4)
+    # 4 decimals for people to read, rounded towards ``old`` so the step never exceeds max_step
+    if direction > 0:
+        return min(hi, math.floor(old * (1 + cfg.max_step) * 1e4 + 1e-6) / 1e4)
+    return max(lo, math.ceil(old * (1 - cfg.max_step) * 1e4 - 1e-6) / 1e4)
 
 
 def blocked_by_hysteresis(
