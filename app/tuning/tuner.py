@@ -28,7 +28,8 @@ Rules, each a small function tests exercise on its own:
    jobs wait (for quota: cheaper cards help; for cards: dearer scarce cards
    steer flexible work away), so the mirrored change is weighed too and the
    better passing one wins. ``recommend`` runs the same replay (when one is
-   available) and records the figures, changing nothing.
+   available) and records a passing change as ``proposed`` (a failing one as
+   ``rejected``), changing nothing.
 
 Every decision carries its trigger and figures, so the history says why.
 """
@@ -425,12 +426,12 @@ def decide(
     else:
         changes, gate = gates[0]
     desc = _describe(changes)
+    if not gate.passed:  # in either mode: a change the replay says will not help is no advice
+        return Decision("rejected", f"{desc}: {gate.reason}", now, triggers, changes, gate)
     if cfg.mode == "recommend":
         return Decision(
             "proposed", f"recommend {desc} ({gate.reason})", now, triggers, changes, gate
         )
-    if not gate.passed:
-        return Decision("rejected", f"{desc}: {gate.reason}", now, triggers, changes, gate)
     return Decision("applied", f"{desc}: {gate.reason}", now, triggers, changes, gate)
 
 
