@@ -17,21 +17,11 @@ def _job(client, admin, job_id):
 
 
 def test_mig_units_and_share_jobs_are_admitted_and_persisted(client, admin, dispatcher):
-    mig = _submit(
-        client,
-        admin,
-        name="infer-mig",
-        team="recsys",
-        resources={"mig": "auto", "min_gpu_memory_gb": 18, "gpu_types": ["a100-80g"]},
-    )
+    mig = _submit(client, admin, name="infer-mig", team="recsys",
+                  resources={"mig": "auto", "min_gpu_memory_gb": 18, "gpu_types": ["a100-80g"]})
     units = _submit(client, admin, name="units", team="nlp", resources={"gpu_units": 20})
-    share = _submit(
-        client,
-        admin,
-        name="share",
-        team="recsys",
-        resources={"gpu_share": 0.5, "min_gpu_memory_gb": 8},
-    )
+    share = _submit(client, admin, name="share", team="recsys",
+                    resources={"gpu_share": 0.5, "min_gpu_memory_gb": 8})
     dispatcher.run_once()
     m = _job(client, admin, mig)
     assert m["status"] == "running", m
@@ -48,34 +38,16 @@ def test_mig_units_and_share_jobs_are_admitted_and_persisted(client, admin, disp
 
 
 def test_queue_shows_position_and_actionable_reason(client, admin, dispatcher):
-    filler = _submit(
-        client,
-        admin,
-        name="filler",
-        team="recsys",
-        resources={"gpus": 8, "gpu_types": ["a100-80g"]},
-    )
+    filler = _submit(client, admin, name="filler", team="recsys",
+                     resources={"gpus": 8, "gpu_types": ["a100-80g"]})
     dispatcher.run_once()
     assert _job(client, admin, filler)["status"] == "running"
-    big = _submit(
-        client,
-        admin,
-        name="big",
-        team="nlp",
-        resources={"gpus": 8, "gpu_types": ["a100-80g"], "min_gpu_memory_gb": 40},
-    )
-    over = _submit(
-        client,
-        admin,
-        name="over-quota",
-        team="nlp",
-        resources={"gpus": 8, "gpu_types": ["a100-80g"]},
-        replicas=2,
-        min_available=2,
-    )
-    small = _submit(
-        client, admin, name="small", team="nlp", resources={"gpus": 1, "min_gpu_memory_gb": 30}
-    )
+    big = _submit(client, admin, name="big", team="nlp",
+                  resources={"gpus": 8, "gpu_types": ["a100-80g"], "min_gpu_memory_gb": 40})
+    over = _submit(client, admin, name="over-quota", team="nlp",
+                   resources={"gpus": 8, "gpu_types": ["a100-80g"]}, replicas=2, min_available=2)
+    small = _submit(client, admin, name="small", team="nlp",
+                    resources={"gpus": 1, "min_gpu_memory_gb": 30})
     dispatcher.run_once()
     assert _job(client, admin, small)["status"] == "running"
     q = {i["id"]: i for i in client.get("/v1/queue", headers=admin).json()}
