@@ -275,6 +275,7 @@ class GpuqFillKnobs:
     w_type: float = 0.0
     use_memory: bool = True
     cpu_balance_of_free: bool = False  # w_cpu compares to free CPU before, not capacity
+    cpu_asymmetric: bool = False  # w_cpu only charges free GPU share above free CPU share
     quantum: float = 0.0  # round the score to this many GPU-milli (0: exact)
     random_ties: bool = False  # break exact ties at random (seeded) instead of by node index
     size_weight: float = 0.0  # mix weight = count x (1 + size_weight x GPUs requested)
@@ -336,7 +337,10 @@ class GpuqPolicy:
                     left = sum(after_free)
                     cap = len(after_free) * MILLI
                     base = cpu if k.cpu_balance_of_free else cl.cpu_cap[idx[0]]
-                    score += k.w_cpu * abs(c2 / max(1, base) - left / cap) * MILLI
+                    gap = left / cap - c2 / max(1, base)
+                    if k.cpu_asymmetric:
+                        gap = max(0.0, gap)
+                    score += k.w_cpu * abs(gap) * MILLI
                 if k.w_type:
                     score += k.w_type * self.type_share.get(model, 0.0) * MILLI
                 if q:
