@@ -41,6 +41,52 @@ def simulate(
     )
 
 
+@app.command()
+def serve(
+    config: str | None = typer.Option(None, help="config YAML (default: GPUQ_CONFIG or the demo)"),
+    port: int | None = typer.Option(None, help="HTTP port (default: GPUQ_PORT or 8000)"),
+    host: str | None = typer.Option(None, help="bind address (default: GPUQ_HOST)"),
+) -> None:
+    """API + dispatcher in one process (embedded PostgreSQL unless DATABASE_URL is set)."""
+    from app.server import run_server, with_overrides
+    from app.settings import get_settings
+
+    run_server(with_overrides(get_settings(), config, port, host), with_loops=True)
+
+
+@app.command()
+def api(
+    port: int | None = typer.Option(None, help="HTTP port"),
+    host: str | None = typer.Option(None, help="bind address"),
+) -> None:
+    """Only the REST API (run `gpuq dispatcher` next to it)."""
+    from app.server import run_server, with_overrides
+    from app.settings import get_settings
+
+    run_server(with_overrides(get_settings(), None, port, host), with_loops=False)
+
+
+@app.command()
+def dispatcher(
+    config: str | None = typer.Option(None, help="config YAML to apply at start"),
+) -> None:
+    """Only the loops (dispatcher), no HTTP."""
+    from app.server import run_dispatcher, with_overrides
+    from app.settings import get_settings
+
+    run_dispatcher(with_overrides(get_settings(), config, None, None))
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply database migrations (to DATABASE_URL, or the embedded database)."""
+    from app.server import db_upgrade as run_upgrade
+    from app.settings import get_settings
+
+    rev = run_upgrade(get_settings())
+    typer.echo(f"database at revision {rev}")
+
+
 def main() -> None:
     app()
 

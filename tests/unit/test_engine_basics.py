@@ -23,8 +23,15 @@ def node(name: str, t: str, gpus: int) -> Node:
 
 
 def job(id: str, **kw) -> JobRequest:
-    base = dict(name=id, team="t", pool="p", priority="P1", priority_value=500,
-                preemptible=True, submitted_at=0.0)
+    base = dict(
+        name=id,
+        team="t",
+        pool="p",
+        priority="P1",
+        priority_value=500,
+        preemptible=True,
+        submitted_at=0.0,
+    )
     base.update(kw)
     return JobRequest(id=id, **base)
 

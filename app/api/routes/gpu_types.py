@@ -1,0 +1,46 @@
+"""GPU types: read for everyone with a token, writes for the admin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body
+
+from app.api.deps import AdminDep, PrincipalDep, SessionDep
+from app.domain.config import GpuTypeConfig
+from app.store import catalog
+from app.store.orm import GpuTypeRow
+
+router = APIRouter(prefix="/v1/gpu-types", tags=["gpu-types"])
+
+
+@router.get("")
+def list_gpu_types(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]:
+    return [catalog.gpu_type_dict(r) for r in catalog.list_named(session, GpuTypeRow)]
+
+
+@router.post("", status_code=201)
+def create_gpu_type(body: GpuTypeConfig, session: SessionDep, _: AdminDep) -> dict[str, Any]:
+    row = catalog.create_named(session, GpuTypeRow, body)
+    session.commit()
+    return catalog.gpu_type_dict(row)
+
+
+@router.get("/{name}")
+def get_gpu_type(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
+    return catalog.gpu_type_dict(catalog.get_named(session, GpuTypeRow, name))
+
+
+@router.patch("/{name}")
+def patch_gpu_type(
+    name: str, session: SessionDep, _: AdminDep, patch: dict[str, Any] = Body(...)
+) -> dict[str, Any]:
+    row = catalog.patch_named(session, catalog.get_named(session, GpuTypeRow, name), patch)
+    session.commit()
+    return catalog.gpu_type_dict(row)
+
+
+@router.delete("/{name}", status_code=204)
+def delete_gpu_type(name: str, session: SessionDep, _: AdminDep) -> None:
+    catalog.delete_named(session, catalog.get_named(session, GpuTypeRow, name))
+    session.commit()

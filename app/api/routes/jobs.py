@@ -1,0 +1,89 @@
+"""Jobs: submit, list, read, cancel, history. Team tokens see only their team."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response
+from sqlalchemy.exc import IntegrityError
+
+from app.api.deps import NowDep, PrincipalDep, SessionDep
+from app.api.schemas import EventOut, JobOut, JobPage, event_out, job_out
+from app.domain.spec import JobSpec
+from app.store import jobs as job_store
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)]
+
+
+@router.post("", status_code=201)
+def submit_job(
+    spec: JobSpec,
+    session: SessionDep,
+    principal: PrincipalDep,
+    now: NowDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> JobOut:
+    principal.require_team(spec.team)
+    try:
+        sub = job_store.submit_job(session, spec, now=now, idempotency_key=idempotency_key)
+        session.commit()
+    except IntegrityError:
+        # a concurrent request with the same key won the race: return its job
+        session.rollback()
+        if idempotency_key is None:
+            raise
+        sub = job_store.submit_job(session, spec, now=now, idempotency_key=idempotency_key)
+    if not sub.created:
+        response.status_code = 200
+    return job_out(sub.job, now, job_store.active_lease(session, sub.job))
+
+
+@router.get("")
+def list_jobs(
+    session: SessionDep,
+    principal: PrincipalDep,
+    now: NowDep,
+    team: str | None = None,
+    pool: str | None = None,
+    status: str | None = None,
+    priority: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=job_store.MAX_LIMIT)] = 50,
+    cursor: str | None = None,
+) -> JobPage:
+    if not principal.is_admin:
+        if team is not None and team != principal.team:
+            principal.require_team(team)
+        team = principal.team
+    rows, next_cursor = job_store.list_jobs(
+        session,
+        team=team,
+        pool=pool,
+        status=status,
+        priority=priority,
+        limit=limit,
+        cursor=cursor,
+    )
+    return JobPage(items=[job_out(r, now) for r in rows], next_cursor=next_cursor)
+
+
+@router.get("/{job_id}")
+def get_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowDep) -> JobOut:
+    job = job_store.get_job(session, job_id, team=principal.team)
+    return job_out(job, now, job_store.active_lease(session, job))
+
+
+@router.post("/{job_id}/cancel")
+def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowDep) -> JobOut:
+    job = job_store.get_job(session, job_id, team=principal.team, for_update=True)
+    job_store.cancel_job(session, job, now=now, by=principal.team or "admin")
+    session.commit()
+    return job_out(job, now, job_store.active_lease(session, job))
+
+
+@router.get("/{job_id}/events")
+def get_job_events(job_id: str, session: SessionDep, principal: PrincipalDep) -> list[EventOut]:
+    job = job_store.get_job(session, job_id, team=principal.team)
+    return [event_out(e) for e in job_store.job_events(session, job)]

@@ -1,0 +1,73 @@
+"""Nodes with what is free on them; writes only for static/simulated clusters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body
+
+from app.api.deps import AdminDep, PrincipalDep, SessionDep, SettingsDep
+from app.domain.config import NodeConfig
+from app.domain.errors import Conflict
+from app.settings import Settings
+from app.store import catalog
+from app.store.orm import NodeRow
+from app.store.usage import node_allocations, node_view
+
+router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
+
+
+def _view(row: NodeRow, allocs: dict[str, list]) -> dict[str, Any]:
+    return {
+        **catalog.node_dict(row),
+        "source": row.source,
+        **node_view(row, allocs.get(row.name, [])),
+    }
+
+
+def _static_only(settings: Settings) -> None:
+    if settings.cluster == "kubernetes":
+        raise Conflict("nodes come from Kubernetes in this cluster; edit them there", "cluster")
+
+
+@router.get("")
+def list_nodes(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]:
+    allocs = node_allocations(session)
+    return [_view(r, allocs) for r in catalog.list_named(session, NodeRow)]
+
+
+@router.post("", status_code=201)
+def create_node(
+    body: NodeConfig, session: SessionDep, settings: SettingsDep, _: AdminDep
+) -> dict[str, Any]:
+    _static_only(settings)
+    row = catalog.create_named(session, NodeRow, body, source="api")
+    session.commit()
+    return _view(row, {})
+
+
+@router.get("/{name}")
+def get_node(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
+    row = catalog.get_named(session, NodeRow, name)
+    return _view(row, node_allocations(session))
+
+
+@router.patch("/{name}")
+def patch_node(
+    name: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    _: AdminDep,
+    patch: dict[str, Any] = Body(...),
+) -> dict[str, Any]:
+    _static_only(settings)
+    row = catalog.patch_named(session, catalog.get_named(session, NodeRow, name), patch)
+    session.commit()
+    return _view(row, node_allocations(session))
+
+
+@router.delete("/{name}", status_code=204)
+def delete_node(name: str, session: SessionDep, settings: SettingsDep, _: AdminDep) -> None:
+    _static_only(settings)
+    catalog.delete_named(session, catalog.get_named(session, NodeRow, name))
+    session.commit()

@@ -1,0 +1,38 @@
+"""The pending queue in dispatch order (as the last dispatcher cycle ranked it)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.api.deps import NowDep, PrincipalDep, SessionDep
+from app.api.schemas import QueueItem
+from app.domain.states import wait_seconds
+from app.store import jobs as job_store
+
+router = APIRouter(prefix="/v1/queue", tags=["queue"])
+
+
+@router.get("")
+def get_queue(
+    session: SessionDep,
+    _: PrincipalDep,
+    now: NowDep,
+    pool: str | None = None,
+    team: str | None = None,
+) -> list[QueueItem]:
+    rows = job_store.pending_queue(session, pool=pool, team=team)
+    return [
+        QueueItem(
+            position=i + 1,
+            id=str(j.id),
+            name=j.name,
+            team=j.team,
+            pool=j.pool,
+            priority=j.priority,
+            submitted_at=j.submitted_at,
+            wait_seconds=round(wait_seconds(j, now), 3),
+            reason=j.reason,
+            preemption_count=j.preemption_count,
+        )
+        for i, j in enumerate(rows)
+    ]

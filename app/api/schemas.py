@@ -1,0 +1,161 @@
+"""Response shapes of the REST API (field names are API.md's; add, never rename).
+
+Request bodies reuse the domain models (``JobSpec`` and the config file's
+models), so curl, a scenario file and a config file are validated alike.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.domain.states import wait_seconds
+from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
+
+
+class AllocationOut(BaseModel):
+    replica: int
+    node: str
+    gpu_type: str | None
+    gpus: list[int]
+    mig: list[list[Any]]
+    units: float
+    share: float = 0.0
+    cpu: float = 0.0
+    memory_gb: float = 0.0
+
+
+class LeaseOut(BaseModel):
+    id: str
+    borrower: str
+    lender: str
+    gpu_type: str
+    units: float
+    job_id: str
+    started_at: datetime
+    expires_at: datetime
+    state: str
+    ended_at: datetime | None = None
+
+
+class JobOut(BaseModel):
+    id: str
+    name: str
+    team: str
+    pool: str
+    priority: str
+    status: str
+    reason: str | None
+    submitted_at: datetime
+    admitted_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    wait_seconds: float
+    preemption_count: int
+    units: float | None
+    allocations: list[AllocationOut]
+    lease: LeaseOut | None
+    spec: dict[str, Any]
+    queue_position: int | None = None
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None
+
+
+class EventOut(BaseModel):
+    id: str
+    job_id: str
+    at: datetime
+    type: str
+    from_status: str | None
+    to_status: str | None
+    reason: str | None
+    data: dict[str, Any]
+
+
+class QueueItem(BaseModel):
+    position: int
+    id: str
+    name: str
+    team: str
+    pool: str
+    priority: str
+    submitted_at: datetime
+    wait_seconds: float
+    reason: str | None
+    preemption_count: int
+
+
+class TokenOut(BaseModel):
+    team: str
+    token: str
+    prefix: str
+
+
+def allocation_out(a: AllocationRow) -> AllocationOut:
+    return AllocationOut(
+        replica=a.replica,
+        node=a.node,
+        gpu_type=a.gpu_type,
+        gpus=[int(d) for d in a.devices] if not a.mig else [],
+        mig=[list(m) for m in a.mig],
+        units=a.units,
+        share=a.share,
+        cpu=a.cpu,
+        memory_gb=a.memory_gb,
+    )
+
+
+def lease_out(lease: LeaseRow) -> LeaseOut:
+    return LeaseOut(
+        id=str(lease.id),
+        borrower=lease.borrower,
+        lender=lease.lender,
+        gpu_type=lease.gpu_type,
+        units=lease.units,
+        job_id=str(lease.job_id),
+        started_at=lease.started_at,
+        expires_at=lease.expires_at,
+        state=lease.state,
+        ended_at=lease.ended_at,
+    )
+
+
+def job_out(job: JobRow, now: datetime, lease: LeaseRow | None = None) -> JobOut:
+    return JobOut(
+        id=str(job.id),
+        name=job.name,
+        team=job.team,
+        pool=job.pool,
+        priority=job.priority,
+        status=job.status,
+        reason=job.reason,
+        submitted_at=job.submitted_at,
+        admitted_at=job.admitted_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        wait_seconds=round(wait_seconds(job, now), 3),
+        preemption_count=job.preemption_count,
+        units=job.units,
+        allocations=[allocation_out(a) for a in job.allocations],
+        lease=lease_out(lease) if lease is not None else None,
+        spec=job.spec,
+        queue_position=job.queue_position,
+    )
+
+
+def event_out(e: JobEventRow) -> EventOut:
+    return EventOut(
+        id=str(e.id),
+        job_id=str(e.job_id),
+        at=e.at,
+        type=e.type,
+        from_status=e.from_status,
+        to_status=e.to_status,
+        reason=e.reason,
+        data=e.data or {},
+    )

@@ -1,0 +1,136 @@
+"""An in-process cluster: nodes from the config, pods that "run" for a while.
+
+The default of ``gpuq serve`` and the test double of the dispatcher. A
+bound job runs for ``duration_estimate_s / speed`` seconds of its clock
+and then succeeds, unless a failure was injected. It also checks what a
+real kubelet would refuse: a device handed out twice makes ``bind`` fail,
+so a double placement cannot go unnoticed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from app.clock import to_epoch, utcnow
+from app.cluster.base import BindError, BindRequest, JobStatusEvent
+from app.scheduling.model import Node, ReplicaPlacement
+from app.scheduling.state import copy_node
+
+DEFAULT_DURATION_S = 60.0
+
+
+@dataclass
+class SimPod:
+    job_id: str
+    placements: list[ReplicaPlacement]
+    started_at: float
+    ends_at: float
+    fail_message: str | None = None
+
+
+@dataclass
+class SimulatedCluster:
+    nodes: list[Node] = field(default_factory=list)
+    clock: Callable[[], datetime] = utcnow
+    speed: float = 1.0
+    default_duration_s: float = DEFAULT_DURATION_S
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self.pods: dict[str, SimPod] = {}
+        self._events: list[JobStatusEvent] = []
+        self._fail_at_end: dict[str, str] = {}
+        self._fail_bind: dict[str, str] = {}
+        self.bind_calls: Counter[str] = Counter()
+        self.stop_calls: Counter[str] = Counter()
+
+    # -- failure injection (tests)
+
+    def fail_job(self, job_id: str, message: str = "injected failure") -> None:
+        """The job will end ``failed`` instead of ``succeeded`` (now if it runs)."""
+        with self._lock:
+            self._fail_at_end[job_id] = message
+            pod = self.pods.get(job_id)
+            if pod is not None:
+                pod.fail_message = message
+                pod.ends_at = min(pod.ends_at, to_epoch(self.clock()))
+
+    def fail_bind(self, job_id: str, message: str = "injected bind failure") -> None:
+        with self._lock:
+            self._fail_bind[job_id] = message
+
+    # -- Cluster protocol
+
+    def list_nodes(self) -> list[Node]:
+        return [copy_node(n) for n in self.nodes]
+
+    def bind(self, req: BindRequest) -> None:
+        with self._lock:
+            self.bind_calls[req.job_id] += 1
+            if req.job_id in self.pods:
+                return  # idempotent: already bound (e.g. re-bind after a restart)
+            if req.job_id in self._fail_bind:
+                raise BindError(self._fail_bind.pop(req.job_id))
+            taken = self._taken()
+            for p in req.placements:
+                for key in _holds(p):
+                    if key in taken:
+                        raise BindError(
+                            f"replica {p.replica}: {key[0]} device {key[1]} is already in use "
+                            f"by job {taken[key]}"
+                        )
+            now = to_epoch(self.clock())
+            duration = (req.duration_s or self.default_duration_s) / self.speed
+            self.pods[req.job_id] = SimPod(
+                job_id=req.job_id,
+                placements=list(req.placements),
+                started_at=now,
+                ends_at=now + duration,
+                fail_message=self._fail_at_end.get(req.job_id),
+            )
+            self._events.append(JobStatusEvent(req.job_id, "running", "started"))
+
+    def stop(self, job_id: str, reason: str, grace_seconds: float = 30.0) -> None:
+        with self._lock:
+            self.stop_calls[job_id] += 1
+            self.pods.pop(job_id, None)
+
+    def poll_events(self) -> list[JobStatusEvent]:
+        with self._lock:
+            now = to_epoch(self.clock())
+            out, self._events = self._events, []
+            for job_id, pod in list(self.pods.items()):
+                if now >= pod.ends_at:
+                    del self.pods[job_id]
+                    if pod.fail_message:
+                        out.append(JobStatusEvent(job_id, "failed", pod.fail_message))
+                    else:
+                        out.append(JobStatusEvent(job_id, "succeeded", "completed"))
+            return out
+
+    def running_job_ids(self) -> set[str]:
+        with self._lock:
+            return set(self.pods)
+
+    # -- helpers
+
+    def _taken(self) -> dict[tuple, str]:
+        taken: dict[tuple, str] = {}
+        for pod in self.pods.values():
+            for p in pod.placements:
+                for key in _holds(p):
+                    taken[key] = pod.job_id
+        return taken
+
+
+def _holds(p: ReplicaPlacement) -> list[tuple]:
+    """Exclusive resources a placement holds: whole cards and MIG slices."""
+    if p.mig:
+        return [(p.node, f"{dev}/mig{idx}") for dev, idx, _prof in p.mig]
+    if p.share > 0:
+        return []  # vGPU shares may stack on one card
+    return [(p.node, dev) for dev in p.devices]

@@ -1,0 +1,34 @@
+"""Errors that carry an HTTP meaning without importing FastAPI.
+
+Store and domain code raise these; the API turns them into a 4xx whose
+``detail`` starts with the field at fault, so bad input never becomes a 500.
+"""
+
+from __future__ import annotations
+
+
+class GpuqError(Exception):
+    status_code = 400
+
+    def __init__(self, detail: str, field: str | None = None) -> None:
+        self.field = field
+        self.detail = f"{field}: {detail}" if field else detail
+        super().__init__(self.detail)
+
+
+class InputError(GpuqError):
+    """The request names something that does not exist or is not allowed."""
+
+    status_code = 422
+
+
+class NotFound(GpuqError):
+    status_code = 404
+
+
+class Conflict(GpuqError):
+    status_code = 409
+
+
+class Forbidden(GpuqError):
+    status_code = 403

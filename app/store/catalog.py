@@ -1,0 +1,228 @@
+"""Cluster objects by name (GPU types, nodes, pools, teams, priority classes).
+
+Create/patch take the config file's pydantic models, so REST writes and
+config files are validated by the same rules; references to other objects
+are checked here so a bad name is a 422 naming the field, not a foreign
+key error. The caller commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy import exists, select
+from sqlalchemy.orm import Session
+
+from app.domain.config import (
+    GpuTypeConfig,
+    NodeConfig,
+    PoolConfig,
+    PriorityClassConfig,
+    TeamConfig,
+)
+from app.domain.errors import Conflict, InputError, NotFound
+from app.store.config_loader import (
+    gpu_type_values,
+    node_values,
+    pool_values,
+    priority_values,
+    team_values,
+)
+from app.store.orm import (
+    AllocationRow,
+    GpuTypeRow,
+    JobRow,
+    NodeRow,
+    PoolRow,
+    PriorityClassRow,
+    TeamRow,
+)
+
+R = TypeVar("R")
+M = TypeVar("M", bound=BaseModel)
+
+KINDS: dict[type, str] = {
+    GpuTypeRow: "GPU type",
+    NodeRow: "node",
+    PoolRow: "pool",
+    TeamRow: "team",
+    PriorityClassRow: "priority class",
+}
+
+
+def get_named(session: Session, row_type: type[R], name: str) -> R:
+    row = session.get(row_type, name)
+    if row is None:
+        raise NotFound(f"{KINDS[row_type]} {name!r} not found")
+    return row
+
+
+def list_named(session: Session, row_type: type[R]) -> list[R]:
+    return list(session.scalars(select(row_type).order_by(row_type.name)))  # type: ignore[attr-defined]
+
+
+# -- row -> config dict (what GET returns, and the base a PATCH is merged into)
+
+
+def gpu_type_dict(r: GpuTypeRow) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "memory_gb": r.memory_gb,
+        "weight": r.weight,
+        "product": r.product,
+        "vendor": r.vendor,
+        "resource_name": r.resource_name,
+        "mig_profiles": dict(r.mig_profiles or {}),
+        "shareable": r.shareable,
+    }
+
+
+def node_dict(r: NodeRow) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "gpu_type": r.gpu_type,
+        "gpus": r.gpus,
+        "cpu": r.cpu,
+        "memory_gb": r.memory_gb,
+        "rack": r.rack,
+        "network": r.network,
+        "nvlink_domain": r.nvlink_domain,
+        "mig_layout": {int(k): v for k, v in (r.mig_layout or {}).items()} or None,
+        "labels": dict(r.labels or {}),
+        "taints": list(r.taints or []),
+        "schedulable": r.schedulable,
+    }
+
+
+def pool_dict(r: PoolRow) -> dict[str, Any]:
+    return {"name": r.name, **{k: getattr(r, k) for k in PoolConfig.model_fields if k != "name"}}
+
+
+def team_dict(r: TeamRow) -> dict[str, Any]:
+    return {"name": r.name, **{k: getattr(r, k) for k in TeamConfig.model_fields if k != "name"}}
+
+
+def priority_dict(r: PriorityClassRow) -> dict[str, Any]:
+    return {"name": r.name, "value": r.value, "preemptible": r.preemptible}
+
+
+# -- reference checks
+
+
+def _check_exist(session: Session, row_type: type, names: Iterable[str], field: str) -> None:
+    for n in names:
+        if session.get(row_type, n) is None:
+            raise InputError(f"unknown {KINDS[row_type]} {n!r}", field)
+
+
+def check_node_refs(session: Session, n: NodeConfig) -> None:
+    if n.gpus > 0 and n.gpu_type:
+        t = session.get(GpuTypeRow, n.gpu_type)
+        if t is None:
+            raise InputError(f"unknown GPU type {n.gpu_type!r}", "gpu_type")
+        for dev, layout in n.mig_layouts().items():
+            if dev >= n.gpus:
+                raise InputError(f"device {dev} >= gpus ({n.gpus})", "mig_layout")
+            for p in layout:
+                if p not in (t.mig_profiles or {}):
+                    raise InputError(f"MIG profile {p!r} is not defined for {t.name}", "mig_layout")
+
+
+def check_pool_refs(session: Session, p: PoolConfig) -> None:
+    _check_exist(session, GpuTypeRow, p.gpu_types, "gpu_types")
+    _check_exist(session, GpuTypeRow, p.guaranteed, "guaranteed")
+    _check_exist(session, GpuTypeRow, p.lend_limit, "lend_limit")
+
+
+def check_team_refs(session: Session, t: TeamConfig) -> None:
+    _check_exist(session, PoolRow, [t.pool], "pool")
+    _check_exist(session, PoolRow, t.allowed_pools, "allowed_pools")
+    _check_exist(session, GpuTypeRow, t.quota_by_type, "quota_by_type")
+    _check_exist(session, PriorityClassRow, [t.default_priority], "default_priority")
+
+
+def validate_model(model: type[M], data: dict[str, Any]) -> M:
+    """Validate with the config model; the first error becomes a 422 naming its field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or None
+        raise InputError(err["msg"], field) from None
+
+
+SPECS: dict[type, tuple[type[BaseModel], Any, Any, Any]] = {
+    GpuTypeRow: (GpuTypeConfig, gpu_type_values, gpu_type_dict, None),
+    NodeRow: (NodeConfig, node_values, node_dict, check_node_refs),
+    PoolRow: (PoolConfig, pool_values, pool_dict, check_pool_refs),
+    TeamRow: (TeamConfig, team_values, team_dict, check_team_refs),
+    PriorityClassRow: (PriorityClassConfig, priority_values, priority_dict, None),
+}
+
+
+def create_named(session: Session, row_type: type[R], body: BaseModel, **extra: Any) -> R:
+    model, values, _to_dict, check = SPECS[row_type]
+    name = body.name  # type: ignore[attr-defined]
+    if session.get(row_type, name) is not None:
+        raise Conflict(f"{KINDS[row_type]} {name!r} already exists", "name")
+    if isinstance(body, NodeConfig) and body.count is not None:
+        raise InputError("count is only for config files; create nodes one by one", "count")
+    if check:
+        check(session, body)
+    row = row_type(name=name, **{**values(body), **extra})
+    session.add(row)
+    session.flush()
+    return row
+
+
+def patch_named(session: Session, row: R, patch: dict[str, Any]) -> R:
+    row_type = type(row)
+    model, values, to_dict, check = SPECS[row_type]
+    if "name" in patch and patch["name"] != row.name:  # type: ignore[attr-defined]
+        raise InputError("names cannot change; create a new object instead", "name")
+    unknown = set(patch) - set(model.model_fields)
+    if unknown:
+        raise InputError(f"unknown field(s) {', '.join(sorted(unknown))}", sorted(unknown)[0])
+    merged = validate_model(model, {**to_dict(row), **patch})
+    if check:
+        check(session, merged)
+    for k, v in values(merged).items():
+        if k == "source":
+            continue
+        setattr(row, k, v)
+    session.flush()
+    return row
+
+
+def delete_named(session: Session, row: Any) -> None:
+    """Delete unless something still refers to it (409 naming what)."""
+    name = row.name
+    in_use: list[tuple[str, Any]] = []
+    if isinstance(row, GpuTypeRow):
+        in_use = [("nodes", exists().where(NodeRow.gpu_type == name))]
+    elif isinstance(row, NodeRow):
+        in_use = [
+            (
+                "active allocations",
+                exists().where(AllocationRow.node == name),
+            )
+        ]
+    elif isinstance(row, PoolRow):
+        in_use = [
+            ("teams", exists().where(TeamRow.pool == name)),
+            ("jobs", exists().where(JobRow.pool == name)),
+        ]
+    elif isinstance(row, TeamRow):
+        in_use = [("jobs", exists().where(JobRow.team == name))]
+    elif isinstance(row, PriorityClassRow):
+        in_use = [
+            ("teams", exists().where(TeamRow.default_priority == name)),
+            ("jobs", exists().where(JobRow.priority == name)),
+        ]
+    for what, clause in in_use:
+        if session.scalar(select(clause)):
+            raise Conflict(f"{KINDS[type(row)]} {name!r} is still used by {what}", "name")
+    session.delete(row)
+    session.flush()

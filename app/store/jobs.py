@@ -1,0 +1,248 @@
+"""Job rows: submit (with reference checks and idempotency), read, list, cancel.
+
+Functions here flush but never commit; the route or loop that calls them
+owns the unit of work.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session, selectinload
+
+from app.domain.errors import Conflict, InputError, NotFound
+from app.domain.spec import JobSpec
+from app.domain.states import CANCELLABLE, STATUSES, change_state, record_event
+from app.store.orm import (
+    GpuTypeRow,
+    JobEventRow,
+    JobRow,
+    LeaseRow,
+    PoolRow,
+    PriorityClassRow,
+    TeamRow,
+)
+
+NOTIFY_CHANNEL = "gpuq_jobs"
+MAX_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: JobRow
+    created: bool
+
+
+def spec_hash(spec: JobSpec) -> str:
+    return hashlib.sha256(
+        json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()
+    ).hexdigest()
+
+
+def resolve_references(
+    session: Session, spec: JobSpec
+) -> tuple[TeamRow, PoolRow, PriorityClassRow]:
+    """Team, pool and priority of a spec; every unknown name is an :class:`InputError`."""
+    team = session.get(TeamRow, spec.team)
+    if team is None:
+        raise InputError(f"unknown team {spec.team!r}", "team")
+    pool_name = spec.pool or team.pool
+    pool = session.get(PoolRow, pool_name)
+    if pool is None:
+        raise InputError(f"unknown pool {pool_name!r}", "pool")
+    if pool_name != team.pool and pool_name not in (team.allowed_pools or []):
+        allowed = ", ".join([team.pool, *(team.allowed_pools or [])])
+        raise InputError(
+            f"team {team.name} may not use pool {pool_name!r} (allowed: {allowed})", "pool"
+        )
+    prio_name = spec.priority or team.default_priority
+    prio = session.get(PriorityClassRow, prio_name)
+    if prio is None:
+        raise InputError(f"unknown priority class {prio_name!r}", "priority")
+    r = spec.resources
+    types = {t.name: t for t in session.scalars(select(GpuTypeRow))}
+    for fld, names in (
+        ("resources.gpu_types", r.gpu_types),
+        ("resources.avoid_gpu_types", r.avoid_gpu_types),
+    ):
+        for n in names:
+            if n not in types:
+                raise InputError(f"unknown GPU type {n!r}", fld)
+    if r.mig is not None and r.mig != "auto":
+        profiles = {p for t in types.values() for p in (t.mig_profiles or {})}
+        if r.mig not in profiles:
+            raise InputError(
+                f"unknown MIG profile {r.mig!r} (known: {', '.join(sorted(profiles)) or 'none'})",
+                "resources.mig",
+            )
+    if r.gpu_share is not None and not any(t.shareable for t in types.values()):
+        raise InputError("no GPU type is shareable", "resources.gpu_share")
+    return team, pool, prio
+
+
+def requested_units(session: Session, spec: JobSpec) -> float | None:
+    """CU a pending job asks for, when the spec pins it down."""
+    r = spec.resources
+    if r.gpu_units is not None:
+        return r.gpu_units
+    if r.gpus is not None and r.gpus == 0:
+        return 0.0
+    if r.gpus is not None and len(r.gpu_types) == 1:
+        t = session.get(GpuTypeRow, r.gpu_types[0])
+        return t.weight * r.gpus * spec.replica_count if t else None
+    return None
+
+
+def submit_job(
+    session: Session, spec: JobSpec, *, now: datetime, idempotency_key: str | None = None
+) -> Submitted:
+    """Insert a pending job (one insert, one event, one NOTIFY).
+
+    With an ``idempotency_key``, the same key from the same team returns the
+    job it created the first time; a different body with the same key is a
+    conflict.
+    """
+    h = spec_hash(spec)
+    if idempotency_key is not None:
+        existing = find_by_idempotency_key(session, spec.team, idempotency_key)
+        if existing is not None:
+            if existing.idempotency_hash != h:
+                raise Conflict(
+                    "this key was already used with a different job body", "Idempotency-Key"
+                )
+            return Submitted(existing, False)
+    team, pool, prio = resolve_references(session, spec)
+    job = JobRow(
+        name=spec.name,
+        team=team.name,
+        pool=pool.name,
+        priority=prio.name,
+        status="pending",
+        spec=spec.model_dump(mode="json", exclude_none=True),
+        units=requested_units(session, spec),
+        submitted_at=now,
+        queued_at=now,
+        waited_s=0.0,
+        preemption_count=0,
+        idempotency_key=idempotency_key,
+        idempotency_hash=h if idempotency_key else None,
+    )
+    session.add(job)
+    session.flush()
+    record_event(session, job, "submitted", now=now)
+    session.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
+    return Submitted(job, True)
+
+
+def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRow | None:
+    return session.scalar(
+        select(JobRow)
+        .where(JobRow.team == team, JobRow.idempotency_key == key)
+        .options(selectinload(JobRow.allocations))
+    )
+
+
+def get_job(
+    session: Session, job_id: str, *, team: str | None = None, for_update: bool = False
+) -> JobRow:
+    """One job; with ``team``, a job of another team does not exist (404)."""
+    try:
+        jid = int(job_id)
+    except ValueError:
+        raise NotFound(f"job {job_id!r} not found") from None
+    q = select(JobRow).where(JobRow.id == jid).options(selectinload(JobRow.allocations))
+    if for_update:
+        q = q.with_for_update()
+    job = session.scalar(q)
+    if job is None or (team is not None and job.team != team):
+        raise NotFound(f"job {job_id!r} not found")
+    return job
+
+
+def encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"id:{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, value = raw.split(":", 1)
+        if kind != "id":
+            raise ValueError
+        return int(value)
+    except Exception:
+        raise InputError(
+            "malformed cursor (use next_cursor from a previous page)", "cursor"
+        ) from None
+
+
+def list_jobs(
+    session: Session,
+    *,
+    team: str | None = None,
+    pool: str | None = None,
+    status: str | None = None,
+    priority: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> tuple[list[JobRow], str | None]:
+    """Newest first, keyset-paginated on the id (stable under inserts)."""
+    if status is not None and status not in STATUSES:
+        raise InputError(f"unknown status {status!r} (known: {', '.join(STATUSES)})", "status")
+    q = select(JobRow).options(selectinload(JobRow.allocations)).order_by(JobRow.id.desc())
+    if team is not None:
+        q = q.where(JobRow.team == team)
+    if pool is not None:
+        q = q.where(JobRow.pool == pool)
+    if status is not None:
+        q = q.where(JobRow.status == status)
+    if priority is not None:
+        q = q.where(JobRow.priority == priority)
+    if cursor:
+        q = q.where(JobRow.id < decode_cursor(cursor))
+    rows = list(session.scalars(q.limit(limit + 1)))
+    next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
+    return rows[:limit], next_cursor
+
+
+def cancel_job(session: Session, job: JobRow, *, now: datetime, by: str) -> None:
+    """Cancel in the database; the dispatcher stops any pods (reconcile)."""
+    if job.status not in CANCELLABLE:
+        raise Conflict(f"job {job.id} is already {job.status}", "status")
+    change_state(session, job, "cancelled", now=now, reason=f"cancelled by {by}")
+    session.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
+
+
+def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
+    return list(
+        session.scalars(
+            select(JobEventRow).where(JobEventRow.job_id == job.id).order_by(JobEventRow.id)
+        )
+    )
+
+
+def active_lease(session: Session, job: JobRow) -> LeaseRow | None:
+    return session.scalar(
+        select(LeaseRow)
+        .where(LeaseRow.job_id == job.id)
+        .order_by(LeaseRow.state != "active", LeaseRow.id.desc())
+        .limit(1)
+    )
+
+
+def pending_queue(
+    session: Session, *, pool: str | None = None, team: str | None = None
+) -> list[JobRow]:
+    """Pending jobs in the dispatch order of the last cycle (then by submit time)."""
+    q = select(JobRow).where(JobRow.status == "pending")
+    if pool:
+        q = q.where(JobRow.pool == pool)
+    if team:
+        q = q.where(JobRow.team == team)
+    q = q.order_by(JobRow.queue_position.asc().nulls_last(), JobRow.submitted_at, JobRow.id)
+    return list(session.scalars(q))

@@ -1,0 +1,272 @@
+"""SQLAlchemy 2 ORM: the tables gpuq keeps in PostgreSQL.
+
+Cluster objects (GPU types, nodes, pools, teams, priority classes) are
+keyed by their name: names are DNS labels that never change, and using
+them as keys keeps foreign keys readable in psql. Jobs, allocations,
+leases and events use bigint identities (a job id is rendered as a
+string in the API and in the core).
+
+The naming convention gives every constraint a stable name so Alembic
+migrations can refer to them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Sequence,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+NAME = String(63)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSONB, list[Any]: JSONB}
+
+
+# Monotonic revision of job rows: every change takes the next value, so a
+# dispatcher can ask for "rows changed since revision N" (DESIGN §4).
+job_revision_seq = Sequence("job_revision_seq", metadata=Base.metadata)
+
+
+class Timestamps:
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
+class GpuTypeRow(Timestamps, Base):
+    __tablename__ = "gpu_types"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    memory_gb: Mapped[float] = mapped_column(Float)
+    weight: Mapped[float] = mapped_column(Float)
+    product: Mapped[str | None] = mapped_column(String(255))
+    vendor: Mapped[str] = mapped_column(String(63), default="nvidia")
+    resource_name: Mapped[str] = mapped_column(String(255), default="nvidia.com/gpu")
+    mig_profiles: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    shareable: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class NodeRow(Timestamps, Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    gpu_type: Mapped[str | None] = mapped_column(ForeignKey("gpu_types.name", ondelete="RESTRICT"))
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    cpu: Mapped[float] = mapped_column(Float)
+    memory_gb: Mapped[float] = mapped_column(Float)
+    rack: Mapped[str | None] = mapped_column(String(63))
+    network: Mapped[str] = mapped_column(String(16), default="eth")
+    nvlink_domain: Mapped[str | None] = mapped_column(String(63))
+    # {"0": ["3g.40gb", "3g.40gb"]}: MIG layout per device index
+    mig_layout: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    taints: Mapped[list[Any]] = mapped_column(JSONB, default=list)
+    schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
+    source: Mapped[str] = mapped_column(String(16), default="config")
+
+
+class PoolRow(Timestamps, Base):
+    __tablename__ = "pools"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    gpu_types: Mapped[list[Any]] = mapped_column(JSONB, default=list)
+    guaranteed: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    borrow_limit: Mapped[float | None] = mapped_column(Float)
+    lend_limit: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    max_borrow_seconds: Mapped[float] = mapped_column(Float, default=1800.0)
+    reclaim: Mapped[str] = mapped_column(String(16), default="always")
+    placement: Mapped[str] = mapped_column(String(16), default="binpack")
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+
+
+class PriorityClassRow(Timestamps, Base):
+    __tablename__ = "priority_classes"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    value: Mapped[int] = mapped_column(Integer)
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class TeamRow(Timestamps, Base):
+    __tablename__ = "teams"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    pool: Mapped[str] = mapped_column(ForeignKey("pools.name", ondelete="RESTRICT"))
+    allowed_pools: Mapped[list[Any]] = mapped_column(JSONB, default=list)
+    quota_units: Mapped[float | None] = mapped_column(Float)
+    quota_by_type: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    default_priority: Mapped[str] = mapped_column(
+        ForeignKey("priority_classes.name", ondelete="RESTRICT"), default="P1"
+    )
+
+
+class ApiTokenRow(Base):
+    """A team's API token; only its SHA-256 is stored (tokens are random, 32 bytes)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    description: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SettingRow(Base):
+    """Key/value settings kept in the database (e.g. ``scheduler`` knobs)."""
+
+    __tablename__ = "settings"
+
+    key: Mapped[str] = mapped_column(String(63), primary_key=True)
+    value: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("team", "idempotency_key", name="uq_jobs_team_idempotency_key"),
+        Index("ix_jobs_status_submitted_at", "status", "submitted_at"),
+        Index("ix_jobs_team_id", "team", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(NAME)
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name", ondelete="RESTRICT"))
+    pool: Mapped[str] = mapped_column(ForeignKey("pools.name", ondelete="RESTRICT"), index=True)
+    priority: Mapped[str] = mapped_column(ForeignKey("priority_classes.name", ondelete="RESTRICT"))
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    reason: Mapped[str | None] = mapped_column(Text)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # CU the job holds (sum of allocations); the requested CU while pending when known
+    units: Mapped[float | None] = mapped_column(Float)
+    # the original submit time; kept across requeues (preemption)
+    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # start of the current pending period; waited_s holds the closed periods
+    queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    waited_s: Mapped[float] = mapped_column(Float, default=0.0)
+    admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    preemption_count: Mapped[int] = mapped_column(Integer, default=0)
+    # position in the dispatch order of the last cycle (pending jobs only)
+    queue_position: Mapped[int | None] = mapped_column(Integer)
+    revision: Mapped[int] = mapped_column(
+        BigInteger, server_default=text("nextval('job_revision_seq')"), index=True
+    )
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    idempotency_hash: Mapped[str | None] = mapped_column(String(64))
+
+    allocations: Mapped[list[AllocationRow]] = relationship(
+        back_populates="job",
+        cascade="all, delete-orphan",
+        order_by="AllocationRow.replica",
+        passive_deletes=True,
+    )
+
+
+class AllocationRow(Base):
+    """One replica's share of a node: whole cards, MIG slices or a vGPU share."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (UniqueConstraint("job_id", "replica", name="uq_allocations_job_replica"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    replica: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.name", ondelete="RESTRICT"), index=True)
+    gpu_type: Mapped[str | None] = mapped_column(String(63))
+    devices: Mapped[list[Any]] = mapped_column(JSONB, default=list)
+    # [[device, slice index, profile], ...]
+    mig: Mapped[list[Any]] = mapped_column(JSONB, default=list)
+    share: Mapped[float] = mapped_column(Float, default=0.0)
+    share_memory_gb: Mapped[float] = mapped_column(Float, default=0.0)
+    units: Mapped[float] = mapped_column(Float, default=0.0)
+    cpu: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_gb: Mapped[float] = mapped_column(Float, default=0.0)
+    pool: Mapped[str] = mapped_column(String(63))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    job: Mapped[JobRow] = relationship(back_populates="allocations")
+
+
+class LeaseRow(Base):
+    """CU a pool borrowed beyond its guarantee for one job (DESIGN §2 Lease)."""
+
+    __tablename__ = "leases"
+    __table_args__ = (Index("ix_leases_state_expires_at", "state", "expires_at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    borrower: Mapped[str] = mapped_column(String(63))
+    lender: Mapped[str] = mapped_column(String(63))
+    gpu_type: Mapped[str] = mapped_column(String(63))
+    units: Mapped[float] = mapped_column(Float)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    state: Mapped[str] = mapped_column(String(16), default="active")
+
+
+class JobEventRow(Base):
+    """A job's history: every state change and notable decision."""
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    type: Mapped[str] = mapped_column(String(32))
+    from_status: Mapped[str | None] = mapped_column(String(16))
+    to_status: Mapped[str | None] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+
+
+ALL_TABLES = [
+    "job_events",
+    "leases",
+    "allocations",
+    "jobs",
+    "api_tokens",
+    "settings",
+    "teams",
+    "nodes",
+    "pools",
+    "priority_classes",
+    "gpu_types",
+]
