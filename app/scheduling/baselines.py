@@ -3,7 +3,7 @@
 * ``fifo-count``: what the default Kubernetes scheduler does with
   ``nvidia.com/gpu``: one queue in submit order (no priorities, pools,
   quotas or fairness), GPUs counted without type, each job on the first
-  node(s) in node order that have the cards, CPU and memory. A replica
+  node(s) by name that have the cards, CPU and memory. A replica
   asks for ``gpus`` whole cards; a ``gpu_share`` or ``mig`` replica for one
   whole card; a ``gpu_units`` job for ``ceil(units / mean card weight)``
   cards on one node. It ignores ``gpu_types`` and memory needs, so a job
@@ -121,7 +121,7 @@ def _typed_demands(job: JobRequest, snap: Snapshot) -> list[Demand]:
 def _fifo_policy(snap: Snapshot, typed: bool) -> CycleResult:
     result = CycleResult()
     state = ClusterState.from_snapshot(snap)
-    names = [n.name for n in snap.nodes]
+    names = sorted(n.name for n in snap.nodes)  # by name: decisions never depend on input order
     for job in _fifo(snap):
         result.order.append(job.id)
         demands = _typed_demands(job, snap) if typed else []

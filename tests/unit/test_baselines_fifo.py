@@ -17,9 +17,9 @@ gpu_types:
   - {name: a100-80g, memory_gb: 80, weight: 10}
   - {name: rtx4090-24g, memory_gb: 24, weight: 2, shareable: true}
 nodes:
-  - {name: v, count: 1, gpu_type: v100-16g, gpus: 2, cpu: 32, memory_gb: 256}
-  - {name: a, count: 1, gpu_type: a100-80g, gpus: 2, cpu: 32, memory_gb: 256}
-  - {name: r, count: 1, gpu_type: rtx4090-24g, gpus: 2, cpu: 32, memory_gb: 256}
+  - {name: n1-v, count: 1, gpu_type: v100-16g, gpus: 2, cpu: 32, memory_gb: 256}
+  - {name: n2-a, count: 1, gpu_type: a100-80g, gpus: 2, cpu: 32, memory_gb: 256}
+  - {name: n3-r, count: 1, gpu_type: rtx4090-24g, gpus: 2, cpu: 32, memory_gb: 256}
 pools:
   - {name: p}
 teams:
