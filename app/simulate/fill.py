@@ -595,7 +595,9 @@ class CorePolicy:
 
     Pods become JobRequests (gpu_milli -> gpu_share, gpu_spec -> gpu_types),
     nodes core Nodes of the default GPU types; the context's workload mix is
-    the trace's pod shapes weighted by count, as for the ``gpuq`` policy.
+    the trace's pod shapes weighted by count with the same balance and type
+    terms as the ``gpuq`` policy (``fill_*`` knobs); the core's other score
+    weights come from ``scheduler:`` as in a live config.
     """
 
     name = "gpuq-core"
@@ -634,8 +636,13 @@ class CorePolicy:
         for p in pods:
             key = (p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec)
             counts[key] = counts.get(key, 0) + 1
+        knobs = GpuqFillKnobs.from_mapping(scheduler)
+        pressure = trace_type_pressure(pods, nodes)
         mix = WorkloadMix(
-            tuple(
+            type_pressure=tuple((self.type_of[m], v) for m, v in sorted(pressure.items())),
+            w_balance=knobs.w_balance,
+            w_type=knobs.w_type,
+            entries=tuple(
                 MixEntry(
                     gpus=num if milli >= MILLI else 0,
                     gpu_share=milli / MILLI if 0 < milli < MILLI else 0.0,
