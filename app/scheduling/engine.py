@@ -2,12 +2,15 @@
 
 1. Build: working state (copy-on-write nodes + capacity index), quota
    ledger, placement context (with the expected job mix), static capacity.
-2. Reclaim expired leases (none yet; the leases work fills this step).
+2. Reclaim expired leases: holders of an expired ``reclaim: always``
+   lease are preempted (pool_steps.reclaim_expired).
 3. Order: priority, pools below guarantee, team dominant share, age
    (ordering.FairOrder, re-read after every admission).
-4. Admit each job in order: never-fits check -> quota -> placement ->
-   [preemption: a later step] ; a long-waiting job that does not fit gets
-   a reservation; others behind it may backfill.
+4. Admit each job in order: never-fits check -> team quota -> placement
+   -> pool quota (guarantee, shared share, leases: pools.PoolLedger) ->
+   [preemption when placement or pool quota fails: preemption.py]; a
+   long-waiting job that does not fit gets a reservation; others behind
+   it may backfill.
 5. Explain: every job left pending has a reason (filled in step 4).
 
 Speed: identical request shapes that failed for capacity are remembered
@@ -18,18 +21,22 @@ backlog of 100,000 unschedulable jobs costs a dict lookup each.
 
 from __future__ import annotations
 
+import gc
+
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
 from app.scheduling.filters import allowed_types
 from app.scheduling.model import (
-    Admission,
     CycleResult,
     JobRequest,
     Preemption,
+    RunningJob,
     Snapshot,
 )
 from app.scheduling.ordering import FairOrder
-from app.scheduling.placement import try_place
+from app.scheduling.placement import place_job, try_place
+from app.scheduling.pool_steps import charge, may_preempt_anyone, preempt_for, reclaim_expired
+from app.scheduling.pools import PoolLedger
 from app.scheduling.quota import QuotaLedger, units_by_type
 from app.scheduling.reasons import StaticCapacity, capacity_reason, never_fits
 from app.scheduling.reservations import add_holds, reserve_for
@@ -64,11 +71,41 @@ class Cycle:
         self.min_units_memo: dict[tuple, float] = {}
         self.reservations = 0
         self.admitted = 0
+        self.max_admissions = snap.config.max_cycle_admissions
+        self.capped_teams = {
+            name for name, t in snap.teams.items()
+            if t.quota_units is not None or t.quota_by_type
+        }
+        self.reserve_before = snap.now - snap.config.reservation_after_s
+        # pools, leases, preemption
+        self.pools = PoolLedger.from_snapshot(snap)
+        self.gone: set[str] = set()  # running jobs stopped this cycle
+        preemptible = [r.request.priority_value for r in snap.running if r.request.preemptible]
+        self.lowest_victim = min(preemptible, default=10**9)
+        self.any_lease = any(r.leases for r in snap.running if r.request.preemptible)
+        self.preempt_memo: dict[tuple, int] = {}  # failed searches, by release epoch
+
+    def _stop(self, r: RunningJob) -> None:
+        """Take a running job out of the state and both ledgers."""
+        for p in r.placements:
+            if p.node in self.state.nodes:
+                self.state.unreserve(p)
+        self.ledger.release(r.request, units_by_type(r.placements))
+        self.pools.remove(r.request.id)
+
+    def _unstop(self, r: RunningJob) -> None:
+        for p in r.placements:
+            if p.node in self.state.nodes:
+                self.state.reserve(p)
+        self.ledger.commit(r.request, units_by_type(r.placements))
+        self.pools.add_running(r)
 
     # -- step 2 -------------------------------------------------------------
     def reclaim_leases(self) -> list[Preemption]:
-        """Expired borrow leases to reclaim. Pools/leases work fills this in."""
-        return []
+        """Expired ``always`` leases: their holders stop, capacity is freed."""
+        out = reclaim_expired(self.snap, self._stop)
+        self.gone.update(p.job_id for p in out)
+        return out
 
     # -- step 3 -------------------------------------------------------------
     def order(self) -> FairOrder:
@@ -86,14 +123,18 @@ class Cycle:
         if never:
             res.unschedulable[job.id] = never
             return
-        if self.admitted >= self.snap.config.max_cycle_admissions:
+        if self.admitted >= self.max_admissions:
             res.reasons[job.id] = "cycle admission limit reached; next cycle"
             return
-        quota_pre = self._quota_precheck(job, key)
-        if quota_pre:
-            res.reasons[job.id] = quota_pre
-            return
-        fkey = (key, self._hold_class(job)) if self.ctx.holds else key
+        if job.team in self.capped_teams:
+            quota_pre = self._quota_precheck(job, key)
+            if quota_pre:
+                res.reasons[job.id] = quota_pre
+                return
+        # failures are remembered per shape, priority and team (preemption depends on
+        # both), and per reservation class when capacity is held
+        fkey = (key, job.priority_value, job.team,
+                self._hold_class(job) if self.ctx.holds else 0)
         failed = self.fail_memo.get(fkey)
         if failed is not None and failed[0] == self.state.release_epoch:
             res.reasons[job.id] = failed[1]
@@ -114,15 +155,49 @@ class Cycle:
         if why:
             res.reasons[job.id] = why
             return
+        adm = charge(job, placed.placements, self.pools, self.snap)  # 4b pool quota
+        if isinstance(adm, str):
+            if not self.try_preempt(job):
+                res.reasons[job.id] = adm
+            return
         for p in placed.placements:
             self.state.reserve(p)
         self.ledger.commit(job, by_type)
         self.admitted += 1
-        res.admissions.append(Admission(job_id=job.id, placements=tuple(placed.placements)))
+        res.admissions.append(adm)
 
     def try_preempt(self, job: JobRequest) -> bool:
-        """Make room by preempting lower-priority work. A later step (pools/leases work)."""
-        return False
+        """4c: stop the cheapest minimal set of victims and admit ``job`` instead."""
+        if not may_preempt_anyone(job, self.snap, self.lowest_victim, self.any_lease):
+            return False
+        key = (shape_key(job), job.priority_value)
+        if self.preempt_memo.get(key) == self.state.release_epoch:
+            return False
+        ctx = self.ctx
+        needs_gpu = job.mode != "gpus" or (job.gpus or 0) > 0
+        names = (
+            {t.name for t in allowed_types(job, ctx.gpu_types, ctx.pools)} if needs_gpu else None
+        )
+
+        def place(j: JobRequest, st: ClusterState):
+            return place_job(j, st, ctx)
+
+        def team_ok(placements) -> bool:
+            return self.ledger.check(job, units_by_type(placements)) is None
+
+        done = preempt_for(
+            job, self.snap, self.state, self.pools, place, self.gone, names,
+            self._stop, self._unstop, team_ok,
+        )
+        if done is None:
+            self.preempt_memo[key] = self.state.release_epoch
+            return False
+        preemptions, adm = done
+        self.ledger.commit(job, units_by_type(adm.placements))
+        self.admitted += 1
+        self.result.preemptions.extend(preemptions)
+        self.result.admissions.append(adm)
+        return True
 
     def _quota_precheck(self, job: JobRequest, key: tuple) -> str | None:
         """Reject without placing when even the cheapest option breaks the team's total quota."""
@@ -136,6 +211,11 @@ class Cycle:
         if least > room + EPS:
             info = self.ledger.teams[job.team]
             used = self.ledger.team_total[job.team]
+            if info.quota_units is not None and least > info.quota_units + EPS:
+                return (
+                    f"job needs at least {least:g} CU but team {job.team}'s quota is "
+                    f"{info.quota_units:g} CU: it runs only if the quota is raised"
+                )
             return (
                 f"team {job.team} at quota {used:g}/{info.quota_units:g} CU "
                 f"(job needs at least {least:g} CU)"
@@ -150,10 +230,9 @@ class Cycle:
         return sum(1 for h in self.ctx.holds.values() if end <= h.start + EPS)
 
     def _maybe_reserve(self, job: JobRequest) -> None:
-        cfg = self.snap.config
-        if self.reservations >= cfg.max_reservations:
+        if job.submitted_at > self.reserve_before:
             return
-        if self.snap.now - job.submitted_at < cfg.reservation_after_s:
+        if self.reservations >= self.snap.config.max_reservations:
             return
         r = reserve_for(job, self.state, self.ctx, self.snap.running)
         if r is None:
@@ -189,5 +268,18 @@ def min_units(job: JobRequest, ctx: PlacementContext) -> float:
 
 
 def schedule(snap: Snapshot) -> CycleResult:
-    """Run one cycle on the snapshot and return the decisions."""
-    return Cycle(snap).run()
+    """Run one cycle on the snapshot and return the decisions.
+
+    The cyclic garbage collector is paused for the cycle: a cycle
+    allocates many small objects while 100,000 pending requests are alive,
+    and generation-2 collections then cost more than the cycle itself
+    (measured: 0.49 s -> 0.04 s to build the state at 10,000 nodes). No
+    reference cycles are created here, so nothing leaks.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return Cycle(snap).run()
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -243,14 +243,28 @@ def _candidates(
     job: JobRequest, d: Demand, state: ClusterState, index: CapacityIndex, ctx: PlacementContext,
     gang_nodes: dict[str, int], gang_racks: set[str], restrict: Restrict,
 ) -> list[tuple[float, ReplicaPlacement]]:
-    """Up to ``candidates_per_replica`` feasible placements of one replica, scored."""
+    """Up to ``candidates_per_replica`` feasible placements of one replica, scored.
+
+    Nodes that look alike to every score (same free cards, free CPU and
+    memory, same standing towards the gang) are scored once: in a large
+    cluster most nodes are identical, and scoring a thousand empty nodes
+    tells nothing the first did not. After the first feasible node, the
+    walk looks at no more than ``3 x candidates_per_replica`` nodes.
+    """
     limit = ctx.config.candidates_per_replica
+    budget = 3 * limit
     spread = job.placement == "spread"
     out: list[tuple[float, ReplicaPlacement]] = []
     seen: set[str] = set()
+    sigs: set[tuple] = set()
     gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
     nodes = state.nodes
+    caps = index.caps
     for name in _node_names(job, d, state, index, gang_nodes):
+        if out:
+            budget -= 1
+            if budget <= 0:
+                break
         if name in seen:
             continue
         seen.add(name)
@@ -259,10 +273,18 @@ def _candidates(
         node = nodes[name]
         if restrict is not None and not restrict(node):
             continue
+        cap = caps[name]
+        sig = (
+            cap.free_whole, cap.used_frac, cap.share_free, node.cpu_used, node.memory_used_gb,
+            node.cpu, node.memory_gb, len(node.devices), name in gang_nodes,
+            node.rack in gang_racks, node.network, bool(node.taints),
+        )
+        if sig in sigs and not cap.mig_free:
+            continue
         p = fit_on_node(job, d, node, gt, ctx)
         if p is None:
             continue
-        cap = index.caps[name]
+        sigs.add(sig)
         out.append((score(job, d, node, cap, p, ctx, gang_nodes, gang_racks), p))
         if len(out) >= limit:
             break

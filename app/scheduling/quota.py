@@ -33,6 +33,7 @@ class QuotaLedger:
         self.team_total: dict[str, float] = defaultdict(float)
         self.team_by_type: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.pool_by_type: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.version = 0  # bumped on every change, so callers may cache derived keys
 
     @classmethod
     def from_snapshot(cls, snap: Snapshot) -> QuotaLedger:
@@ -95,6 +96,7 @@ class QuotaLedger:
         self._add(job, by_type, -1.0)
 
     def _add(self, job: JobRequest, by_type: Mapping[str, float], sign: float) -> None:
+        self.version += 1
         for t, u in by_type.items():
             self.team_total[job.team] += sign * u
             self.team_by_type[job.team][t] += sign * u

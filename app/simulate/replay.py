@@ -22,7 +22,7 @@ import heapq
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.domain.config import GpuqConfig
@@ -197,6 +197,7 @@ class Simulator:
         self.cycles = 0
         self.lease_seq = 0
         self._dirty = False  # something arrived or ended since the last cycle
+        self._lease_due = False  # a lease expired: cycle even with nothing pending
 
     # -- setup ------------------------------------------------------------------
     def _make_jobs(self, model: ScenarioModel) -> list[SimJob]:
@@ -221,8 +222,14 @@ class Simulator:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, job, token))
 
-    def event(self, kind: str, job: SimJob) -> None:
-        self.events.append({"t": round(self.now, 6), "type": kind, "job": job.spec.name})
+    def event(self, kind: str, job: SimJob, **detail: Any) -> None:
+        self.events.append(
+            {"t": round(self.now, 6), "type": kind, "job": job.spec.name, **detail}
+        )
+
+    def _lease_detail(self, x: LeaseInfo) -> dict[str, Any]:
+        return {"lease": x.id, "borrower": x.borrower, "lender": x.lender,
+                "gpu_type": x.gpu_type, "units": x.units, "expires_at": round(x.expires_at, 6)}
 
     # -- hooks ------------------------------------------------------------------
     def run_time(self, job: SimJob, placements: Sequence[ReplicaPlacement]) -> tuple[float, str]:
@@ -268,7 +275,10 @@ class Simulator:
                         self._end_run(j, "fail")
                 elif kind == "wake":
                     woke = True
-            if self.pending and (woke or self._dirty):
+                elif kind == "lease":  # a lease expires: a cycle decides on reclaim
+                    woke = self._lease_due = True
+            if (self.pending or self._lease_due) and (woke or self._dirty):
+                self._lease_due = False
                 self._dirty = False
                 self.cycle()
                 # time alone changes decisions (reservations, aging) only while work runs
@@ -316,8 +326,15 @@ class Simulator:
                 continue
             self._stop_run(j)
             j.preemptions += 1
-            self.event("reclaim" if pre.kind == "reclaim" else "preempt", j)
+            by = by_id.get(pre.by_job or "")
+            self.event("reclaim" if pre.kind == "reclaim" else "preempt", j,
+                       by=by.spec.name if by else None, reason=pre.reason)
             self._requeue(j)
+            j.request = replace(
+                j.request, last_preempted_at=self.now, last_preempted_by=pre.by_job,
+                last_reclaimed_at=self.now if pre.kind == "reclaim" else
+                j.request.last_reclaimed_at,
+            )
             changed = True
         for adm in res.admissions:
             j = by_id.get(adm.job_id)
@@ -356,8 +373,9 @@ class Simulator:
                                    g.units, j.request.id, self.now, g.expires_at))
         j.leases = tuple(infos)
         self.event("admit", j)
-        for _ in infos:
-            self.event("lease_start", j)
+        for x in infos:
+            self.event("lease_start", j, **self._lease_detail(x))
+            self.push(x.expires_at, "lease")
         duration, outcome = self.run_time(j, j.placements)
         self.push(self.now + duration, "end" if outcome == "finish" else "fail", j.index,
                   j.run_token)
@@ -369,8 +387,8 @@ class Simulator:
         for p in j.placements:
             if p.gpu_type:
                 self.busy[p.gpu_type] += p.units * elapsed
-        for _ in j.leases:
-            self.event("lease_end", j)
+        for x in j.leases:
+            self.event("lease_end", j, **self._lease_detail(x))
         j.leases = ()
         j.run_token += 1
 
@@ -394,8 +412,6 @@ class Simulator:
 
 
 def _with_preemptions(r: JobRequest, n: int) -> JobRequest:
-    from dataclasses import replace
-
     return replace(r, preemption_count=n)
 
 
