@@ -348,3 +348,4 @@ def fragmentation_delta(
         w_balance=mix.w_balance, w_type=mix.w_type, pressure=pressure,
     )
     return cost / MILLI
+
