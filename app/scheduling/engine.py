@@ -251,8 +251,27 @@ class Cycle:
         self.build()  # 1
         self.result.preemptions.extend(self.reclaim_leases())  # 2
         order = self.result.order
+        reasons = self.result.reasons
+        never_memo, fail_memo, state = self.never_memo, self.fail_memo, self.state
+        capped, ctx = self.capped_teams, self.ctx
+        young, max_res = self.reserve_before, self.snap.config.max_reservations
         for job in self.order():  # 3
             order.append(job.id)
+            # fast path (same outcome as admit's memo hit): a shape that already failed
+            # for capacity this cycle, for a job that cannot take a reservation now
+            if (
+                not ctx.holds
+                and job.team not in capped
+                and (job.submitted_at > young or self.reservations >= max_res)
+            ):
+                key = shape_key(job)
+                if never_memo.get(key, False) is None:
+                    failed = fail_memo.get((key, job.priority_value, job.team, 0))
+                    if failed is not None and failed[0] == state.release_epoch and (
+                        self.admitted < self.max_admissions
+                    ):
+                        reasons[job.id] = failed[1]
+                        continue
             self.admit(job)  # 4 (5: reasons are written as jobs are passed over)
         return self.result
 
