@@ -145,7 +145,7 @@ class Cycle:
             preempted = self.try_preempt(job)
             if preempted:
                 return
-            reason = capacity_reason(job, self.state.index, self.ctx)
+            reason = self._held_reason(job) or capacity_reason(job, self.state.index, self.ctx)
             self.fail_memo[fkey] = (self.state.release_epoch, reason)
             res.reasons[job.id] = reason
             self._maybe_reserve(job)
@@ -221,6 +221,27 @@ class Cycle:
                 f"(job needs at least {least:g} CU)"
             )
         return None
+
+    def _held_reason(self, job: JobRequest) -> str | None:
+        """If only reservations stand in the way, say whose and how to backfill."""
+        holds = self.ctx.holds
+        if not holds:
+            return None
+        self.ctx.holds = {}
+        try:
+            fits = try_place(job, self.state, self.ctx) is not None
+        finally:
+            self.ctx.holds = holds
+        if not fits:
+            return None
+        first = min(holds.values(), key=lambda h: h.start)
+        wait = max(0.0, first.start - self.snap.now)
+        owners = sorted({h.job_id for h in holds.values()})
+        return (
+            f"free capacity is held for job(s) {', '.join(owners[:3])} (reservation, expected "
+            f"start in {wait:.0f}s); a job whose duration_estimate_s ends before then may "
+            "use it"
+        )
 
     def _hold_class(self, job: JobRequest) -> int:
         d = job.duration_estimate_s
