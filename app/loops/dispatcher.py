@@ -26,15 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, bindparam, func, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from app.clock import from_epoch, utcnow
 from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
 from app.domain.states import ACTIVE, change_state
 from app.loops.base import LoopService
-from app.loops.snapshot import build_snapshot
-from app.scheduling.model import Admission, CycleResult, Preemption
+from app.loops.snapshot import SnapshotContext, build_snapshot
+from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement
 from app.scheduling.policies import get_policy
 from app.store.orm import AllocationRow, JobRow, LeaseRow
 
@@ -50,9 +50,13 @@ class Plan:
     result: CycleResult | None = None
 
 
-def bind_request(job: JobRow) -> BindRequest:
+def bind_request(job: JobRow, placements: list[ReplicaPlacement] | None = None) -> BindRequest:
+    """What the cluster needs to start ``job``: its stored allocations, or the
+    placements just written for it (saves reloading them)."""
     from app.loops.snapshot import placement_of
 
+    if placements is None:
+        placements = [placement_of(a) for a in job.allocations]
     spec = job.spec or {}
     return BindRequest(
         job_id=str(job.id),
@@ -60,10 +64,10 @@ def bind_request(job: JobRow) -> BindRequest:
         team=job.team,
         pool=job.pool,
         priority=job.priority,
-        placements=[placement_of(a) for a in job.allocations],
+        placements=placements,
         duration_s=spec.get("duration_estimate_s"),
         pod_template=dict(spec.get("pod_template") or {}),
-        world_size=len(job.allocations),
+        world_size=len(placements),
     )
 
 
@@ -121,12 +125,13 @@ class Dispatcher(LoopService):
         if not events:
             return
         with self.session_factory() as session:
+            # one query locks every job the events name (no per-event round trips)
+            jobs = _lock_jobs(session, {ev.job_id for ev in events}, with_allocations=False)
             for ev in events:
-                self._apply_event(session, ev)
+                self._apply_event(session, jobs.get(ev.job_id), ev)
             session.commit()
 
-    def _apply_event(self, session: Session, ev: JobStatusEvent) -> None:
-        job = _locked_job(session, ev.job_id)
+    def _apply_event(self, session: Session, job: JobRow | None, ev: JobStatusEvent) -> None:
         if job is None or job.status not in ACTIVE:
             return  # cancelled or requeued meanwhile: nothing to do
         now = self.clock()
@@ -199,14 +204,12 @@ class Dispatcher(LoopService):
             result = get_policy(self.policy_name)(ctx.snapshot)
             plan.result = result
             self.last_result = result
-            touched = (
+            decided = (
                 {a.job_id for a in result.admissions}
                 | {p.job_id for p in result.preemptions}
                 | set(result.unschedulable)
-                | set(result.reasons)
-                | set(result.order)
             )
-            jobs = _lock_jobs(session, touched)
+            jobs = _lock_jobs(session, decided)
 
             def fresh(job_id: str) -> JobRow | None:
                 job = jobs.get(job_id)
@@ -223,24 +226,53 @@ class Dispatcher(LoopService):
                 job = fresh(a.job_id)
                 if job is not None and job.status == "pending":
                     self._admit(session, job, a, now)
-                    plan.binds.append(bind_request(job))
+                    plan.binds.append(bind_request(job, list(a.placements)))
             for job_id, why in result.unschedulable.items():
                 job = fresh(job_id)
                 if job is not None and job.status == "pending":
                     change_state(session, job, "unschedulable", now=now, reason=why)
-            leaving = {a.job_id for a in result.admissions} | set(result.unschedulable)
-            still_pending = [j for j in result.order if j not in leaving]
-            position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
-            for job_id, job in jobs.items():
-                if job.status != "pending" or job.revision != ctx.revisions.get(job_id):
-                    continue
-                why = result.reasons.get(job_id)
-                if why is not None and job.reason != why:
-                    job.reason = why
-                if job.queue_position != position.get(job_id):
-                    job.queue_position = position.get(job_id)
+            self._write_queue(session, ctx, result, decided)
             session.commit()
         return plan
+
+    def _write_queue(
+        self, session: Session, ctx: SnapshotContext, result: CycleResult, decided: set[str]
+    ) -> None:
+        """Reasons and dispatch order of jobs left pending, in one batched UPDATE.
+
+        Only rows whose reason or position changed are written, and only if
+        the job is still pending at the revision the snapshot saw.
+        """
+        still_pending = [j for j in result.order if j not in decided]
+        position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
+        rows = []
+        for job_id, (reason, old_pos) in ctx.pending_meta.items():
+            if job_id in decided:
+                continue
+            new_reason = result.reasons.get(job_id, reason)
+            new_pos = position.get(job_id)
+            if new_reason != reason or new_pos != old_pos:
+                rows.append(
+                    {
+                        "b_id": int(job_id),
+                        "b_rev": ctx.revisions[job_id],
+                        "b_reason": new_reason,
+                        "b_pos": new_pos,
+                    }
+                )
+        if not rows:
+            return
+        jobs = JobRow.__table__
+        stmt = (
+            update(jobs)
+            .where(
+                jobs.c.id == bindparam("b_id"),
+                jobs.c.revision == bindparam("b_rev"),
+                jobs.c.status == "pending",
+            )
+            .values(reason=bindparam("b_reason"), queue_position=bindparam("b_pos"))
+        )
+        session.connection().execute(stmt, rows)
 
     def _admit(self, session: Session, job: JobRow, a: Admission, now: datetime) -> None:
         for p in a.placements:
@@ -292,13 +324,13 @@ class Dispatcher(LoopService):
                         "gpus": list(p.devices) if not p.mig else [],
                         "mig": [list(m) for m in p.mig],
                         "units": p.units,
+                        "cpu": p.cpu,
+                        "memory_gb": p.memory_gb,
                     }
                     for p in a.placements
                 ],
             },
         )
-        session.flush()
-        session.refresh(job, ["allocations"])
 
     def _preempt(self, session: Session, job: JobRow, p: Preemption, now: datetime) -> None:
         by = f" by job {p.by_job}" if p.by_job else ""
@@ -355,15 +387,14 @@ def _locked_job(session: Session, job_id: str) -> JobRow | None:
     )
 
 
-def _lock_jobs(session: Session, job_ids: set[str]) -> dict[str, JobRow]:
+def _lock_jobs(
+    session: Session, job_ids: set[str], *, with_allocations: bool = True
+) -> dict[str, JobRow]:
     ids = [int(j) for j in job_ids if j.isdigit()]
     if not ids:
         return {}
-    rows = session.scalars(
-        select(JobRow)
-        .where(JobRow.id.in_(ids))
-        .options(selectinload(JobRow.allocations))
-        .order_by(JobRow.id)
-        .with_for_update()
-    )
+    q = select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id).with_for_update()
+    if with_allocations:
+        q = q.options(selectinload(JobRow.allocations))
+    rows = session.scalars(q)
     return {str(r.id): r for r in rows}
