@@ -31,14 +31,16 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from app.clock import from_epoch, utcnow
 from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
-from app.domain.states import ACTIVE, change_state
+from app.domain.states import ACTIVE, change_state, record_event
 from app.loops.base import LoopService
 from app.loops.snapshot import build_snapshot
-from app.scheduling.model import Admission, CycleResult, Preemption
+from app.scheduling.model import Admission, CycleResult, Preemption, Snapshot
 from app.scheduling.policies import get_policy
 from app.store.orm import AllocationRow, JobRow, LeaseRow
 
 ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
+
+Decide = Callable[[Snapshot], CycleResult]
 
 
 @dataclass
@@ -95,21 +97,28 @@ class Dispatcher(LoopService):
         return self.session_factory.kw["bind"]
 
     def run_once(self) -> None:
+        self.run_with(None)
+
+    def run_with(self, decide: Decide | None) -> CycleResult | None:
+        """One leader-only pass that persists ``decide(snapshot)`` (default: the
+        policy) -- the descheduler and the lease reaper write through here, so
+        every decision takes the same path. None when another process leads."""
         with self.engine.connect() as conn:
             leader = conn.scalar(select(func.pg_try_advisory_lock(ADVISORY_LOCK_KEY)))
             conn.commit()
             if not leader:
                 self.log.debug("another dispatcher holds the lock; skipping this pass")
-                return
+                return None
             try:
                 self.ingest_events()
                 plan = self.reconcile()
-                cycle = self.plan_and_commit()
+                cycle = self.plan_and_commit(decide)
                 plan.stops += cycle.stops
                 plan.binds += cycle.binds
                 plan.result = cycle.result
                 self.perform(plan)
                 self.ingest_events()  # pods that started during perform show as running now
+                return cycle.result
             finally:
                 conn.execute(select(func.pg_advisory_unlock(ADVISORY_LOCK_KEY)))
                 conn.commit()
@@ -191,12 +200,12 @@ class Dispatcher(LoopService):
 
     # 4 + 5. plan and write ------------------------------------------------
 
-    def plan_and_commit(self) -> Plan:
+    def plan_and_commit(self, decide: Decide | None = None) -> Plan:
         plan = Plan()
         with self.session_factory() as session:
             now = self.clock()
             ctx = build_snapshot(session, now)
-            result = get_policy(self.policy_name)(ctx.snapshot)
+            result = (decide or get_policy(self.policy_name))(ctx.snapshot)
             plan.result = result
             self.last_result = result
             touched = (
@@ -214,13 +223,15 @@ class Dispatcher(LoopService):
                     return None  # changed since the snapshot: leave it to the next cycle
                 return job
 
+            requeued: set[str] = set()  # a moved job is preempted, then admitted anew
             for p in result.preemptions:
                 job = fresh(p.job_id)
                 if job is not None and job.status in ACTIVE:
                     self._preempt(session, job, p, now)
                     plan.stops.append((p.job_id, p.reason))
+                    requeued.add(p.job_id)
             for a in result.admissions:
-                job = fresh(a.job_id)
+                job = jobs.get(a.job_id) if a.job_id in requeued else fresh(a.job_id)
                 if job is not None and job.status == "pending":
                     self._admit(session, job, a, now)
                     plan.binds.append(bind_request(job))
@@ -274,6 +285,8 @@ class Dispatcher(LoopService):
                 )
             )
         job.units = a.units
+        for note in a.notes:  # e.g. "duration_estimate_s outlasts its lease"
+            record_event(session, job, "lease_warning", now=now, reason=note)
         change_state(
             session,
             job,
