@@ -50,6 +50,7 @@ class Plan:
     stops: list[tuple[str, str]] = field(default_factory=list)  # (job id, reason)
     binds: list[BindRequest] = field(default_factory=list)
     result: CycleResult | None = None
+    grace_seconds: float | None = None  # scheduler.preemption_grace_s, when set
 
 
 def bind_request(job: JobRow) -> BindRequest:
@@ -116,6 +117,7 @@ class Dispatcher(LoopService):
                 plan.stops += cycle.stops
                 plan.binds += cycle.binds
                 plan.result = cycle.result
+                plan.grace_seconds = cycle.grace_seconds
                 self.perform(plan)
                 self.ingest_events()  # pods that started during perform show as running now
                 return cycle.result
@@ -206,6 +208,7 @@ class Dispatcher(LoopService):
             now = self.clock()
             ctx = build_snapshot(session, now)
             result = (decide or get_policy(self.policy_name))(ctx.snapshot)
+            plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
             plan.result = result
             self.last_result = result
             touched = (
@@ -329,9 +332,10 @@ class Dispatcher(LoopService):
     # 6. perform -----------------------------------------------------------
 
     def perform(self, plan: Plan) -> None:
+        grace = self.grace_seconds if plan.grace_seconds is None else plan.grace_seconds
         for job_id, reason in plan.stops:
             try:
-                self.cluster.stop(job_id, reason, grace_seconds=self.grace_seconds)
+                self.cluster.stop(job_id, reason, grace_seconds=grace)
             except Exception:
                 self.log.exception("stopping job %s failed; will retry at reconcile", job_id)
         for req in plan.binds:
