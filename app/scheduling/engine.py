@@ -131,9 +131,10 @@ class Cycle:
             if quota_pre:
                 res.reasons[job.id] = quota_pre
                 return
-        # failures are remembered per shape and priority (a later preemption step may
-        # succeed for a higher priority), and per reservation class when capacity is held
-        fkey = (key, job.priority_value, self._hold_class(job) if self.ctx.holds else 0)
+        # failures are remembered per shape, priority and team (preemption depends on
+        # both), and per reservation class when capacity is held
+        fkey = (key, job.priority_value, job.team,
+                self._hold_class(job) if self.ctx.holds else 0)
         failed = self.fail_memo.get(fkey)
         if failed is not None and failed[0] == self.state.release_epoch:
             res.reasons[job.id] = failed[1]
