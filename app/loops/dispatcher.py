@@ -26,14 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, bindparam, func, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from app.clock import from_epoch, utcnow
 from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
 from app.domain.states import ACTIVE, change_state, record_event
 from app.loops.base import LoopService
-from app.loops.snapshot import build_snapshot
+from app.loops.snapshot import SnapshotContext, build_snapshot
 from app.scheduling.model import Admission, CycleResult, Preemption, Snapshot
 from app.scheduling.policies import get_policy
 from app.store.orm import AllocationRow, JobRow, LeaseRow
@@ -211,14 +211,12 @@ class Dispatcher(LoopService):
             plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
             plan.result = result
             self.last_result = result
-            touched = (
+            decided = (
                 {a.job_id for a in result.admissions}
                 | {p.job_id for p in result.preemptions}
                 | set(result.unschedulable)
-                | set(result.reasons)
-                | set(result.order)
             )
-            jobs = _lock_jobs(session, touched)
+            jobs = _lock_jobs(session, decided)
 
             def fresh(job_id: str) -> JobRow | None:
                 job = jobs.get(job_id)
@@ -242,19 +240,49 @@ class Dispatcher(LoopService):
                 job = fresh(job_id)
                 if job is not None and job.status == "pending":
                     change_state(session, job, "unschedulable", now=now, reason=why)
-            leaving = {a.job_id for a in result.admissions} | set(result.unschedulable)
-            still_pending = [j for j in result.order if j not in leaving]
-            position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
-            for job_id, job in jobs.items():
-                if job.status != "pending" or job.revision != ctx.revisions.get(job_id):
-                    continue
-                why = result.reasons.get(job_id)
-                if why is not None and job.reason != why:
-                    job.reason = why
-                if job.queue_position != position.get(job_id):
-                    job.queue_position = position.get(job_id)
+            if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
+                self._write_queue(session, ctx, result, decided)
             session.commit()
         return plan
+
+    def _write_queue(
+        self, session: Session, ctx: SnapshotContext, result: CycleResult, decided: set[str]
+    ) -> None:
+        """Reasons and dispatch order of jobs left pending, in one batched UPDATE.
+
+        Only rows whose reason or position changed are written, and only if
+        the job is still pending at the revision the snapshot saw.
+        """
+        still_pending = [j for j in result.order if j not in decided]
+        position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
+        rows = []
+        for job_id, (reason, old_pos) in ctx.pending_meta.items():
+            if job_id in decided:
+                continue
+            new_reason = result.reasons.get(job_id, reason)
+            new_pos = position.get(job_id)
+            if new_reason != reason or new_pos != old_pos:
+                rows.append(
+                    {
+                        "b_id": int(job_id),
+                        "b_rev": ctx.revisions[job_id],
+                        "b_reason": new_reason,
+                        "b_pos": new_pos,
+                    }
+                )
+        if not rows:
+            return
+        jobs = JobRow.__table__
+        stmt = (
+            update(jobs)
+            .where(
+                jobs.c.id == bindparam("b_id"),
+                jobs.c.revision == bindparam("b_rev"),
+                jobs.c.status == "pending",
+            )
+            .values(reason=bindparam("b_reason"), queue_position=bindparam("b_pos"))
+        )
+        session.connection().execute(stmt, rows)
 
     def _admit(self, session: Session, job: JobRow, a: Admission, now: datetime) -> None:
         for p in a.placements:
@@ -308,6 +336,8 @@ class Dispatcher(LoopService):
                         "gpus": list(p.devices) if not p.mig else [],
                         "mig": [list(m) for m in p.mig],
                         "units": p.units,
+                        "cpu": p.cpu,
+                        "memory_gb": p.memory_gb,
                     }
                     for p in a.placements
                 ],

@@ -53,6 +53,8 @@ class SnapshotContext:
 
     snapshot: Snapshot
     revisions: dict[str, int] = field(default_factory=dict)  # job id -> revision seen
+    # pending job id -> (reason, queue_position) as stored, so unchanged rows are not rewritten
+    pending_meta: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
 
 
 def gpu_type_info(r: GpuTypeRow) -> GpuType:
@@ -202,6 +204,7 @@ def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
         leases[lr.job_id].append(lease_info(lr))
 
     ctx_revisions: dict[str, int] = {}
+    pending_meta: dict[str, tuple[str | None, int | None]] = {}
     running: list[RunningJob] = []
     pending: list[JobRequest] = []
     rows = session.scalars(
@@ -216,6 +219,7 @@ def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
         req = job_request(job, priorities, pools)
         if job.status == "pending":
             pending.append(req)
+            pending_meta[str(job.id)] = (job.reason, job.queue_position)
             if job.preemption_count:
                 preempted.append(job.id)
         else:
@@ -241,4 +245,4 @@ def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
         pending=pending,
         config=SchedulerConfig.from_mapping(scheduler_knobs(session)),
     )
-    return SnapshotContext(snapshot=snap, revisions=ctx_revisions)
+    return SnapshotContext(snapshot=snap, revisions=ctx_revisions, pending_meta=pending_meta)
