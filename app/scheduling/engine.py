@@ -37,6 +37,7 @@ from app.scheduling.ordering import FairOrder
 from app.scheduling.placement import place_job, try_place
 from app.scheduling.pool_steps import charge, may_preempt_anyone, preempt_for, reclaim_expired
 from app.scheduling.pools import PoolLedger
+from app.scheduling.preemption import VictimPool
 from app.scheduling.quota import QuotaLedger, units_by_type
 from app.scheduling.reasons import StaticCapacity, capacity_reason, never_fits
 from app.scheduling.reservations import add_holds, reserve_for
@@ -84,6 +85,7 @@ class Cycle:
         self.lowest_victim = min(preemptible, default=10**9)
         self.any_lease = any(r.leases for r in snap.running if r.request.preemptible)
         self.preempt_memo: dict[tuple, int] = {}  # failed searches, by release epoch
+        self.victim_pool: VictimPool | None = None  # built at the first preemption
 
     def _stop(self, r: RunningJob) -> None:
         """Take a running job out of the state and both ledgers."""
@@ -185,9 +187,11 @@ class Cycle:
         def team_ok(placements) -> bool:
             return self.ledger.check(job, units_by_type(placements)) is None
 
+        if self.victim_pool is None:
+            self.victim_pool = VictimPool(self.snap.running, self.snap.now)
         done = preempt_for(
             job, self.snap, self.state, self.pools, place, self.gone, names,
-            self._stop, self._unstop, team_ok,
+            self._stop, self._unstop, team_ok, self.victim_pool,
         )
         if done is None:
             self.preempt_memo[key] = self.state.release_epoch
