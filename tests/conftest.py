@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,12 +47,15 @@ def database_url() -> Iterator[str]:
     else:
         from app.store.embedded import start_embedded
 
+        # not pytest's tmp_path: PostgreSQL runs as another user when tests run as root,
+        # and pytest keeps its base folder at mode 0700
         tmp = Path(tempfile.mkdtemp(prefix="gpuq-test-"))
         emb = start_embedded(tmp, database=name, delete_on_stop=True)
         try:
             yield emb.url
         finally:
             emb.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

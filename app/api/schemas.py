@@ -25,6 +25,8 @@ class AllocationOut(BaseModel):
     share: float = 0.0
     cpu: float = 0.0
     memory_gb: float = 0.0
+    # true for a finished job: what it held, already given back
+    released: bool = False
 
 
 class LeaseOut(BaseModel):
@@ -125,7 +127,28 @@ def lease_out(lease: LeaseRow) -> LeaseOut:
     )
 
 
-def job_out(job: JobRow, now: datetime, lease: LeaseRow | None = None) -> JobOut:
+def job_out(
+    job: JobRow,
+    now: datetime,
+    lease: LeaseRow | None = None,
+    released: list[dict[str, Any]] | None = None,
+) -> JobOut:
+    allocations = [allocation_out(a) for a in job.allocations]
+    if not allocations and released:
+        allocations = [
+            AllocationOut(
+                replica=p["replica"],
+                node=p["node"],
+                gpu_type=p.get("gpu_type"),
+                gpus=list(p.get("gpus", [])),
+                mig=list(p.get("mig", [])),
+                units=p.get("units", 0.0),
+                cpu=p.get("cpu", 0.0),
+                memory_gb=p.get("memory_gb", 0.0),
+                released=True,
+            )
+            for p in released
+        ]
     return JobOut(
         id=str(job.id),
         name=job.name,
@@ -141,7 +164,7 @@ def job_out(job: JobRow, now: datetime, lease: LeaseRow | None = None) -> JobOut
         wait_seconds=round(wait_seconds(job, now), 3),
         preemption_count=job.preemption_count,
         units=job.units,
-        allocations=[allocation_out(a) for a in job.allocations],
+        allocations=allocations,
         lease=lease_out(lease) if lease is not None else None,
         spec=job.spec,
         queue_position=job.queue_position,

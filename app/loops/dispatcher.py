@@ -26,19 +26,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, bindparam, func, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from app.clock import from_epoch, utcnow
 from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
-from app.domain.states import ACTIVE, change_state
+from app.domain.states import ACTIVE, change_state, record_event
 from app.loops.base import LoopService
-from app.loops.snapshot import build_snapshot
-from app.scheduling.model import Admission, CycleResult, Preemption
+from app.loops.snapshot import SnapshotContext, build_snapshot
+from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement, Snapshot
 from app.scheduling.policies import get_policy
 from app.store.orm import AllocationRow, JobRow, LeaseRow
 
 ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
+
+Decide = Callable[[Snapshot], CycleResult]
 
 
 @dataclass
@@ -48,11 +50,16 @@ class Plan:
     stops: list[tuple[str, str]] = field(default_factory=list)  # (job id, reason)
     binds: list[BindRequest] = field(default_factory=list)
     result: CycleResult | None = None
+    grace_seconds: float | None = None  # scheduler.preemption_grace_s, when set
 
 
-def bind_request(job: JobRow) -> BindRequest:
+def bind_request(job: JobRow, placements: list[ReplicaPlacement] | None = None) -> BindRequest:
+    """What the cluster needs to start ``job``: its stored allocations, or the
+    placements just written for it (saves reloading them)."""
     from app.loops.snapshot import placement_of
 
+    if placements is None:
+        placements = [placement_of(a) for a in job.allocations]
     spec = job.spec or {}
     return BindRequest(
         job_id=str(job.id),
@@ -60,10 +67,10 @@ def bind_request(job: JobRow) -> BindRequest:
         team=job.team,
         pool=job.pool,
         priority=job.priority,
-        placements=[placement_of(a) for a in job.allocations],
+        placements=placements,
         duration_s=spec.get("duration_estimate_s"),
         pod_template=dict(spec.get("pod_template") or {}),
-        world_size=len(job.allocations),
+        world_size=len(placements),
     )
 
 
@@ -95,21 +102,29 @@ class Dispatcher(LoopService):
         return self.session_factory.kw["bind"]
 
     def run_once(self) -> None:
+        self.run_with(None)
+
+    def run_with(self, decide: Decide | None) -> CycleResult | None:
+        """One leader-only pass that persists ``decide(snapshot)`` (default: the
+        policy) -- the descheduler and the lease reaper write through here, so
+        every decision takes the same path. None when another process leads."""
         with self.engine.connect() as conn:
             leader = conn.scalar(select(func.pg_try_advisory_lock(ADVISORY_LOCK_KEY)))
             conn.commit()
             if not leader:
                 self.log.debug("another dispatcher holds the lock; skipping this pass")
-                return
+                return None
             try:
                 self.ingest_events()
                 plan = self.reconcile()
-                cycle = self.plan_and_commit()
+                cycle = self.plan_and_commit(decide)
                 plan.stops += cycle.stops
                 plan.binds += cycle.binds
                 plan.result = cycle.result
+                plan.grace_seconds = cycle.grace_seconds
                 self.perform(plan)
                 self.ingest_events()  # pods that started during perform show as running now
+                return cycle.result
             finally:
                 conn.execute(select(func.pg_advisory_unlock(ADVISORY_LOCK_KEY)))
                 conn.commit()
@@ -121,12 +136,13 @@ class Dispatcher(LoopService):
         if not events:
             return
         with self.session_factory() as session:
+            # one query locks every job the events name (no per-event round trips)
+            jobs = _lock_jobs(session, {ev.job_id for ev in events}, with_allocations=False)
             for ev in events:
-                self._apply_event(session, ev)
+                self._apply_event(session, jobs.get(ev.job_id), ev)
             session.commit()
 
-    def _apply_event(self, session: Session, ev: JobStatusEvent) -> None:
-        job = _locked_job(session, ev.job_id)
+    def _apply_event(self, session: Session, job: JobRow | None, ev: JobStatusEvent) -> None:
         if job is None or job.status not in ACTIVE:
             return  # cancelled or requeued meanwhile: nothing to do
         now = self.clock()
@@ -191,22 +207,21 @@ class Dispatcher(LoopService):
 
     # 4 + 5. plan and write ------------------------------------------------
 
-    def plan_and_commit(self) -> Plan:
+    def plan_and_commit(self, decide: Decide | None = None) -> Plan:
         plan = Plan()
         with self.session_factory() as session:
             now = self.clock()
             ctx = build_snapshot(session, now)
-            result = get_policy(self.policy_name)(ctx.snapshot)
+            result = (decide or get_policy(self.policy_name))(ctx.snapshot)
+            plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
             plan.result = result
             self.last_result = result
-            touched = (
+            decided = (
                 {a.job_id for a in result.admissions}
                 | {p.job_id for p in result.preemptions}
                 | set(result.unschedulable)
-                | set(result.reasons)
-                | set(result.order)
             )
-            jobs = _lock_jobs(session, touched)
+            jobs = _lock_jobs(session, decided)
 
             def fresh(job_id: str) -> JobRow | None:
                 job = jobs.get(job_id)
@@ -214,33 +229,65 @@ class Dispatcher(LoopService):
                     return None  # changed since the snapshot: leave it to the next cycle
                 return job
 
+            requeued: set[str] = set()  # a moved job is preempted, then admitted anew
             for p in result.preemptions:
                 job = fresh(p.job_id)
                 if job is not None and job.status in ACTIVE:
                     self._preempt(session, job, p, now)
                     plan.stops.append((p.job_id, p.reason))
+                    requeued.add(p.job_id)
             for a in result.admissions:
-                job = fresh(a.job_id)
+                job = jobs.get(a.job_id) if a.job_id in requeued else fresh(a.job_id)
                 if job is not None and job.status == "pending":
                     self._admit(session, job, a, now)
-                    plan.binds.append(bind_request(job))
+                    plan.binds.append(bind_request(job, list(a.placements)))
             for job_id, why in result.unschedulable.items():
                 job = fresh(job_id)
                 if job is not None and job.status == "pending":
                     change_state(session, job, "unschedulable", now=now, reason=why)
-            leaving = {a.job_id for a in result.admissions} | set(result.unschedulable)
-            still_pending = [j for j in result.order if j not in leaving]
-            position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
-            for job_id, job in jobs.items():
-                if job.status != "pending" or job.revision != ctx.revisions.get(job_id):
-                    continue
-                why = result.reasons.get(job_id)
-                if why is not None and job.reason != why:
-                    job.reason = why
-                if job.queue_position != position.get(job_id):
-                    job.queue_position = position.get(job_id)
+            if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
+                self._write_queue(session, ctx, result, decided)
             session.commit()
         return plan
+
+    def _write_queue(
+        self, session: Session, ctx: SnapshotContext, result: CycleResult, decided: set[str]
+    ) -> None:
+        """Reasons and dispatch order of jobs left pending, in one batched UPDATE.
+
+        Only rows whose reason or position changed are written, and only if
+        the job is still pending at the revision the snapshot saw.
+        """
+        still_pending = [j for j in result.order if j not in decided]
+        position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
+        rows = []
+        for job_id, (reason, old_pos) in ctx.pending_meta.items():
+            if job_id in decided:
+                continue
+            new_reason = result.reasons.get(job_id, reason)
+            new_pos = position.get(job_id)
+            if new_reason != reason or new_pos != old_pos:
+                rows.append(
+                    {
+                        "b_id": int(job_id),
+                        "b_rev": ctx.revisions[job_id],
+                        "b_reason": new_reason,
+                        "b_pos": new_pos,
+                    }
+                )
+        if not rows:
+            return
+        jobs = JobRow.__table__
+        stmt = (
+            update(jobs)
+            .where(
+                jobs.c.id == bindparam("b_id"),
+                jobs.c.revision == bindparam("b_rev"),
+                jobs.c.status == "pending",
+            )
+            .values(reason=bindparam("b_reason"), queue_position=bindparam("b_pos"))
+        )
+        session.connection().execute(stmt, rows)
 
     def _admit(self, session: Session, job: JobRow, a: Admission, now: datetime) -> None:
         for p in a.placements:
@@ -274,6 +321,8 @@ class Dispatcher(LoopService):
                 )
             )
         job.units = a.units
+        for note in a.notes:  # e.g. "duration_estimate_s outlasts its lease"
+            record_event(session, job, "lease_warning", now=now, reason=note)
         change_state(
             session,
             job,
@@ -292,13 +341,13 @@ class Dispatcher(LoopService):
                         "gpus": list(p.devices) if not p.mig else [],
                         "mig": [list(m) for m in p.mig],
                         "units": p.units,
+                        "cpu": p.cpu,
+                        "memory_gb": p.memory_gb,
                     }
                     for p in a.placements
                 ],
             },
         )
-        session.flush()
-        session.refresh(job, ["allocations"])
 
     def _preempt(self, session: Session, job: JobRow, p: Preemption, now: datetime) -> None:
         by = f" by job {p.by_job}" if p.by_job else ""
@@ -316,9 +365,10 @@ class Dispatcher(LoopService):
     # 6. perform -----------------------------------------------------------
 
     def perform(self, plan: Plan) -> None:
+        grace = self.grace_seconds if plan.grace_seconds is None else plan.grace_seconds
         for job_id, reason in plan.stops:
             try:
-                self.cluster.stop(job_id, reason, grace_seconds=self.grace_seconds)
+                self.cluster.stop(job_id, reason, grace_seconds=grace)
             except Exception:
                 self.log.exception("stopping job %s failed; will retry at reconcile", job_id)
         for req in plan.binds:
@@ -355,15 +405,14 @@ def _locked_job(session: Session, job_id: str) -> JobRow | None:
     )
 
 
-def _lock_jobs(session: Session, job_ids: set[str]) -> dict[str, JobRow]:
+def _lock_jobs(
+    session: Session, job_ids: set[str], *, with_allocations: bool = True
+) -> dict[str, JobRow]:
     ids = [int(j) for j in job_ids if j.isdigit()]
     if not ids:
         return {}
-    rows = session.scalars(
-        select(JobRow)
-        .where(JobRow.id.in_(ids))
-        .options(selectinload(JobRow.allocations))
-        .order_by(JobRow.id)
-        .with_for_update()
-    )
+    q = select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id).with_for_update()
+    if with_allocations:
+        q = q.options(selectinload(JobRow.allocations))
+    rows = session.scalars(q)
     return {str(r.id): r for r in rows}

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from app.domain.errors import Conflict, InputError, NotFound
 from app.domain.spec import JobSpec
-from app.domain.states import CANCELLABLE, STATUSES, change_state, record_event
+from app.domain.states import CANCELLABLE, STATUSES, TERMINAL, change_state, record_event
 from app.store.orm import (
     GpuTypeRow,
     JobEventRow,
@@ -224,6 +224,34 @@ def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
             select(JobEventRow).where(JobEventRow.job_id == job.id).order_by(JobEventRow.id)
         )
     )
+
+
+def released_placements(session: Session, job: JobRow) -> list[dict]:
+    """What a finished job held (its allocation rows are freed when it ends)."""
+    if job.status not in TERMINAL or job.allocations:
+        return []
+    ev = session.scalar(
+        select(JobEventRow)
+        .where(JobEventRow.job_id == job.id, JobEventRow.type == "admitted")
+        .order_by(JobEventRow.id.desc())
+        .limit(1)
+    )
+    return list((ev.data or {}).get("placements", [])) if ev else []
+
+
+def leases_for(session: Session, jobs: list[JobRow]) -> dict[int, LeaseRow]:
+    """The current (or last) lease of each job, in one query (for list pages)."""
+    ids = [j.id for j in jobs]
+    if not ids:
+        return {}
+    out: dict[int, LeaseRow] = {}
+    for lease in session.scalars(
+        select(LeaseRow).where(LeaseRow.job_id.in_(ids)).order_by(LeaseRow.id)
+    ):
+        cur = out.get(lease.job_id)
+        if cur is None or cur.state != "active" or lease.state == "active":
+            out[lease.job_id] = lease
+    return out
 
 
 def active_lease(session: Session, job: JobRow) -> LeaseRow | None:

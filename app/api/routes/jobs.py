@@ -66,13 +66,19 @@ def list_jobs(
         limit=limit,
         cursor=cursor,
     )
-    return JobPage(items=[job_out(r, now) for r in rows], next_cursor=next_cursor)
+    leases = job_store.leases_for(session, rows)
+    return JobPage(items=[job_out(r, now, leases.get(r.id)) for r in rows], next_cursor=next_cursor)
 
 
 @router.get("/{job_id}")
 def get_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowDep) -> JobOut:
     job = job_store.get_job(session, job_id, team=principal.team)
-    return job_out(job, now, job_store.active_lease(session, job))
+    return job_out(
+        job,
+        now,
+        job_store.active_lease(session, job),
+        released=job_store.released_placements(session, job),
+    )
 
 
 @router.post("/{job_id}/cancel")
