@@ -101,7 +101,9 @@ class Services:
             from app.loops.notify import NotifyListener
 
             url = self.engine.url.render_as_string(hide_password=False)
-            self.listener = NotifyListener(psycopg_conninfo(url), self.loops)
+            # only the dispatcher reacts to a new job; the others keep their pace
+            woken = [lp for lp in self.loops if lp.name == "dispatcher"] or self.loops
+            self.listener = NotifyListener(psycopg_conninfo(url), woken)
             self._threads.append(self.listener.start_in_thread())
 
     def close(self) -> None:
@@ -167,17 +169,21 @@ def open_services(
 
                 elector = LeaderElector(url)
                 max_retries = KubeSettings().max_retries
-            loops.append(
-                MeteredDispatcher(
-                    session_factory,
-                    cluster,
-                    clock=clock,
-                    interval=settings.dispatch_interval_s,
-                    elector=elector,
-                    max_retries=max_retries,
-                    metrics=metrics,
-                )
+            dispatcher = MeteredDispatcher(
+                session_factory,
+                cluster,
+                clock=clock,
+                interval=settings.dispatch_interval_s,
+                elector=elector,
+                max_retries=max_retries,
+                metrics=metrics,
             )
+            loops.append(dispatcher)
+            from app.loops.descheduler import Descheduler
+            from app.loops.leases import LeaseReaper
+
+            loops.append(Descheduler(dispatcher, interval=settings.descheduler_interval_s))
+            loops.append(LeaseReaper(dispatcher, interval=settings.lease_reaper_interval_s))
             loops.append(TunerLoop(session_factory, clock=clock))
     except BaseException:
         engine.dispose()
