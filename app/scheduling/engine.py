@@ -66,10 +66,11 @@ class Cycle:
         self.state = ClusterState.from_snapshot(snap)
         self.ledger = QuotaLedger.from_snapshot(snap)
         self.ctx = PlacementContext.from_snapshot(snap)
-        self.static = StaticCapacity.of(snap.nodes)
+        self.static = static_capacity(snap)
         self.never_memo: dict[tuple, str | None] = {}
         self.fail_memo: dict[tuple, tuple[int, str]] = {}
         self.min_units_memo: dict[tuple, float] = {}
+        self.no_reservation: dict[tuple, int] = {}  # shape -> release epoch it failed at
         self.reservations = 0
         self.admitted = 0
         self.max_admissions = snap.config.max_cycle_admissions
@@ -259,8 +260,12 @@ class Cycle:
             return
         if self.reservations >= self.snap.config.max_reservations:
             return
+        key = shape_key(job)
+        if self.no_reservation.get(key) == self.state.release_epoch:
+            return  # this shape could not be given a reservation this cycle
         r = reserve_for(job, self.state, self.ctx, self.snap.running)
         if r is None:
+            self.no_reservation[key] = self.state.release_epoch
             return
         self.reservations += 1
         add_holds(self.ctx, r)
@@ -280,17 +285,18 @@ class Cycle:
         never_memo, fail_memo, state = self.never_memo, self.fail_memo, self.state
         capped, ctx = self.capped_teams, self.ctx
         young, max_res = self.reserve_before, self.snap.config.max_reservations
+        no_res = self.no_reservation
         for job in self.order():  # 3
             order.append(job.id)
             # fast path (same outcome as admit's memo hit): a shape that already failed
             # for capacity this cycle, for a job that cannot take a reservation now
-            if (
-                not ctx.holds
-                and job.team not in capped
-                and (job.submitted_at > young or self.reservations >= max_res)
-            ):
+            if not ctx.holds and job.team not in capped:
                 key = shape_key(job)
-                if never_memo.get(key, False) is None:
+                if never_memo.get(key, False) is None and (
+                    job.submitted_at > young
+                    or self.reservations >= max_res
+                    or no_res.get(key) == state.release_epoch
+                ):
                     failed = fail_memo.get((key, job.priority_value, job.team, 0))
                     if failed is not None and failed[0] == state.release_epoch and (
                         self.admitted < self.max_admissions
@@ -309,6 +315,21 @@ def min_units(job: JobRequest, ctx: PlacementContext) -> float:
     if not opts:
         return 0.0
     return min(d.units for d in opts) * job.min_available
+
+
+def static_capacity(snap: Snapshot) -> StaticCapacity:
+    """The empty cluster's capacity; reused across cycles through ``snap.static_cache``."""
+    cache = snap.static_cache
+    if cache is None:
+        return StaticCapacity.of(snap.nodes)
+    if cache.get("nodes") is not snap.nodes:  # ClusterState.from_snapshot resets it first
+        cache.clear()
+        cache["nodes"] = snap.nodes
+        cache["idle_caps"] = {}
+    got = cache.get("static")
+    if got is None:
+        got = cache["static"] = StaticCapacity.of(snap.nodes)
+    return got
 
 
 def schedule(snap: Snapshot) -> CycleResult:
