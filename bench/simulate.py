@@ -56,11 +56,11 @@ def main() -> int:
     nodes = read_nodes(ali / "openb_node_list_gpu_node.csv")
     pods = read_pods(ali / "openb_pod_list_default.csv")
     print("\nAlibaba openb, fill protocol (1 seed, inflate 1.3; event = one pod offered)")
-    for policy in ("bestfit", "fgd", "gpuq", "gpuq-core"):
+    for policy in ("bestfit", "fgd", "gpuq", "gpuq-fill-prototype"):
         t = time.perf_counter()
         run = run_fill(nodes, pods, policy=policy, seed=42)
         dt = time.perf_counter() - t
-        print(f"  {policy:10s} {run.pods:6d} events in {dt:6.2f} s = {run.pods / dt:8.0f} events/s"
+        print(f"  {policy:19s} {run.pods:6d} events in {dt:6.2f} s = {run.pods / dt:8.0f} events/s"
               f"   (unallocated at 100%: {run.unallocated_pct_at_100:.2f} %)")
 
     print(f"\nAlibaba openb, timed replay of the first {a.pods} pods by creation time")
@@ -79,7 +79,7 @@ def main() -> int:
     for policy in ("fifo-typed", "gpuq"):
         ev, cycles, dt = _replay(ScenarioModel(ScenarioModel.from_config(cfg).cluster, specs),
                                  policy)
-        print(f"  {policy:10s} {ev:6d} events, {cycles:5d} cycles in {dt:6.2f} s = "
+        print(f"  {policy:19s} {ev:6d} events, {cycles:5d} cycles in {dt:6.2f} s = "
               f"{ev / dt:8.0f} events/s")
 
     print(f"\nPhilly, timed replay of {a.hours:g} h from 2017-10-09 (load 1.5)")
@@ -89,7 +89,7 @@ def main() -> int:
     model = ScenarioModel.from_config(GpuqConfig.model_validate(doc))
     for policy in ("fifo-typed", "gpuq"):
         ev, cycles, dt = _replay(model, policy)
-        print(f"  {policy:10s} {ev:6d} events, {cycles:5d} cycles in {dt:6.2f} s = "
+        print(f"  {policy:19s} {ev:6d} events, {cycles:5d} cycles in {dt:6.2f} s = "
               f"{ev / dt:8.0f} events/s")
     return 0
 

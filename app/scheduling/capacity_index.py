@@ -71,6 +71,19 @@ def measure(node: Node, gpu_type: GpuType | None) -> NodeCapacity:
     return cap
 
 
+def signature(node: Node) -> tuple:
+    """Everything placement's filters and scores read from a node except its name,
+    rack and holds: two nodes with the same signature take a replica the same way
+    and score the same (the cards are compared as a sorted multiset of states)."""
+    cards = tuple(sorted(
+        (d.external, d.whole_used, d.mig_layout, tuple(d.slices_used), round(d.share_used, 6),
+         round(d.share_memory_gb, 6))
+        for d in node.devices
+    ))
+    return (cards, round(node.cpu_used, 6), round(node.memory_used_gb, 6), node.cpu,
+            node.memory_gb, node.network, node.taints, node.schedulable)
+
+
 class CapacityIndex:
     """Nodes filed by free capacity, per GPU type."""
 
@@ -86,6 +99,11 @@ class CapacityIndex:
         self.share: dict[str, dict[str, float]] = {}
         # schedulable nodes without GPUs (CPU-only work goes there first)
         self.cpu_nodes: dict[str, None] = {}
+        # type -> signature -> {node: None}: nodes no filter or score can tell apart
+        # (:func:`signature`). Built on first use (``groups_of``), then kept in step.
+        self._groups: dict[str | None, dict[tuple, dict[str, None]]] | None = None
+        self._sig: dict[str, tuple] = {}
+        self._nodes: dict[str, Node] = {}
 
     # -- maintenance ---------------------------------------------------
     def add(self, node: Node, cap: NodeCapacity | None = None) -> None:
@@ -99,7 +117,10 @@ class CapacityIndex:
         if cap is None:
             cap = measure(node, self.gpu_types.get(t) if t else None)
         self.caps[node.name] = cap
+        self._nodes[node.name] = node
         self._file(node.name, t, cap)
+        if self._groups is not None:
+            self._group(node, t)
 
     def update(self, node: Node) -> None:
         """Re-file a node after its usage changed."""
@@ -110,7 +131,29 @@ class CapacityIndex:
         self._unfile(node.name, t, old)
         cap = measure(node, self.gpu_types.get(t) if t else None)
         self.caps[node.name] = cap
+        self._nodes[node.name] = node
         self._file(node.name, t, cap)
+        if self._groups is not None:
+            self._ungroup(node.name, t)
+            self._group(node, t)
+
+    def _group(self, node: Node, t: str | None) -> None:
+        assert self._groups is not None
+        sig = signature(node)
+        self._sig[node.name] = sig
+        self._groups.setdefault(t, {}).setdefault(sig, {})[node.name] = None
+
+    def _ungroup(self, name: str, t: str | None) -> None:
+        assert self._groups is not None
+        sig = self._sig.pop(name, None)
+        by_sig = self._groups.get(t)
+        if sig is None or by_sig is None:
+            return
+        names = by_sig.get(sig)
+        if names is not None:
+            names.pop(name, None)
+            if not names:
+                del by_sig[sig]
 
     def _file(self, name: str, t: str | None, cap: NodeCapacity) -> None:
         if t is None:
@@ -140,6 +183,25 @@ class CapacityIndex:
             self.share[t].pop(name, None)
 
     # -- queries -------------------------------------------------------
+    def groups_of(self, t: str | None) -> dict[tuple, dict[str, None]]:
+        """Nodes of type ``t`` (None: CPU-only nodes) grouped by :func:`signature`.
+
+        Scoring one node per group scores every distinct free-capacity state
+        of the type: on a large cluster most nodes share a state, so this is
+        far fewer than the nodes. Do not reserve while iterating.
+        """
+        if self._groups is None:
+            self._groups = {}
+            for name, node in self._nodes.items():
+                self._group(node, self.node_type[name])
+        return self._groups.get(t) or {}
+
+    def group_types(self) -> list[str | None]:
+        """The types that have groups, CPU-only nodes (None) first."""
+        self.groups_of(None)
+        assert self._groups is not None
+        return sorted(self._groups, key=lambda t: (t is not None, t or ""))
+
     def max_free_whole(self, t: str) -> int:
         buckets = self.whole.get(t)
         if not buckets:

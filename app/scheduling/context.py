@@ -46,6 +46,9 @@ class PlacementContext:
     memory_per_gpu: float = 0.0
     max_memory_gb: float = 0.0
     _pref: dict[tuple[str, str | None], float] = field(default_factory=dict)
+    # (request shape, node state) -> score; valid while mix, config and pools are (see
+    # placement._state_candidates). Placement fills it; nobody else should.
+    score_cache: dict[tuple, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_memory_gb <= 0:
@@ -57,13 +60,22 @@ class PlacementContext:
 
     @classmethod
     def from_snapshot(cls, snap: Snapshot, mix: WorkloadMix | None = None) -> PlacementContext:
+        from app.scheduling.fragmentation import with_gpuq_terms
         from app.scheduling.mix import mix_from_jobs
 
+        if mix is None:
+            cards: dict[str, float] = {}
+            for n in snap.nodes:
+                if n.devices and n.gpu_type:
+                    cards[n.gpu_type] = cards.get(n.gpu_type, 0.0) + len(n.devices)
+            cfg = snap.config
+            mix = with_gpuq_terms(mix_from_jobs(snap.pending), cards,
+                                  w_balance=cfg.w_balance, w_type=cfg.w_type_pressure)
         return cls(
             gpu_types=snap.gpu_types,
             pools=snap.pools,
             config=snap.config,
-            mix=mix if mix is not None else mix_from_jobs(snap.pending),
+            mix=mix,
             now=snap.now,
         )
 

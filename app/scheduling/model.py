@@ -241,6 +241,14 @@ class SchedulerConfig:
     # Grace period given to the pods of a preempted job.
     preemption_grace_s: float = 30.0
     candidates_per_replica: int = 8  # feasible nodes scored per replica (kube's nodes-to-score)
+    # Outside gangs, one node per distinct free-capacity state is scored; this caps
+    # the states scored per replica (0 = every state: most nodes share a few states).
+    candidate_states: int = 0
+    # gpuq's terms beyond FGD's fragmentation measure (fragmentation.placement_cost):
+    # CPU/GPU balance of the node after placement, and pressure on GPU types that
+    # type-restricted pending jobs need. 0 turns a term off.
+    w_balance: float = 0.1
+    w_type_pressure: float = 1.0
     max_reservations: int = 4  # jobs that may hold capacity in one cycle
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
 

@@ -251,6 +251,8 @@ def _candidates(
     tells nothing the first did not. After the first feasible node, the
     walk looks at no more than ``2 x candidates_per_replica`` nodes.
     """
+    if not gang_nodes and restrict is None and d.kind != "mig":
+        return _state_candidates(job, d, state, index, ctx)
     limit = ctx.config.candidates_per_replica
     budget = 2 * limit
     spread = job.placement == "spread"
@@ -288,6 +290,56 @@ def _candidates(
         out.append((score(job, d, node, cap, p, ctx, gang_nodes, gang_racks), p))
         if len(out) >= limit:
             break
+    return out
+
+
+HOLD_TRIES = 4  # nodes of one state tried when holds turn the first ones away
+
+
+def _state_candidates(
+    job: JobRequest, d: Demand, state: ClusterState, index: CapacityIndex, ctx: PlacementContext,
+) -> list[tuple[float, ReplicaPlacement]]:
+    """One placement per distinct node state (:func:`capacity_index.signature`), scored.
+
+    A replica outside a gang scores the same on every node of a state, so
+    scoring one node per state scores every candidate the cluster offers;
+    that is what the fragmentation score needs (the best node for the
+    expected mix is rarely among the first few a bucket walk meets). A
+    state's score is cached in the context by (request shape, state):
+    between two placements only the touched node's state is new.
+    ``candidate_states`` (0 = all) caps the states scored per replica.
+    """
+    cap_states = ctx.config.candidate_states
+    gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
+    types = [d.gpu_type or ""] if d.kind != "none" else index.group_types()
+    shape = (job.pool, job.placement, job.cpu, job.memory_gb, job.min_gpu_memory_gb,
+             job.tolerations, d)
+    cache = ctx.score_cache
+    nodes = state.nodes
+    caps = index.caps
+    out: list[tuple[float, ReplicaPlacement]] = []
+    for t in types:
+        for sig, names in index.groups_of(t).items():
+            p: ReplicaPlacement | None = None
+            name = ""
+            for k, name in enumerate(names):
+                if k >= HOLD_TRIES:
+                    break
+                p = fit_on_node(job, d, nodes[name], gt, ctx)
+                if p is not None or not ctx.holds:
+                    break
+            if p is None:
+                continue
+            key = (shape, sig)
+            sc = cache.get(key)
+            if sc is None:
+                sc = score(job, d, nodes[name], caps[name], p, ctx, {}, set())
+                if len(cache) > 200_000:
+                    cache.clear()
+                cache[key] = sc
+            out.append((sc, p))
+            if cap_states and len(out) >= cap_states:
+                return out
     return out
 
 

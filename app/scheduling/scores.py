@@ -104,6 +104,11 @@ def score(
             s += 0.5 * cfg.w_topology
     if cfg.w_headroom:
         s -= cfg.w_headroom * headroom_penalty(demand, node, cap, placement, ctx)
-    if cfg.w_fragmentation and ctx.mix.entries and gt is not None:
-        s -= cfg.w_fragmentation * fragmentation_delta(node, gt, placement, ctx.mix)
+    if cfg.w_fragmentation and ctx.mix.entries and cap.n_devices:
+        # CPU-only work on a GPU node fragments it too (its free CPU and memory
+        # decide which future GPU jobs still fit), so it is charged against the
+        # node's own type
+        ft = gt if gt is not None else ctx.gpu_types.get(node.gpu_type or "")
+        if ft is not None:
+            s -= cfg.w_fragmentation * fragmentation_delta(node, ft, placement, ctx.mix)
     return s

@@ -21,13 +21,15 @@ Policies (by name, :data:`FILL_POLICIES`):
 * ``fgd``: our re-implementation of FGD (integer sigmoid score of the
   fragmentation decrease, random ties, card chosen by the same measure,
   memory ignored) so gpuq is compared with FGD in the same harness too.
-* ``gpuq``: gpuq's placement cost (:func:`app.scheduling.fragmentation.placement_cost`,
-  the function behind the live core's ``fragmentation_delta``): FGD's
-  measure with host memory, computed exactly (no quantisation), plus a
-  CPU/GPU balance term and a GPU-type pressure term (see
-  :class:`GpuqFillKnobs`); ties go to the first node by trace order.
-* ``gpuq-core``: the live core's ``place_job`` itself (all its score terms)
-  on a persistent ClusterState.
+* ``gpuq``: the live core itself: ``app.scheduling.placement.place_job``
+  (every score term the dispatcher uses, ``scheduler:`` weights as in a
+  live config) on a persistent ClusterState, the expected mix being the
+  trace's pod shapes (:class:`CorePolicy`).
+* ``gpuq-fill-prototype``: the harness-only routine the core's placement
+  cost was developed with (:func:`app.scheduling.fragmentation.placement_cost`
+  over this module's node groups, every card choice tried, ties by trace
+  order; knobs :class:`GpuqFillKnobs`). Kept as a reference point for the
+  core (same cost, none of the core's other terms), not as gpuq's figure.
 
 The node state is kept in the trace's integer units; nodes with the same
 state (type, sorted free milli per card, free CPU, free memory) form one
@@ -288,9 +290,9 @@ class GpuqFillKnobs:
 
 
 class GpuqPolicy:
-    """gpuq's placement cost on the fill protocol: exact, no quantisation."""
+    """The fill-only prototype of gpuq's placement cost: exact, no quantisation."""
 
-    name = "gpuq"
+    name = "gpuq-fill-prototype"
 
     def __init__(
         self,
@@ -346,7 +348,7 @@ class GpuqPolicy:
         return i, _cards(cl.free[i], pod, take)
 
 
-FILL_POLICIES = ("random", "bestfit", "fgd", "gpuq", "gpuq-core")
+FILL_POLICIES = ("random", "bestfit", "fgd", "gpuq", "gpuq-fill-prototype")
 
 
 # --------------------------------------------------------------------------- the protocol
@@ -390,7 +392,7 @@ def make_policy(
         return BestFitPolicy(rng)
     if name == "fgd":
         return FgdPolicy(rng, workload_model(pods, use_memory=False))
-    if name == "gpuq":
+    if name == "gpuq-fill-prototype":
         knobs = GpuqFillKnobs.from_mapping(scheduler)
         return GpuqPolicy(
             rng,
@@ -398,7 +400,7 @@ def make_policy(
             knobs,
             trace_type_pressure(pods, nodes),
         )
-    if name == "gpuq-core":
+    if name == "gpuq":
         return CorePolicy(nodes, pods, scheduler)
     raise ValueError(f"unknown fill policy {name!r}; known: {', '.join(FILL_POLICIES)}")
 
@@ -595,12 +597,13 @@ class CorePolicy:
 
     Pods become JobRequests (gpu_milli -> gpu_share, gpu_spec -> gpu_types),
     nodes core Nodes of the default GPU types; the context's workload mix is
-    the trace's pod shapes weighted by count with the same balance and type
-    terms as the ``gpuq`` policy (``fill_*`` knobs); the core's other score
-    weights come from ``scheduler:`` as in a live config.
+    the trace's pod shapes weighted by count (what the live core derives
+    from its pending queue), passed through ``with_gpuq_terms`` with the
+    config's ``w_balance``/``w_type_pressure`` as ``PlacementContext.from_snapshot``
+    does; every score weight comes from ``scheduler:`` as in a live config.
     """
 
-    name = "gpuq-core"
+    name = "gpuq"
 
     def __init__(
         self,
@@ -636,7 +639,7 @@ class CorePolicy:
         for p in pods:
             key = (p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec)
             counts[key] = counts.get(key, 0) + 1
-        knobs = GpuqFillKnobs.from_mapping(scheduler)
+        config = SchedulerConfig.from_mapping(scheduler)
         entries = tuple(
             MixEntry(
                 gpus=num if milli >= MILLI else 0,
@@ -652,11 +655,9 @@ class CorePolicy:
         for n in core_nodes:
             cards[n.gpu_type or ""] = cards.get(n.gpu_type or "", 0.0) + len(n.devices)
         mix = with_gpuq_terms(
-            WorkloadMix(entries), cards, w_balance=knobs.w_balance, w_type=knobs.w_type
+            WorkloadMix(entries), cards, w_balance=config.w_balance, w_type=config.w_type_pressure
         )
-        self.ctx = PlacementContext(
-            gpu_types=self.types, config=SchedulerConfig.from_mapping(scheduler), mix=mix
-        )
+        self.ctx = PlacementContext(gpu_types=self.types, config=config, mix=mix)
         self.node_index = {n.name: i for i, n in enumerate(nodes)}
         self._n = 0
 

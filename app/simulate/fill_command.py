@@ -2,9 +2,9 @@
 
 The scenario names the trace (``trace: {format: alibaba-openb, nodes: ..,
 pods: ..}``; relative paths are relative to the scenario file) and may
-tune the gpuq fill policy under ``scheduler:`` (``fill_*`` keys, see
-:class:`app.simulate.fill.GpuqFillKnobs`; the live core's weights apply to
-``gpuq-core``).
+tune the policies under ``scheduler:``: the live core's weights
+(``w_binpack``, ``w_balance``, ...) apply to ``gpuq``, the ``fill_*`` keys
+(:class:`app.simulate.fill.GpuqFillKnobs`) to ``gpuq-fill-prototype``.
 """
 
 from __future__ import annotations
