@@ -661,13 +661,13 @@ class CorePolicy:
         self.node_index = {n.name: i for i, n in enumerate(nodes)}
         self._n = 0
 
-    def choose(self, pod: FillPod, cl: FillCluster) -> Choice:
+    def job_of(self, pod: FillPod) -> Any:
+        """The pod as the JobRequest the dispatcher would hand the core."""
         from app.scheduling.model import JobRequest
-        from app.scheduling.placement import place_job
 
         self._n += 1
         share = pod.num == 1 and pod.milli < MILLI
-        job = JobRequest(
+        return JobRequest(
             id=f"{pod.name}",
             name=pod.name,
             team="openb",
@@ -682,7 +682,11 @@ class CorePolicy:
             cpu=pod.cpu / MILLI,
             memory_gb=pod.mem * self._mib,
         )
-        placed = place_job(job, self.state, self.ctx)
+
+    def choose(self, pod: FillPod, cl: FillCluster) -> Choice:
+        from app.scheduling.placement import place_job
+
+        placed = place_job(self.job_of(pod), self.state, self.ctx)
         if not placed:
             return None
         (p,) = placed

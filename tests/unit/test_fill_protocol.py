@@ -1,5 +1,6 @@
 """The fill protocol: arithmetic on a hand-checked tiny cluster, determinism, re-checks."""
 
+import copy
 import json
 import random
 
@@ -178,3 +179,40 @@ def test_command_rejects_bad_input(tmp_path, capsys):
                             out=None, report=None) == 2
     assert run_fill_command(str(scen), policy="gpuq", seed=1, seeds="9..1", inflate=1.3,
                             out=None, report=None) == 2
+
+
+def test_fill_gpuq_is_the_live_core(tmp_path):
+    """``--policy gpuq`` takes exactly what ``place_job`` returns on the same ClusterState."""
+    from app.scheduling.placement import place_job
+    from app.scheduling.state import ClusterState
+    from app.simulate.fill import CorePolicy
+
+    np_, pp = random_trace(tmp_path, 5, n_nodes=8, n_pods=60)
+    nodes, pods = read_nodes(np_), read_pods(pp)
+    pol = make_policy("gpuq", random.Random(0), pods, nodes, {})
+    assert isinstance(pol, CorePolicy) and pol.name == "gpuq"
+    twin = ClusterState([copy.deepcopy(n) for n in pol.state.nodes.values()], pol.types)
+    cl = FillCluster(nodes)
+    placed = []
+    for pod in fill_sequence(pods, cl.capacity_milli, 7, 1.3):
+        job = pol.job_of(pod)
+        direct = place_job(job, twin, pol.ctx)
+        choice = pol.choose(pod, cl)
+        if direct is None:
+            assert choice is None
+            continue
+        (p,) = direct
+        twin.reserve(p)
+        assert choice == (pol.node_index[p.node], list(p.devices))
+        cl.place(choice[0], choice[1], pod)
+        placed.append({"pod": pod.name, "node": p.node, "gpus": list(p.devices),
+                       "gpu_milli": pod.milli})
+    assert len(placed) > 20
+    assert check_placements(nodes, pods, placed) == []
+
+
+def test_fill_prototype_keeps_its_own_name(tmp_path):
+    nodes, pods = _tiny(tmp_path)
+    assert make_policy("gpuq-fill-prototype", random.Random(0), pods, nodes, {}).name == (
+        "gpuq-fill-prototype")
+    assert "gpuq-core" not in FILL_POLICIES
