@@ -75,11 +75,17 @@ def signature(node: Node) -> tuple:
     """Everything placement's filters and scores read from a node except its name,
     rack and holds: two nodes with the same signature take a replica the same way
     and score the same (the cards are compared as a sorted multiset of states)."""
-    cards = tuple(sorted(
-        (d.external, d.whole_used, d.mig_layout, tuple(d.slices_used), round(d.share_used, 6),
-         round(d.share_memory_gb, 6))
-        for d in node.devices
-    ))
+    free = taken = 0
+    other = []  # cards that are neither wholly free nor wholly taken (rare)
+    for d in node.devices:
+        if d.mig_layout or d.external or d.share_used:
+            other.append((d.external, d.mig_layout, tuple(d.slices_used),
+                          round(d.share_used, 6), round(d.share_memory_gb, 6)))
+        elif d.whole_used:
+            taken += 1
+        else:
+            free += 1
+    cards = (free, taken, tuple(sorted(other)) if other else ())
     return (cards, round(node.cpu_used, 6), round(node.memory_used_gb, 6), node.cpu,
             node.memory_gb, node.network, node.taints, node.schedulable)
 
