@@ -26,6 +26,7 @@ import gc
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
 from app.scheduling.filters import allowed_types
+from app.scheduling.leases import is_expired
 from app.scheduling.model import (
     CycleResult,
     JobRequest,
@@ -83,7 +84,10 @@ class Cycle:
         self.gone: set[str] = set()  # running jobs stopped this cycle
         preemptible = [r.request.priority_value for r in snap.running if r.request.preemptible]
         self.lowest_victim = min(preemptible, default=10**9)
-        self.any_lease = any(r.leases for r in snap.running if r.request.preemptible)
+        self.any_lease = any(  # only an expired lease can be reclaimed
+            is_expired(x, snap.now) for r in snap.running if r.request.preemptible
+            for x in r.leases
+        )
         self.preempt_memo: dict[tuple, int] = {}  # failed searches, by release epoch
         self.victim_pool: VictimPool | None = None  # built at the first preemption
 
