@@ -5,8 +5,10 @@ inference 20, mixed 30 of 160 CU, so 10 CU are shared)."""
 
 from __future__ import annotations
 
+from app.clock import to_epoch
 from app.loops.descheduler import Descheduler
 from app.loops.leases import LeaseReaper
+from app.loops.snapshot import build_snapshot
 from tests.integration.conftest import job_body
 
 A100 = {"gpu_types": ["a100-80g"]}
@@ -65,7 +67,7 @@ def test_lease_visible_in_leases_usage_and_events(client, admin, dispatcher):
 
 
 def test_p0_preempts_p2_borrower_and_lease_reclaimed_at_expiry(
-    client, admin, dispatcher, clock
+    client, admin, dispatcher, clock, session_factory
 ):
     a, b = borrow_setup(client, admin, dispatcher)
     c = submit(client, admin, "scavenge", "research", 3, 100_000, priority="P2")
@@ -80,6 +82,12 @@ def test_p0_preempts_p2_borrower_and_lease_reclaimed_at_expiry(
     pre = [e for e in events(client, admin, c) if e["type"] == "preempted"]
     assert pre and pre[0]["data"]["by_job"] == p and "P0 > P2" in pre[0]["reason"]
     assert job(client, admin, a)["status"] == "running"  # P1 on its guarantee untouched
+    # the thrash guard sees who preempted it (from the job's events)
+    with session_factory() as s:
+        snap = build_snapshot(s, clock()).snapshot
+    (req,) = [r for r in snap.pending if r.id == c]
+    assert req.last_preempted_by == p and req.last_preempted_at == to_epoch(clock())
+    assert req.last_reclaimed_at is None
     # the borrow lease expires 1800 s after it started: reclaimed exactly then
     clock.advance(1800 - 120 - 1)
     dispatcher.run_once()
