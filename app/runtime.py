@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,7 +55,15 @@ def resolve_admin_token(settings: Settings, announce: Callable[[str], None] = pr
         return path.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True)
     token = new_token(ADMIN_PREFIX)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process (gpuq api next to gpuq dispatcher) won
+        for _ in range(50):
+            token = path.read_text().strip()
+            if token:
+                return token
+            time.sleep(0.1)
+        raise RuntimeError(f"{path} is empty; remove it to generate a new admin token") from None
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     announce(

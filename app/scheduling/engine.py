@@ -151,7 +151,7 @@ class Cycle:
             preempted = self.try_preempt(job)
             if preempted:
                 return
-            reason = capacity_reason(job, self.state.index, self.ctx)
+            reason = self._held_reason(job) or capacity_reason(job, self.state.index, self.ctx)
             self.fail_memo[fkey] = (self.state.release_epoch, reason)
             res.reasons[job.id] = reason
             self._maybe_reserve(job)
@@ -230,6 +230,27 @@ class Cycle:
             )
         return None
 
+    def _held_reason(self, job: JobRequest) -> str | None:
+        """If only reservations stand in the way, say whose and how to backfill."""
+        holds = self.ctx.holds
+        if not holds:
+            return None
+        self.ctx.holds = {}
+        try:
+            fits = try_place(job, self.state, self.ctx) is not None
+        finally:
+            self.ctx.holds = holds
+        if not fits:
+            return None
+        first = min(holds.values(), key=lambda h: h.start)
+        wait = max(0.0, first.start - self.snap.now)
+        owners = sorted({h.job_id for h in holds.values()})
+        return (
+            f"free capacity is held for job(s) {', '.join(owners[:3])} (reservation, expected "
+            f"start in {wait:.0f}s); a job whose duration_estimate_s ends before then may "
+            "use it"
+        )
+
     def _hold_class(self, job: JobRequest) -> int:
         d = job.duration_estimate_s
         if d is None:
@@ -259,8 +280,27 @@ class Cycle:
         self.build()  # 1
         self.result.preemptions.extend(self.reclaim_leases())  # 2
         order = self.result.order
+        reasons = self.result.reasons
+        never_memo, fail_memo, state = self.never_memo, self.fail_memo, self.state
+        capped, ctx = self.capped_teams, self.ctx
+        young, max_res = self.reserve_before, self.snap.config.max_reservations
         for job in self.order():  # 3
             order.append(job.id)
+            # fast path (same outcome as admit's memo hit): a shape that already failed
+            # for capacity this cycle, for a job that cannot take a reservation now
+            if (
+                not ctx.holds
+                and job.team not in capped
+                and (job.submitted_at > young or self.reservations >= max_res)
+            ):
+                key = shape_key(job)
+                if never_memo.get(key, False) is None:
+                    failed = fail_memo.get((key, job.priority_value, job.team, 0))
+                    if failed is not None and failed[0] == state.release_epoch and (
+                        self.admitted < self.max_admissions
+                    ):
+                        reasons[job.id] = failed[1]
+                        continue
             self.admit(job)  # 4 (5: reasons are written as jobs are passed over)
         return self.result
 

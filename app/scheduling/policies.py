@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.scheduling.baselines import best_fit, fifo_count, fifo_typed, random_fit
 from app.scheduling.engine import schedule
 from app.scheduling.model import CycleResult, Snapshot
 
 Policy = Callable[[Snapshot], CycleResult]
 
-POLICIES: dict[str, Policy] = {"gpuq": schedule}
+POLICIES: dict[str, Policy] = {
+    "gpuq": schedule,
+    "fifo-count": fifo_count,
+    "fifo-typed": fifo_typed,
+    "random": random_fit,
+    "bestfit": best_fit,
+}
 
 
 def get_policy(name: str) -> Policy:

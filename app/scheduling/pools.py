@@ -105,7 +105,12 @@ class PoolLedger:
     @classmethod
     def from_snapshot(cls, snap: Snapshot) -> PoolLedger:
         active: set[tuple[str, str]] = set()
+        seen: set[tuple] = set()  # a 100,000-job backlog has few distinct wants
         for j in snap.pending:
+            want = (j.pool, j.gpu_types, j.avoid_gpu_types)
+            if want in seen:
+                continue
+            seen.add(want)
             info = snap.pools.get(j.pool)
             wanted = j.gpu_types or (info.gpu_types if info else ()) or tuple(snap.gpu_types)
             active.update((j.pool, t) for t in wanted if t not in j.avoid_gpu_types)

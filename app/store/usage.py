@@ -89,7 +89,8 @@ def team_usage(session: Session, team: TeamRow) -> dict[str, Any]:
         .where(JobRow.team == team.name, JobRow.status.in_(ACTIVE))
         .group_by(AllocationRow.gpu_type)
     ):
-        by_type[gpu_type or "cpu"] += float(units or 0)
+        if gpu_type is not None:  # CPU-only work holds no CU
+            by_type[gpu_type] += float(units or 0)
     counts = dict(
         session.execute(
             select(JobRow.status, func.count())

@@ -274,3 +274,26 @@ def test_team_quota_per_type() -> None:
 
 def test_types_registry_is_the_articles() -> None:
     assert TYPES["a100-80g"].weight == 10 and TYPES["v100-16g"].weight == 4
+
+
+# -- fragmentation ------------------------------------------------------------------
+def test_fragmentation_score_keeps_room_for_the_expected_mix() -> None:
+    from app.scheduling.fragmentation import MixEntry, WorkloadMix
+    from app.scheduling.model import SchedulerConfig
+
+    nodes = [node("a", "a100-80g", 8), node("b", "a100-80g", 8)]
+    run = [running(job("ra"), whole("a", "a100-80g", (0, 1, 2))),
+           running(job("rb"), whole("b", "a100-80g", (0, 1, 2, 3)))]
+    s = snap(nodes, [], running=run)
+    mix = WorkloadMix((MixEntry(gpus=4, gpu_share=0.0, cpu=1, memory_gb=1, weight=10),))
+
+    def where(w_frag: float) -> str:
+        state = ClusterState.from_snapshot(s)
+        ctx = PlacementContext(TYPES, config=SchedulerConfig(w_fragmentation=w_frag), mix=mix)
+        (p,) = place_job(job("one", gpus=1), state, ctx)
+        return p.node
+
+    # binpack alone takes the fuller node b and leaves it 3 cards no 4-card job can use
+    assert where(0.0) == "b"
+    # with the fragmentation score, a keeps 4 and b keeps 4: two 4-card jobs still fit
+    assert where(1.0) == "a"

@@ -1,0 +1,56 @@
+"""The state-rule function: forbidden transitions, timestamps, wait accounting."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.domain.spec import JobSpec
+from app.domain.states import InvalidTransition, change_state, next_revision, wait_seconds
+from app.store.jobs import submit_job
+
+
+def _job(session, clock):
+    spec = JobSpec.model_validate({"name": "s", "team": "nlp", "resources": {"gpus": 1}})
+    return submit_job(session, spec, now=clock()).job
+
+
+def test_terminal_states_are_final(session_factory, demo, clock):
+    with session_factory() as s:
+        job = _job(s, clock)
+        change_state(s, job, "admitted", now=clock())
+        change_state(s, job, "running", now=clock())
+        change_state(s, job, "succeeded", now=clock())
+        for to in ("running", "pending", "cancelled", "failed"):
+            with pytest.raises(InvalidTransition):
+                change_state(s, job, to, now=clock())
+        assert job.status == "succeeded"
+        with pytest.raises(InvalidTransition):
+            change_state(s, _job(s, clock), "running", now=clock())  # pending -> running
+        s.rollback()
+
+
+def test_wait_counts_every_pending_period(session_factory, demo, clock):
+    with session_factory() as s:
+        job = _job(s, clock)
+        clock.advance(10)
+        change_state(s, job, "admitted", now=clock())
+        assert job.admitted_at == clock()
+        clock.advance(100)  # running time does not count
+        change_state(s, job, "running", now=clock())
+        change_state(s, job, "pending", now=clock(), event_type="preempted")
+        assert job.preemption_count == 1 and job.started_at is None
+        clock.advance(5)
+        assert wait_seconds(job, clock()) == 15.0
+        change_state(s, job, "admitted", now=clock())
+        clock.advance(50)
+        assert wait_seconds(job, clock()) == 15.0
+        # a requeue that is not a preemption (bind failure) does not count as one
+        change_state(s, job, "pending", now=clock(), event_type="bind_failed")
+        assert job.preemption_count == 1
+        s.rollback()
+
+
+def test_revisions_increase(session_factory):
+    with session_factory() as s:
+        values = [next_revision(s) for _ in range(150)]
+        assert values == sorted(values) and len(set(values)) == 150
