@@ -168,3 +168,52 @@ def test_descheduler_defragments_through_the_dispatch_path(client, admin, dispat
     assert mj["status"] in ("admitted", "running") and mj["preemption_count"] == 1
     assert mj["allocations"][0]["node"] != freed
     assert cluster.running_job_ids() >= {big, *small}
+
+
+def test_tiers_config_holds_p0_reservation_through_the_dispatcher(session_factory, clock):
+    """app/config/tiers.yaml loaded into PostgreSQL: P1 fills every A100 (borrowing
+    the idle P0 reservation), then P0 asks for its 30% and gets it in one pass."""
+    from importlib.resources import files
+
+    from sqlalchemy import select
+
+    from app.cluster.simulated import SimulatedCluster
+    from app.domain.config import load_config_text
+    from app.domain.spec import JobSpec
+    from app.loops.dispatcher import Dispatcher
+    from app.loops.snapshot import node_info
+    from app.store.config_loader import apply_config, ensure_priority_classes
+    from app.store.jobs import submit_job
+    from app.store.orm import JobRow, LeaseRow, NodeRow
+
+    cfg = load_config_text((files("app") / "config" / "tiers.yaml").read_text())
+    with session_factory() as s:
+        ensure_priority_classes(s)
+        apply_config(s, cfg)
+        s.commit()
+        nodes = [node_info(r) for r in s.scalars(select(NodeRow))]
+    d = Dispatcher(session_factory, SimulatedCluster(nodes=nodes, clock=clock), clock=clock)
+
+    def submit(name, team, gpus):
+        spec = JobSpec.model_validate({"name": name, "team": team, "duration_estimate_s": 10**6,
+                                       "resources": {"gpus": gpus, "gpu_types": ["a100-80g"]}})
+        with session_factory() as s:
+            jid = submit_job(s, spec, now=clock()).job.id
+            s.commit()
+        return jid
+
+    for i in range(40):
+        submit(f"ft{i}", "llm", 1)
+    d.run_once()
+    with session_factory() as s:
+        assert s.scalar(select(JobRow).where(JobRow.status == "pending").limit(1)) is None
+        assert len(list(s.scalars(select(LeaseRow).where(LeaseRow.state == "active")))) == 12
+    clock.advance(120)
+    p0 = [submit(f"rec{i}", "recsys", 4) for i in range(3)]
+    d.run_once()
+    with session_factory() as s:
+        rows = {r.id: r for r in s.scalars(select(JobRow))}
+        assert all(rows[j].status == "running" and rows[j].priority == "P0" for j in p0)
+        preempted = [r for r in rows.values() if r.preemption_count == 1]
+        assert len(preempted) == 12 and all(r.team == "llm" for r in preempted)
+        assert len(list(s.scalars(select(LeaseRow).where(LeaseRow.state == "active")))) == 0
