@@ -27,6 +27,7 @@ from app.scheduling.preemption import (
     WhatIf,
     candidates,
     find_victims,
+    node_groups,
     to_preemptions,
 )
 from app.scheduling.quota import units_by_type
@@ -102,11 +103,12 @@ def preempt_for(
     change nothing and return None. ``accept`` adds the caller's own checks
     (team quota) to the what-if."""
     pool = victims_pool if victims_pool is not None else VictimPool(snap.running, snap.now)
-    cands = candidates(job, snap, pool, type_names, exclude=gone)
-    if not cands:
-        return None
     w = WhatIf(job, state, pools, _accepting(place, accept), may_borrow(job, snap))
-    victims = find_victims(job, cands, w)
+    single = job.replicas == 1 or job.min_available == 1
+    groups = node_groups(job, snap, pool, state, type_names, gone) if single else None
+    victims = find_victims(
+        job, lambda: candidates(job, snap, pool, type_names, exclude=gone), w, groups=groups
+    )
     if not victims:
         return None
     for v in victims:
