@@ -67,7 +67,7 @@ class Cycle:
         self.state = ClusterState.from_snapshot(snap)
         self.ledger = QuotaLedger.from_snapshot(snap)
         self.ctx = PlacementContext.from_snapshot(snap)
-        self.static = StaticCapacity.of(snap.nodes)
+        self.static = static_capacity(snap)
         self.never_memo: dict[tuple, str | None] = {}
         self.fail_memo: dict[tuple, tuple[int, str]] = {}
         self.min_units_memo: dict[tuple, float] = {}
@@ -313,6 +313,21 @@ def min_units(job: JobRequest, ctx: PlacementContext) -> float:
     if not opts:
         return 0.0
     return min(d.units for d in opts) * job.min_available
+
+
+def static_capacity(snap: Snapshot) -> StaticCapacity:
+    """The empty cluster's capacity; reused across cycles through ``snap.static_cache``."""
+    cache = snap.static_cache
+    if cache is None:
+        return StaticCapacity.of(snap.nodes)
+    if cache.get("nodes") is not snap.nodes:  # ClusterState.from_snapshot resets it first
+        cache.clear()
+        cache["nodes"] = snap.nodes
+        cache["idle_caps"] = {}
+    got = cache.get("static")
+    if got is None:
+        got = cache["static"] = StaticCapacity.of(snap.nodes)
+    return got
 
 
 def schedule(snap: Snapshot) -> CycleResult:
