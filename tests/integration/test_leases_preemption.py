@@ -217,3 +217,27 @@ def test_tiers_config_holds_p0_reservation_through_the_dispatcher(session_factor
         preempted = [r for r in rows.values() if r.preemption_count == 1]
         assert len(preempted) == 12 and all(r.team == "llm" for r in preempted)
         assert len(list(s.scalars(select(LeaseRow).where(LeaseRow.state == "active")))) == 0
+
+
+def test_reaper_closes_leases_left_on_jobs_that_stopped(client, admin, dispatcher, clock,
+                                                         session_factory):
+    from datetime import timedelta
+
+    from sqlalchemy import select
+
+    from app.store.orm import LeaseRow
+
+    a = submit(client, admin, "short", "nlp", 1, 10)
+    dispatcher.run_once()
+    clock.advance(10)
+    dispatcher.run_once()
+    assert job(client, admin, a)["status"] == "succeeded"
+    with session_factory() as s:  # a lease row nobody ended (e.g. written by hand)
+        s.add(LeaseRow(borrower="training", lender="mixed", gpu_type="a100-80g", units=10,
+                       job_id=int(a), started_at=clock(),
+                       expires_at=clock() + timedelta(seconds=1800), state="active"))
+        s.commit()
+    assert LeaseReaper(dispatcher).close_orphans() == 1
+    with session_factory() as s:
+        (row,) = s.scalars(select(LeaseRow))
+        assert row.state == "returned" and row.ended_at is not None
