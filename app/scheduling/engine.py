@@ -26,7 +26,7 @@ import gc
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
 from app.scheduling.filters import allowed_types
-from app.scheduling.leases import is_expired
+from app.scheduling.leases import is_expired, pools_below_guarantee
 from app.scheduling.model import (
     CycleResult,
     JobRequest,
@@ -192,7 +192,9 @@ class Cycle:
             return self.ledger.check(job, units_by_type(placements)) is None
 
         if self.victim_pool is None:
-            self.victim_pool = VictimPool(self.snap.running, self.snap.now)
+            self.victim_pool = VictimPool(
+                self.snap.running, self.snap.now, pools_below_guarantee(self.snap)
+            )
         done = preempt_for(
             job, self.snap, self.state, self.pools, place, self.gone, names,
             self._stop, self._unstop, team_ok, self.victim_pool,

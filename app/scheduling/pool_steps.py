@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 
-from app.scheduling.leases import lease_expiry, outlast_notes, reclaim_at_expiry
+from app.scheduling.leases import (
+    lease_expiry,
+    outlast_notes,
+    pools_below_guarantee,
+    reclaim_at_expiry,
+)
 from app.scheduling.model import (
     Admission,
     JobRequest,
@@ -102,7 +107,7 @@ def preempt_for(
     their place (placements reserved on ``state``, charged to ``pools``), or
     change nothing and return None. ``accept`` adds the caller's own checks
     (team quota) to the what-if."""
-    pool = victims_pool if victims_pool is not None else VictimPool(snap.running, snap.now)
+    pool = victims_pool or VictimPool(snap.running, snap.now, pools_below_guarantee(snap))
     w = WhatIf(job, state, pools, _accepting(place, accept), may_borrow(job, snap))
     single = job.replicas == 1 or job.min_available == 1
     groups = node_groups(job, snap, pool, state, type_names, gone) if single else None

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.scheduling.leases import reclaimable_lease
+from app.scheduling.leases import pools_below_guarantee, reclaimable_lease
 from app.scheduling.model import (
     JobRequest,
     LeaseInfo,
@@ -99,7 +99,14 @@ class VictimPool:
     lost work), so each preemptor walks only the lower tiers and pays no
     sort or cost computation per candidate."""
 
-    def __init__(self, running: Sequence[RunningJob], now: float) -> None:
+    def __init__(
+        self,
+        running: Sequence[RunningJob],
+        now: float,
+        below: Collection[tuple[str, str]] | None = None,
+    ) -> None:
+        # pools below their guarantee, per type: entitled to reclaim expired leases
+        self.below = below
         recs = [
             (r.request.priority_value, lost_work(r, now), r.request.id, r,
              frozenset(p.gpu_type for p in r.placements), _cards(r))
@@ -154,7 +161,7 @@ def node_groups(
                 break
             if jid == job.id or jid in exclude or (names is not None and names.isdisjoint(types)):
                 continue
-            lease = reclaimable_lease(r, job, snap) if r.leases else None
+            lease = reclaimable_lease(r, job, snap, pool.below) if r.leases else None
             if lease is not None:
                 c = Candidate(r, "reclaim", cost, job, lease, cards)
             elif prio < job.priority_value and r.started_at <= min_start and jid != thrash:
@@ -191,7 +198,10 @@ def candidates(
 
     ``type_names``: GPU types the job may use (None: any, e.g. CPU-only work),
     so jobs holding only other types are not considered."""
-    pool = running if isinstance(running, VictimPool) else VictimPool(running, snap.now)
+    pool = (
+        running if isinstance(running, VictimPool)
+        else VictimPool(running, snap.now, pools_below_guarantee(snap))
+    )
     cfg = snap.config
     now = snap.now
     names = None if type_names is None else set(type_names)
@@ -201,7 +211,7 @@ def candidates(
     for _prio, cost, jid, r, types, cards in pool.leased:
         if jid == job.id or jid in exclude or (names is not None and names.isdisjoint(types)):
             continue
-        lease = reclaimable_lease(r, job, snap)
+        lease = reclaimable_lease(r, job, snap, pool.below)
         if lease is not None:
             reclaim.append(Candidate(r, "reclaim", cost, job, lease, cards))
             taken.add(jid)
