@@ -71,6 +71,7 @@ class Cycle:
         self.never_memo: dict[tuple, str | None] = {}
         self.fail_memo: dict[tuple, tuple[int, str]] = {}
         self.min_units_memo: dict[tuple, float] = {}
+        self.no_reservation: dict[tuple, int] = {}  # shape -> release epoch it failed at
         self.reservations = 0
         self.admitted = 0
         self.max_admissions = snap.config.max_cycle_admissions
@@ -265,8 +266,12 @@ class Cycle:
             return
         if self.reservations >= self.snap.config.max_reservations:
             return
+        key = shape_key(job)
+        if self.no_reservation.get(key) == self.state.release_epoch:
+            return  # this shape could not be given a reservation this cycle
         r = reserve_for(job, self.state, self.ctx, self.snap.running)
         if r is None:
+            self.no_reservation[key] = self.state.release_epoch
             return
         self.reservations += 1
         add_holds(self.ctx, r)
@@ -286,17 +291,18 @@ class Cycle:
         never_memo, fail_memo, state = self.never_memo, self.fail_memo, self.state
         capped, ctx = self.capped_teams, self.ctx
         young, max_res = self.reserve_before, self.snap.config.max_reservations
+        no_res = self.no_reservation
         for job in self.order():  # 3
             order.append(job.id)
             # fast path (same outcome as admit's memo hit): a shape that already failed
             # for capacity this cycle, for a job that cannot take a reservation now
-            if (
-                not ctx.holds
-                and job.team not in capped
-                and (job.submitted_at > young or self.reservations >= max_res)
-            ):
+            if not ctx.holds and job.team not in capped:
                 key = shape_key(job)
-                if never_memo.get(key, False) is None:
+                if never_memo.get(key, False) is None and (
+                    job.submitted_at > young
+                    or self.reservations >= max_res
+                    or no_res.get(key) == state.release_epoch
+                ):
                     failed = fail_memo.get((key, job.priority_value, job.team, 0))
                     if failed is not None and failed[0] == state.release_epoch and (
                         self.admitted < self.max_admissions
