@@ -49,7 +49,9 @@ def plan(cycle: Cycle) -> CycleResult:
 
 
 def deschedule(snap: Snapshot) -> CycleResult:
-    """The descheduler loop's decision for one snapshot."""
+    """The descheduler loop's decision for one snapshot (nothing when switched off)."""
+    if not snap.config.descheduler:
+        return CycleResult()
     c = Cycle(snap)
     c.build()
     return plan(c)
