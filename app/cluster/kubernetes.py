@@ -405,6 +405,39 @@ class KubernetesCluster:
             out.update(j for j, t in self._tracks.items() if not t.seen and not t.stopped)
             return out
 
+    def draining_job_ids(self) -> set[str]:
+        """Jobs with Pods of a stopped attempt that still hold (or may hold)
+        resources: evicted Pods in their grace period, Pods of an earlier
+        attempt, terminating Pods seen after a restart. Their capacity is not
+        free until the watch shows them deleted or finished."""
+        with self._lock:
+            out = set()
+            for job_id, pods in self._by_job.items():
+                t = self._tracks.get(job_id)
+                for p in pods.values():
+                    old = t is None or t.stopped or (
+                        p["metadata"]["labels"].get(L.BIND_ID, "") != t.bind_id
+                    )
+                    if old and _holds_or_will_hold(p):
+                        out.add(job_id)
+                        break
+            return out
+
+    def live_job_ids(self) -> set[str]:
+        """Jobs whose current (not stopped) attempt has Pods, or was bound a
+        moment ago and the watch has not shown its Pods yet."""
+        with self._lock:
+            out = set()
+            for job_id, t in self._tracks.items():
+                if t.stopped:
+                    continue
+                if not t.seen or any(
+                    p["metadata"]["labels"].get(L.BIND_ID, "") == t.bind_id
+                    for p in self._by_job.get(job_id, {}).values()
+                ):
+                    out.add(job_id)
+            return out
+
     def reconcile(self, active_job_ids: set[str]) -> ReconcileReport:
         """After a restart or failover: square the database with the Pods.
 

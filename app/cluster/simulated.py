@@ -38,10 +38,14 @@ class SimulatedCluster:
     clock: Callable[[], datetime] = utcnow
     speed: float = 1.0
     default_duration_s: float = DEFAULT_DURATION_S
+    # > 0: a stopped job's pods keep their devices this long (clock seconds),
+    # like evicted Pods during their grace period on Kubernetes
+    stop_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self.pods: dict[str, SimPod] = {}
+        self.stopping: dict[str, list[tuple[SimPod, float]]] = {}  # job -> (pod, gone at)
         self._events: list[JobStatusEvent] = []
         self._fail_at_end: dict[str, str] = {}
         self._fail_bind: dict[str, str] = {}
@@ -97,7 +101,10 @@ class SimulatedCluster:
     def stop(self, job_id: str, reason: str, grace_seconds: float = 30.0) -> None:
         with self._lock:
             self.stop_calls[job_id] += 1
-            self.pods.pop(job_id, None)
+            pod = self.pods.pop(job_id, None)
+            if pod is not None and self.stop_delay_s > 0:
+                gone_at = to_epoch(self.clock()) + self.stop_delay_s
+                self.stopping.setdefault(job_id, []).append((pod, gone_at))
 
     def poll_events(self) -> list[JobStatusEvent]:
         with self._lock:
@@ -116,11 +123,28 @@ class SimulatedCluster:
         with self._lock:
             return set(self.pods)
 
+    def draining_job_ids(self) -> set[str]:
+        """Jobs with stopped pods still holding devices (``stop_delay_s``)."""
+        with self._lock:
+            self._expire_stopping()
+            return set(self.stopping)
+
+    def _expire_stopping(self) -> None:
+        now = to_epoch(self.clock())
+        for job_id, pods in list(self.stopping.items()):
+            left = [(p, t) for p, t in pods if t > now]
+            if left:
+                self.stopping[job_id] = left
+            else:
+                del self.stopping[job_id]
+
     # -- helpers
 
     def _taken(self) -> dict[tuple, str]:
         taken: dict[tuple, str] = {}
-        for pod in self.pods.values():
+        self._expire_stopping()
+        stopping = [p for pods in self.stopping.values() for p, _ in pods]
+        for pod in [*self.pods.values(), *stopping]:
             for p in pod.placements:
                 for key in _holds(p):
                     taken[key] = pod.job_id

@@ -40,6 +40,7 @@ from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
 from app.domain.states import ACTIVE, change_state, record_event
 from app.loops.base import LoopService
 from app.loops.leader import LeaderElector
+from app.loops.releasing import blocked_binds, cluster_view, finalise, hold_in_snapshot
 from app.loops.snapshot import SnapshotContext, build_snapshot
 from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement, Snapshot
 from app.scheduling.policies import get_policy
@@ -222,6 +223,7 @@ class Dispatcher(LoopService):
                 now=now,
                 event_type="retried",
                 reason=f"run failed (retry {n}/{self.max_retries}): {ev.message}",
+                pods_gone=True,
             )
         elif ev.phase in ("succeeded", "failed"):
             change_state(
@@ -230,6 +232,7 @@ class Dispatcher(LoopService):
                 ev.phase,
                 now=now,
                 reason=ev.message or None,
+                pods_gone=True,
             )
         elif ev.phase == "gone":
             change_state(
@@ -239,6 +242,7 @@ class Dispatcher(LoopService):
                 now=now,
                 event_type="requeued",
                 reason=f"pods lost on the cluster: {ev.message}" if ev.message else "pods lost",
+                pods_gone=True,
             )
 
     @staticmethod
@@ -258,8 +262,11 @@ class Dispatcher(LoopService):
 
     def reconcile(self) -> Plan:
         plan = Plan()
-        on_cluster = self.cluster.running_job_ids()
+        view = cluster_view(self.cluster)
+        on_cluster = view.running
         with self.session_factory() as session:
+            if finalise(session, view):  # stopped Pods gone since the last pass
+                session.commit()
             active = {
                 str(j.id): j
                 for j in session.scalars(
@@ -273,7 +280,7 @@ class Dispatcher(LoopService):
             now = self.clock()
             changed = False
             for job_id, job in active.items():
-                if job_id in on_cluster:
+                if job_id in view.live:  # its current attempt has Pods
                     continue
                 if job.status == "admitted":
                     plan.binds.append(bind_request(job))
@@ -287,6 +294,7 @@ class Dispatcher(LoopService):
                             now=now,
                             event_type="requeued",
                             reason="pods lost on the cluster (restart or node failure)",
+                            pods_gone=True,
                         )
                         changed = True
             if changed:
@@ -302,6 +310,7 @@ class Dispatcher(LoopService):
             ctx = build_snapshot(session, now)
             if self.live_nodes is not None:
                 ctx.snapshot.nodes = list(self.live_nodes)
+                hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity
             result = (decide or get_policy(self.policy_name))(ctx.snapshot)
             plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
             plan.result = result
@@ -461,11 +470,25 @@ class Dispatcher(LoopService):
                 self.cluster.stop(job_id, reason, grace_seconds=grace)
             except Exception:
                 self.log.exception("stopping job %s failed; will retry at reconcile", job_id)
+        blocked = self._release_and_gate(plan.binds)
         for req in plan.binds:
+            if req.job_id in blocked:
+                self.log.info("job %s stays admitted: %s", req.job_id, blocked[req.job_id])
+                continue  # bound by reconcile once the capacity is released
             try:
                 self.cluster.bind(req)
             except BindError as e:
                 self._undo_bind(req.job_id, str(e), permanent=e.permanent)
+
+    def _release_and_gate(self, binds: list[BindRequest]) -> dict[str, str]:
+        """After the stops: release what the cluster already let go (a synchronous
+        stop frees capacity in the same pass), then name the binds that would
+        land on capacity stopping Pods still hold (app/loops/releasing.py)."""
+        view = cluster_view(self.cluster)
+        with self.session_factory() as session:
+            if finalise(session, view):
+                session.commit()
+            return blocked_binds(session, binds)
 
     def _undo_bind(self, job_id: str, message: str, *, permanent: bool = False) -> None:
         with self.session_factory() as session:
@@ -481,6 +504,9 @@ class Dispatcher(LoopService):
                     reason=f"bind failed: {message}",
                 )
                 session.commit()
+                # the cluster undid the bind: free at once what it no longer holds
+                if finalise(session, cluster_view(self.cluster)):
+                    session.commit()
 
 
 def _locked_job(session: Session, job_id: str) -> JobRow | None:

@@ -191,8 +191,12 @@ class JobRow(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     idempotency_hash: Mapped[str | None] = mapped_column(String(64))
 
+    # Live allocations only: rows of stopped Pods still draining
+    # (``releasing_since`` set) are not the job's capacity any more.
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job",
+        primaryjoin="and_(JobRow.id == AllocationRow.job_id, "
+        "AllocationRow.releasing_since.is_(None))",
         cascade="all, delete-orphan",
         order_by="AllocationRow.replica",
         passive_deletes=True,
@@ -203,7 +207,21 @@ class AllocationRow(Base):
     """One replica's share of a node: whole cards, MIG slices or a vGPU share."""
 
     __tablename__ = "allocations"
-    __table_args__ = (UniqueConstraint("job_id", "replica", name="uq_allocations_job_replica"),)
+    # one live row per replica; a requeued job's old rows may still be releasing
+    __table_args__ = (
+        Index(
+            "uq_allocations_job_replica_live",
+            "job_id",
+            "replica",
+            unique=True,
+            postgresql_where=text("releasing_since IS NULL"),
+        ),
+        Index(
+            "ix_allocations_releasing",
+            "job_id",
+            postgresql_where=text("releasing_since IS NOT NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -220,6 +238,9 @@ class AllocationRow(Base):
     memory_gb: Mapped[float] = mapped_column(Float, default=0.0)
     pool: Mapped[str] = mapped_column(String(63))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Set when the job stopped holding this capacity; the row still counts as
+    # used until the cluster confirms the Pods are gone (app/loops/releasing.py).
+    releasing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     job: Mapped[JobRow] = relationship(back_populates="allocations")
 

@@ -20,6 +20,7 @@ def pool_usage(session: Session, pool: PoolRow) -> dict[str, Any]:
     for gpu_type, units in session.execute(
         select(AllocationRow.gpu_type, func.sum(AllocationRow.units))
         .join(JobRow, JobRow.id == AllocationRow.job_id)
+        .where(AllocationRow.releasing_since.is_(None))  # live rows only
         .where(JobRow.pool == pool.name, JobRow.status.in_(ACTIVE))
         .group_by(AllocationRow.gpu_type)
     ):
@@ -86,6 +87,7 @@ def team_usage(session: Session, team: TeamRow) -> dict[str, Any]:
     for gpu_type, units in session.execute(
         select(AllocationRow.gpu_type, func.sum(AllocationRow.units))
         .join(JobRow, JobRow.id == AllocationRow.job_id)
+        .where(AllocationRow.releasing_since.is_(None))  # live rows only
         .where(JobRow.team == team.name, JobRow.status.in_(ACTIVE))
         .group_by(AllocationRow.gpu_type)
     ):
@@ -116,6 +118,7 @@ def node_allocations(session: Session) -> dict[str, list[AllocationRow]]:
     for a in session.scalars(
         select(AllocationRow)
         .join(JobRow, JobRow.id == AllocationRow.job_id)
+        .where(AllocationRow.releasing_since.is_(None))  # live rows only
         .where(JobRow.status.in_(ACTIVE))
         .order_by(AllocationRow.node, AllocationRow.id)
     ):
