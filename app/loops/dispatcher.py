@@ -40,7 +40,13 @@ from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
 from app.domain.states import ACTIVE, change_state, record_event
 from app.loops.base import LoopService
 from app.loops.leader import LeaderElector
-from app.loops.releasing import blocked_binds, cluster_view, finalise, hold_in_snapshot
+from app.loops.releasing import (
+    any_releasing,
+    blocked_binds,
+    cluster_view,
+    finalise,
+    hold_in_snapshot,
+)
 from app.loops.snapshot import SnapshotContext, build_snapshot
 from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement, Snapshot
 from app.scheduling.policies import get_policy
@@ -484,9 +490,10 @@ class Dispatcher(LoopService):
         """After the stops: release what the cluster already let go (a synchronous
         stop frees capacity in the same pass), then name the binds that would
         land on capacity stopping Pods still hold (app/loops/releasing.py)."""
-        view = cluster_view(self.cluster)
         with self.session_factory() as session:
-            if finalise(session, view):
+            if not any_releasing(session):
+                return {}
+            if finalise(session, cluster_view(self.cluster)):
                 session.commit()
             return blocked_binds(session, binds)
 

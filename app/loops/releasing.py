@@ -159,6 +159,13 @@ def cluster_view(cluster: Cluster) -> ClusterView:
     return ClusterView(running=running, draining=draining, live=live)
 
 
+def any_releasing(session: Session) -> bool:
+    """One index probe: is any capacity waiting for its Pods to go?"""
+    return session.scalar(
+        select(AllocationRow.id).where(AllocationRow.releasing_since.is_not(None)).limit(1)
+    ) is not None
+
+
 def finalise(session: Session, view: ClusterView) -> set[str]:
     """Delete the releasing rows whose Pods the cluster no longer shows.
 
