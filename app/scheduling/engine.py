@@ -1,162 +1,285 @@
-"""One scheduling cycle: order, admit (quota, then placement), explain.
+"""One scheduling cycle, in numbered steps (Kueue style) so steps can be added.
 
-This is the first, simple core: whole GPUs (and CPU-only work), memory
-fit, allowed types, team quota in CU, priority then FIFO, gangs
-all-or-nothing. The full policy replaces the internals behind
-:func:`schedule`; callers only rely on ``Snapshot -> CycleResult``.
+1. Build: working state (copy-on-write nodes + capacity index), quota
+   ledger, placement context (with the expected job mix), static capacity.
+2. Reclaim expired leases: holders of an expired ``reclaim: always``
+   lease are preempted (pool_steps.reclaim_expired).
+3. Order: priority, pools below guarantee, team dominant share, age
+   (ordering.FairOrder, re-read after every admission).
+4. Admit each job in order: never-fits check -> team quota -> placement
+   -> pool quota (guarantee, shared share, leases: pools.PoolLedger) ->
+   [preemption when placement or pool quota fails: preemption.py]; a
+   long-waiting job that does not fit gets a reservation; others behind
+   it may backfill.
+5. Explain: every job left pending has a reason (filled in step 4).
+
+Speed: identical request shapes that failed for capacity are remembered
+for the rest of the cycle (the state only fills up within a cycle,
+unless something is released, which bumps ``state.release_epoch``), so a
+backlog of 100,000 unschedulable jobs costs a dict lookup each.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import gc
 
+from app.scheduling.context import PlacementContext
+from app.scheduling.demands import replica_options
+from app.scheduling.filters import allowed_types
 from app.scheduling.model import (
-    Admission,
     CycleResult,
-    GpuType,
     JobRequest,
-    Node,
-    ReplicaPlacement,
+    Preemption,
+    RunningJob,
     Snapshot,
 )
-from app.scheduling.state import EPS, ClusterState
-from app.scheduling.units import whole_cards
+from app.scheduling.ordering import FairOrder
+from app.scheduling.placement import place_job, try_place
+from app.scheduling.pool_steps import charge, may_preempt_anyone, preempt_for, reclaim_expired
+from app.scheduling.pools import PoolLedger
+from app.scheduling.quota import QuotaLedger, units_by_type
+from app.scheduling.reasons import StaticCapacity, capacity_reason, never_fits
+from app.scheduling.reservations import add_holds, reserve_for
+from app.scheduling.state import ClusterState
+
+EPS = 1e-9
 
 
-def allowed_types(job: JobRequest, snap: Snapshot) -> list[GpuType]:
-    """GPU types a job may use: its own list, its pool's, minus avoided, memory fit."""
-    pool = snap.pools.get(job.pool)
-    names = list(job.gpu_types) or (list(pool.gpu_types) if pool and pool.gpu_types else [])
-    if not names:
-        names = list(snap.gpu_types)
-    if pool and pool.gpu_types and job.gpu_types:
-        names = [n for n in names if n in pool.gpu_types]
-    out = []
-    for n in names:
-        t = snap.gpu_types.get(n)
-        if t is None or n in job.avoid_gpu_types:
-            continue
-        if t.memory_gb + EPS < job.min_gpu_memory_gb:
-            continue
-        out.append(t)
-    return out
-
-
-def order_pending(snap: Snapshot) -> list[JobRequest]:
-    return sorted(snap.pending, key=lambda j: (-j.priority_value, j.submitted_at, j.id))
-
-
-def _fits_node(job: JobRequest, node: Node, gpu_type: GpuType | None) -> list[int] | None:
-    if not node.schedulable:
-        return None
-    if node.cpu_free + EPS < job.cpu or node.memory_free_gb + EPS < job.memory_gb:
-        return None
-    need = job.gpus or 0
-    if need == 0:
-        return []
-    if gpu_type is None or node.gpu_type != gpu_type.name:
-        return None
-    free = node.free_whole_devices()
-    if len(free) < need:
-        return None
-    return free[:need]
-
-
-def _place_gang(
-    job: JobRequest, state: ClusterState, types: list[GpuType], snap: Snapshot
-) -> list[ReplicaPlacement] | None:
-    """All replicas or none: reserve on the working copy, roll back on failure."""
-    placed: list[ReplicaPlacement] = []
-    candidate_types: list[GpuType | None] = list(types) if (job.gpus or 0) > 0 else [None]
-    for gpu_type in candidate_types:
-        placed = []
-        for replica in range(job.replicas):
-            chosen: ReplicaPlacement | None = None
-            for node in state.nodes.values():
-                if gpu_type is None and (job.gpus or 0) == 0:
-                    devs = _fits_node(job, node, None)
-                else:
-                    devs = _fits_node(job, node, gpu_type)
-                if devs is None:
-                    continue
-                chosen = ReplicaPlacement(
-                    replica=replica,
-                    node=node.name,
-                    gpu_type=gpu_type.name if gpu_type and devs else None,
-                    devices=tuple(devs),
-                    units=whole_cards(gpu_type, len(devs)) if gpu_type else 0.0,
-                    cpu=job.cpu,
-                    memory_gb=job.memory_gb,
-                )
-                break
-            if chosen is None:
-                break
-            state.reserve(chosen)
-            placed.append(chosen)
-        if len(placed) >= job.min_available:
-            return placed
-        for p in placed:
-            state.unreserve(p)
-    return None
-
-
-def _never_fits(job: JobRequest, snap: Snapshot, types: list[GpuType]) -> str | None:
-    if job.mode != "gpus":
-        return None
-    need = job.gpus or 0
-    if need > 0 and not types:
-        return (
-            f"no allowed GPU type has >= {job.min_gpu_memory_gb:g} GB memory "
-            f"(allowed: {', '.join(job.gpu_types) or 'any'})"
-        )
-    names = {t.name for t in types}
-    for node in snap.nodes:
-        if node.cpu < job.cpu or node.memory_gb < job.memory_gb:
-            continue
-        if need == 0 or (node.gpu_type in names and len(node.devices) >= need):
-            return None
+def shape_key(job: JobRequest) -> tuple:
+    """Everything placement feasibility depends on, except identity and priority."""
     return (
-        f"no node of an allowed type can hold one replica "
-        f"({need} GPU(s), {job.cpu:g} CPU, {job.memory_gb:g} GB memory)"
+        job.pool, job.gpus, job.gpu_units, job.mig, job.gpu_share, job.min_gpu_memory_gb,
+        job.gpu_types, job.avoid_gpu_types, job.allow_mixed_types, job.cpu, job.memory_gb,
+        job.replicas, job.min_available, job.placement, job.topology, job.tolerations,
     )
 
 
-def schedule(snap: Snapshot) -> CycleResult:
-    """Run one cycle on the snapshot and return the decisions."""
-    result = CycleResult()
-    state = ClusterState.from_snapshot(snap)
-    team_used: dict[str, float] = defaultdict(float)
-    for r in snap.running:
-        team_used[r.request.team] += r.units
-    for job in order_pending(snap):
-        result.order.append(job.id)
-        types = allowed_types(job, snap)
-        never = _never_fits(job, snap, types)
+class Cycle:
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.result = CycleResult()
+
+    # -- step 1 -------------------------------------------------------------
+    def build(self) -> None:
+        snap = self.snap
+        self.state = ClusterState.from_snapshot(snap)
+        self.ledger = QuotaLedger.from_snapshot(snap)
+        self.ctx = PlacementContext.from_snapshot(snap)
+        self.static = StaticCapacity.of(snap.nodes)
+        self.never_memo: dict[tuple, str | None] = {}
+        self.fail_memo: dict[tuple, tuple[int, str]] = {}
+        self.min_units_memo: dict[tuple, float] = {}
+        self.reservations = 0
+        self.admitted = 0
+        self.max_admissions = snap.config.max_cycle_admissions
+        self.capped_teams = {
+            name for name, t in snap.teams.items()
+            if t.quota_units is not None or t.quota_by_type
+        }
+        self.reserve_before = snap.now - snap.config.reservation_after_s
+        # pools, leases, preemption
+        self.pools = PoolLedger.from_snapshot(snap)
+        self.gone: set[str] = set()  # running jobs stopped this cycle
+        preemptible = [r.request.priority_value for r in snap.running if r.request.preemptible]
+        self.lowest_victim = min(preemptible, default=10**9)
+        self.any_lease = any(r.leases for r in snap.running if r.request.preemptible)
+        self.preempt_memo: dict[tuple, int] = {}  # failed searches, by release epoch
+
+    def _stop(self, r: RunningJob) -> None:
+        """Take a running job out of the state and both ledgers."""
+        for p in r.placements:
+            if p.node in self.state.nodes:
+                self.state.unreserve(p)
+        self.ledger.release(r.request, units_by_type(r.placements))
+        self.pools.remove(r.request.id)
+
+    def _unstop(self, r: RunningJob) -> None:
+        for p in r.placements:
+            if p.node in self.state.nodes:
+                self.state.reserve(p)
+        self.ledger.commit(r.request, units_by_type(r.placements))
+        self.pools.add_running(r)
+
+    # -- step 2 -------------------------------------------------------------
+    def reclaim_leases(self) -> list[Preemption]:
+        """Expired ``always`` leases: their holders stop, capacity is freed."""
+        out = reclaim_expired(self.snap, self._stop)
+        self.gone.update(p.job_id for p in out)
+        return out
+
+    # -- step 3 -------------------------------------------------------------
+    def order(self) -> FairOrder:
+        cfg = self.snap.config
+        return FairOrder(self.snap.pending, self.ledger, self.snap.now, cfg.aging_s)
+
+    # -- step 4 -------------------------------------------------------------
+    def admit(self, job: JobRequest) -> None:
+        res = self.result
+        key = shape_key(job)
+        never = self.never_memo.get(key, False)
+        if never is False:
+            never = never_fits(job, self.static, self.ctx)
+            self.never_memo[key] = never
         if never:
-            result.unschedulable[job.id] = never
-            continue
-        if job.mode != "gpus":
-            result.reasons[job.id] = f"request mode {job.mode} is not supported by this core yet"
-            continue
-        team = snap.teams.get(job.team)
-        placed = _place_gang(job, state, types, snap)
+            res.unschedulable[job.id] = never
+            return
+        if self.admitted >= self.max_admissions:
+            res.reasons[job.id] = "cycle admission limit reached; next cycle"
+            return
+        if job.team in self.capped_teams:
+            quota_pre = self._quota_precheck(job, key)
+            if quota_pre:
+                res.reasons[job.id] = quota_pre
+                return
+        # failures are remembered per shape, priority and team (preemption depends on
+        # both), and per reservation class when capacity is held
+        fkey = (key, job.priority_value, job.team,
+                self._hold_class(job) if self.ctx.holds else 0)
+        failed = self.fail_memo.get(fkey)
+        if failed is not None and failed[0] == self.state.release_epoch:
+            res.reasons[job.id] = failed[1]
+            self._maybe_reserve(job)
+            return
+        placed = try_place(job, self.state, self.ctx)
         if placed is None:
-            result.reasons[job.id] = (
-                f"needs {job.replicas} x {job.gpus} GPU(s) of "
-                f"{', '.join(t.name for t in types) or 'any type'}; no free block large enough"
+            preempted = self.try_preempt(job)
+            if preempted:
+                return
+            reason = capacity_reason(job, self.state.index, self.ctx)
+            self.fail_memo[fkey] = (self.state.release_epoch, reason)
+            res.reasons[job.id] = reason
+            self._maybe_reserve(job)
+            return
+        by_type = units_by_type(placed.placements)
+        why = self.ledger.check(job, by_type)
+        if why:
+            res.reasons[job.id] = why
+            return
+        adm = charge(job, placed.placements, self.pools, self.snap)  # 4b pool quota
+        if isinstance(adm, str):
+            if not self.try_preempt(job):
+                res.reasons[job.id] = adm
+            return
+        for p in placed.placements:
+            self.state.reserve(p)
+        self.ledger.commit(job, by_type)
+        self.admitted += 1
+        res.admissions.append(adm)
+
+    def try_preempt(self, job: JobRequest) -> bool:
+        """4c: stop the cheapest minimal set of victims and admit ``job`` instead."""
+        if not may_preempt_anyone(job, self.snap, self.lowest_victim, self.any_lease):
+            return False
+        key = (shape_key(job), job.priority_value)
+        if self.preempt_memo.get(key) == self.state.release_epoch:
+            return False
+        ctx = self.ctx
+        needs_gpu = job.mode != "gpus" or (job.gpus or 0) > 0
+        names = (
+            {t.name for t in allowed_types(job, ctx.gpu_types, ctx.pools)} if needs_gpu else None
+        )
+
+        def place(j: JobRequest, st: ClusterState):
+            return place_job(j, st, ctx)
+
+        def team_ok(placements) -> bool:
+            return self.ledger.check(job, units_by_type(placements)) is None
+
+        done = preempt_for(
+            job, self.snap, self.state, self.pools, place, self.gone, names,
+            self._stop, self._unstop, team_ok,
+        )
+        if done is None:
+            self.preempt_memo[key] = self.state.release_epoch
+            return False
+        preemptions, adm = done
+        self.ledger.commit(job, units_by_type(adm.placements))
+        self.admitted += 1
+        self.result.preemptions.extend(preemptions)
+        self.result.admissions.append(adm)
+        return True
+
+    def _quota_precheck(self, job: JobRequest, key: tuple) -> str | None:
+        """Reject without placing when even the cheapest option breaks the team's total quota."""
+        room = self.ledger.headroom(job.team)
+        if room is None:
+            return None
+        least = self.min_units_memo.get(key)
+        if least is None:
+            least = min_units(job, self.ctx)
+            self.min_units_memo[key] = least
+        if least > room + EPS:
+            info = self.ledger.teams[job.team]
+            used = self.ledger.team_total[job.team]
+            if info.quota_units is not None and least > info.quota_units + EPS:
+                return (
+                    f"job needs at least {least:g} CU but team {job.team}'s quota is "
+                    f"{info.quota_units:g} CU: it runs only if the quota is raised"
+                )
+            return (
+                f"team {job.team} at quota {used:g}/{info.quota_units:g} CU "
+                f"(job needs at least {least:g} CU)"
             )
-            continue
-        units = sum(p.units for p in placed)
-        if team and team.quota_units is not None and team_used[job.team] + units > (
-            team.quota_units + EPS
-        ):
-            for p in placed:
-                state.unreserve(p)
-            result.reasons[job.id] = (
-                f"team {job.team} at quota {team_used[job.team]:g}/{team.quota_units:g} CU "
-                f"(job needs {units:g})"
-            )
-            continue
-        team_used[job.team] += units
-        result.admissions.append(Admission(job_id=job.id, placements=tuple(placed)))
-    return result
+        return None
+
+    def _hold_class(self, job: JobRequest) -> int:
+        d = job.duration_estimate_s
+        if d is None:
+            return 0
+        end = self.snap.now + d
+        return sum(1 for h in self.ctx.holds.values() if end <= h.start + EPS)
+
+    def _maybe_reserve(self, job: JobRequest) -> None:
+        if job.submitted_at > self.reserve_before:
+            return
+        if self.reservations >= self.snap.config.max_reservations:
+            return
+        r = reserve_for(job, self.state, self.ctx, self.snap.running)
+        if r is None:
+            return
+        self.reservations += 1
+        add_holds(self.ctx, r)
+        wait = max(0.0, r.start - self.snap.now)
+        self.result.reasons[job.id] = (
+            f"waiting for reservation: capacity held on {len(r.holds)} node(s) "
+            f"({', '.join(sorted(r.holds)[:4])}), expected start in {wait:.0f}s; "
+            f"{self.result.reasons.get(job.id, '')}"
+        ).rstrip("; ")
+
+    # -- the cycle ----------------------------------------------------------
+    def run(self) -> CycleResult:
+        self.build()  # 1
+        self.result.preemptions.extend(self.reclaim_leases())  # 2
+        order = self.result.order
+        for job in self.order():  # 3
+            order.append(job.id)
+            self.admit(job)  # 4 (5: reasons are written as jobs are passed over)
+        return self.result
+
+
+def min_units(job: JobRequest, ctx: PlacementContext) -> float:
+    """The fewest CU any admissible placement of ``job`` could be charged."""
+    if job.mode == "gpu_units":
+        return job.gpu_units or 0.0
+    opts = replica_options(job, allowed_types(job, ctx.gpu_types, ctx.pools))
+    if not opts:
+        return 0.0
+    return min(d.units for d in opts) * job.min_available
+
+
+def schedule(snap: Snapshot) -> CycleResult:
+    """Run one cycle on the snapshot and return the decisions.
+
+    The cyclic garbage collector is paused for the cycle: a cycle
+    allocates many small objects while 100,000 pending requests are alive,
+    and generation-2 collections then cost more than the cycle itself
+    (measured: 0.49 s -> 0.04 s to build the state at 10,000 nodes). No
+    reference cycles are created here, so nothing leaks.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return Cycle(snap).run()
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -124,6 +124,13 @@ class JobRequest:
     duration_estimate_s: float | None = None
     preemption_count: int = 0
     tolerations: tuple[tuple[str, str, str], ...] = ()
+    # Thrash guard: when this job was last preempted and by which job, so the
+    # core refuses to let it preempt that job back within a window.
+    last_preempted_at: float | None = None
+    last_preempted_by: str | None = None
+    # When a lease of this job was last reclaimed: it may not borrow again
+    # within the thrash window (else "always" would just restart it).
+    last_reclaimed_at: float | None = None
 
     @property
     def mode(self) -> RequestMode:
@@ -225,6 +232,17 @@ class SchedulerConfig:
     aging_s: float = 3600.0
     min_run_time_s: float = 60.0
     max_cycle_admissions: int = 100_000
+    # A job preempted by X may not preempt X back for this long (anti-thrash).
+    thrash_window_s: float = 600.0
+    # Descheduler: interval of its loop, and whether it may move small
+    # preemptible jobs off big-card nodes to make room for whole-node jobs.
+    descheduler_interval_s: float = 30.0
+    defragment: bool = True
+    # Grace period given to the pods of a preempted job.
+    preemption_grace_s: float = 30.0
+    candidates_per_replica: int = 8  # feasible nodes scored per replica (kube's nodes-to-score)
+    max_reservations: int = 4  # jobs that may hold capacity in one cycle
+    unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object] | None) -> SchedulerConfig:
@@ -265,6 +283,8 @@ class Admission:
     job_id: str
     placements: tuple[ReplicaPlacement, ...]
     leases: tuple[LeaseGrant, ...] = ()
+    # Messages for the job's events, e.g. "expected run outlasts its lease".
+    notes: tuple[str, ...] = ()
 
     @property
     def units(self) -> float:

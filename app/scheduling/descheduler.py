@@ -1,0 +1,160 @@
+"""Descheduler decisions (pure): room for P0, and defragmentation.
+
+The dispatcher's cycle already preempts for a job that does not fit; the
+descheduler (every ``descheduler_interval_s``) looks at the cluster as a
+whole, the way the article's loop checks node water levels:
+
+1. **P0 room** -- for every pending non-preemptible (P0) job, in submit
+   order, that cannot start now: evict the cheapest minimal set of lower
+   tiers that blocks it (P2 before P1, same rules as the cycle's
+   preemption) and admit it in their place.
+2. **Defragment** -- a pending job that needs a whole node (its per-replica
+   GPU count is a node's full card count) but finds every such node
+   partly taken by small preemptible jobs: pick the node whose small jobs
+   lose the least work, and move them -- but only when *every* moved job
+   can be placed elsewhere at once (and its pool can pay for it there);
+   otherwise nothing moves. The big job is admitted onto the freed node in
+   the same decision, so the room cannot be taken by someone else first.
+
+The output is an ordinary :class:`CycleResult` (preemptions, then
+admissions -- a moved job is preempted and admitted at its new place), so
+the loop persists it through the same path as the dispatcher.
+"""
+
+from __future__ import annotations
+
+from app.scheduling.engine import Cycle
+from app.scheduling.filters import allowed_types
+from app.scheduling.model import Admission, CycleResult, JobRequest, Preemption, RunningJob
+from app.scheduling.placement import place_job
+from app.scheduling.pool_steps import charge
+from app.scheduling.preemption import lost_work
+from app.scheduling.quota import units_by_type
+from app.scheduling.state import EPS
+
+
+def plan(cycle: Cycle) -> CycleResult:
+    """Run both passes on a built engine cycle (``Cycle(snap).build()``)."""
+    p0_room(cycle)
+    if cycle.snap.config.defragment:
+        defragment(cycle)
+    return cycle.result
+
+
+def deschedule(snap) -> CycleResult:  # noqa: ANN001 - Snapshot, kept loose for callers
+    c = Cycle(snap)
+    c.build()
+    return plan(c)
+
+
+def _fits_now(c: Cycle, job: JobRequest) -> bool:
+    """Would the cycle admit ``job`` as things stand (placement and both quotas)?"""
+    placed = place_job(job, c.state, c.ctx)
+    if placed is None:
+        return False
+    by_type = units_by_type(placed)
+    return c.ledger.check(job, by_type) is None and not isinstance(c.pools.plan(job, by_type), str)
+
+
+def p0_room(c: Cycle) -> None:
+    for job in sorted(c.snap.pending, key=lambda j: (j.submitted_at, j.id)):
+        if job.preemptible or _fits_now(c, job):
+            continue
+        first = len(c.result.preemptions)
+        if c.try_preempt(job):
+            c.result.preemptions[first:] = [
+                Preemption(p.job_id, f"descheduler: room for P0 job {job.id}; {p.reason}",
+                           p.by_job, p.kind)
+                for p in c.result.preemptions[first:]
+            ]
+
+
+def _whole_node_jobs(c: Cycle) -> list[tuple[JobRequest, list[str]]]:
+    """Pending jobs whose replica needs all cards of a node, with those nodes."""
+    admitted = {a.job_id for a in c.result.admissions}
+    out = []
+    for job in sorted(c.snap.pending, key=lambda j: (-j.priority_value, j.submitted_at, j.id)):
+        if job.id in admitted or job.mode != "gpus" or not job.gpus:
+            continue
+        names = {t.name for t in allowed_types(job, c.ctx.gpu_types, c.ctx.pools)}
+        nodes = [
+            n.name for n in c.snap.nodes
+            if n.gpu_type in names and n.schedulable and len(n.devices) == job.gpus
+        ]
+        if nodes:
+            out.append((job, nodes))
+    return out
+
+
+def _movable(c: Cycle, r: RunningJob, job: JobRequest) -> bool:
+    req = r.request
+    return (
+        req.preemptible
+        and req.id not in c.gone
+        and req.priority_value <= job.priority_value
+        and r.units + EPS < (job.gpus or 0) * max(
+            (t.weight for t in allowed_types(job, c.ctx.gpu_types, c.ctx.pools)), default=0.0
+        )
+        and c.snap.now - r.started_at >= c.snap.config.min_run_time_s
+    )
+
+
+def defragment(c: Cycle) -> None:
+    running = [r for r in c.snap.running if r.request.id not in c.gone]
+    for job, nodes in _whole_node_jobs(c):
+        if _fits_now(c, job):
+            continue
+        options = []
+        for name in nodes:
+            movers = [r for r in running if any(p.node == name for p in r.placements)]
+            if not movers or not all(_movable(c, r, job) for r in movers):
+                continue
+            options.append((sum(lost_work(r, c.snap.now) for r in movers), name, movers))
+        for _cost, name, movers in sorted(options, key=lambda o: (o[0], o[1])):
+            if _try_move(c, job, name, movers):
+                running = [r for r in running if r.request.id not in c.gone]
+                break
+
+
+def _try_move(c: Cycle, job: JobRequest, node: str, movers: list[RunningJob]) -> bool:
+    """Stop the movers, admit ``job``, re-place every mover elsewhere; all or nothing."""
+    for m in movers:
+        c._stop(m)
+    done: list[Admission] = []
+    ok = True
+    for j in [job, *[m.request for m in movers]]:
+        placed = place_job(j, c.state, c.ctx)
+        if placed is None or (j is job and not any(p.node == node for p in placed)):
+            ok = False
+            break
+        if c.ledger.check(j, units_by_type(placed)) is not None:
+            ok = False
+            break
+        adm = charge(j, placed, c.pools, c.snap)
+        if isinstance(adm, str):
+            ok = False
+            break
+        for p in adm.placements:
+            c.state.reserve(p)
+        c.ledger.commit(j, units_by_type(adm.placements))
+        done.append(adm)
+    if not ok:
+        by_id = {r.request.id: r for r in c.snap.running}
+        for adm in reversed(done):
+            for p in adm.placements:
+                c.state.unreserve(p)
+            req = job if adm.job_id == job.id else by_id[adm.job_id].request
+            c.ledger.release(req, units_by_type(adm.placements))
+            c.pools.remove(adm.job_id)
+        for m in movers:
+            c._unstop(m)
+        return False
+    c.gone.update(m.request.id for m in movers)
+    for m in movers:
+        c.result.preemptions.append(Preemption(
+            m.request.id,
+            f"descheduler: moved off node {node} so job {job.id} can have the whole node",
+            by_job=job.id, kind="preempt",
+        ))
+    c.result.admissions.extend(done)
+    return True

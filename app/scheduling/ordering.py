@@ -1,0 +1,81 @@
+"""Fair dispatch order, re-decided after every admission.
+
+Key, best first: priority class; pools below their guarantee; the team's
+dominant share (CU in use / weight, read from the live ledger, so a team
+that just got a job moves back); then age. A job older than ``aging_s``
+no longer waits for its team's share (it sorts as if its team used
+nothing), so a busy team's old job is not starved by newer teams.
+
+Each team keeps its own queue; a heap holds one head per team, so the
+order costs O(log teams) per job even with 100,000 pending.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from operator import attrgetter
+
+from app.scheduling.model import JobRequest
+from app.scheduling.quota import QuotaLedger
+
+_AGE = attrgetter("submitted_at", "id")
+_PRIO = attrgetter("priority_value")
+
+
+def job_sort_key(j: JobRequest) -> tuple[int, float, str]:
+    return (-j.priority_value, j.submitted_at, j.id)
+
+
+class FairOrder:
+    def __init__(
+        self, pending: Iterable[JobRequest], ledger: QuotaLedger, now: float, aging_s: float
+    ) -> None:
+        self.ledger = ledger
+        self.now = now
+        self.aging_s = aging_s
+        queues: dict[str, list[JobRequest]] = {}
+        for j in pending:
+            queues.setdefault(j.team, []).append(j)
+        for q in queues.values():
+            # two stable C-level sorts == sorting by job_sort_key, several times faster
+            q.sort(key=_AGE)
+            q.sort(key=_PRIO, reverse=True)
+        self.queues = queues
+        self._share: dict[str, tuple[int, float]] = {}
+        self._below: dict[str, tuple[int, int]] = {}
+
+    def _key(self, j: JobRequest) -> tuple:
+        ledger = self.ledger
+        v = ledger.version
+        if self.aging_s > 0 and self.now - j.submitted_at >= self.aging_s:
+            share = -1.0
+        else:
+            c = self._share.get(j.team)
+            if c is None or c[0] != v:
+                c = (v, ledger.dominant_share(j.team))
+                self._share[j.team] = c
+            share = c[1]
+        b = self._below.get(j.pool)
+        if b is None or b[0] != v:
+            b = (v, 0 if ledger.pool_below_guarantee(j.pool) else 1)
+            self._below[j.pool] = b
+        return (-j.priority_value, b[1], share, j.submitted_at, j.id)
+
+    def __iter__(self) -> Iterator[JobRequest]:
+        if len(self.queues) == 1:  # one team: its own queue is the order
+            yield from next(iter(self.queues.values()))
+            return
+        heap = [(self._key(q[0]), team, 0) for team, q in self.queues.items()]
+        heapq.heapify(heap)
+        queues = self.queues
+        key = self._key
+        while heap:
+            _, team, pos = heap[0]
+            q = queues[team]
+            yield q[pos]  # the caller admits (or not) before we read the ledger again
+            pos += 1
+            if pos < len(q):
+                heapq.heapreplace(heap, (key(q[pos]), team, pos))
+            else:
+                heapq.heappop(heap)

@@ -1,0 +1,126 @@
+"""The engine's pool/lease/preemption steps, kept small so the cycle reads
+as numbered steps: (2) reclaim expired leases, (4b) charge an admission to
+its pool (creating leases), (4c) preempt to make a job fit.
+
+The engine owns the working state and its ledgers; it passes ``stop`` /
+``unstop`` callbacks that take a running job out of (or back into) all of
+them, so these steps never forget one of the books.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+
+from app.scheduling.leases import lease_expiry, outlast_notes, reclaim_at_expiry
+from app.scheduling.model import (
+    Admission,
+    JobRequest,
+    Preemption,
+    ReplicaPlacement,
+    RunningJob,
+    Snapshot,
+)
+from app.scheduling.pools import Charge, PoolLedger, lease_grants
+from app.scheduling.preemption import PlaceFn, candidates, find_victims, make_fits, to_preemptions
+from app.scheduling.quota import units_by_type
+from app.scheduling.state import ClusterState
+
+AcceptFn = Callable[[Sequence[ReplicaPlacement]], bool]
+StopFn = Callable[[RunningJob], None]
+
+
+def reclaim_expired(snap: Snapshot, stop: StopFn) -> list[Preemption]:
+    """Step 2: preempt holders of expired ``always`` leases; free their capacity."""
+    by_id = {r.request.id: r for r in snap.running}
+    out = reclaim_at_expiry(snap)
+    for p in out:
+        stop(by_id[p.job_id])
+    return out
+
+
+def charge(
+    job: JobRequest, placed: Sequence[ReplicaPlacement], pools: PoolLedger, snap: Snapshot
+) -> Admission | str:
+    """Step 4b: pay for a placement from the job's pool, or say why it cannot.
+    On success the pool ledger holds the charge and the admission carries
+    the leases (and a note when the job is expected to outlast them)."""
+    need = units_by_type(placed)
+    plan = pools.plan(job, need, may_borrow=may_borrow(job, snap))
+    if not isinstance(plan, Charge):
+        return plan
+    expiry = {
+        lender: lease_expiry(snap.pools, snap.now, job.pool, lender)
+        for lender, _t, _u in plan.leases
+    }
+    pools.commit(job.id, plan, need)
+    return Admission(
+        job_id=job.id,
+        placements=tuple(placed),
+        leases=lease_grants(plan, expiry),
+        notes=outlast_notes(job, expiry, snap.now),
+    )
+
+
+def may_borrow(job: JobRequest, snap: Snapshot) -> bool:
+    """A job whose lease was reclaimed waits ``thrash_window_s`` before borrowing
+    again, so ``reclaim: always`` does not turn into restart-every-expiry."""
+    at = job.last_reclaimed_at
+    return at is None or snap.now - at >= snap.config.thrash_window_s
+
+
+def may_preempt_anyone(
+    job: JobRequest, snap: Snapshot, lowest_victim: int, any_lease: bool
+) -> bool:
+    """O(1) pre-check so a huge backlog does not pay for a victim search:
+    the job outranks some preemptible running job, or some lease could be
+    reclaimable (``lowest_victim``/``any_lease`` are computed once a cycle)."""
+    return job.priority_value > lowest_victim or any_lease
+
+
+def preempt_for(
+    job: JobRequest,
+    snap: Snapshot,
+    state: ClusterState,
+    pools: PoolLedger,
+    place: PlaceFn,
+    gone: set[str],
+    type_names: Collection[str] | None,
+    stop: StopFn,
+    unstop: StopFn,
+    accept: AcceptFn | None = None,
+) -> tuple[list[Preemption], Admission] | None:
+    """Step 4c: stop the cheapest minimal victim set and admit ``job`` in
+    their place (placements reserved on ``state``, charged to ``pools``), or
+    change nothing and return None. ``accept`` adds the caller's own checks
+    (team quota) to the what-if."""
+    running = [r for r in snap.running if r.request.id not in gone]
+    cands = candidates(job, snap, running, type_names, exclude=gone)
+    if not cands:
+        return None
+    fits = make_fits(job, state, pools, _accepting(place, accept), may_borrow(job, snap))
+    victims = find_victims(cands, fits)
+    if not victims:
+        return None
+    for v in victims:
+        stop(v.job)
+    placed = place(job, state)
+    adm = charge(job, placed, pools, snap) if placed is not None else "no fit"
+    if isinstance(adm, str):  # cannot happen after a positive what-if; undo
+        for v in victims:
+            unstop(v.job)
+        return None
+    for p in adm.placements:
+        state.reserve(p)
+    gone.update(v.id for v in victims)
+    return to_preemptions(job, victims), adm
+
+
+def _accepting(place: PlaceFn, accept: AcceptFn | None) -> PlaceFn:
+    if accept is None:
+        return place
+
+    def wrapped(job: JobRequest, state: ClusterState) -> list[ReplicaPlacement] | None:
+        placed = place(job, state)
+        return placed if placed is not None and accept(placed) else None
+
+    return wrapped

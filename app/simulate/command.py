@@ -1,0 +1,84 @@
+"""`gpuq simulate`: load a scenario, replay it, write the result JSON.
+
+The fill protocol (``--protocol fill``), trace scenarios and ``--report``
+are provided by their own modules (app.simulate.fill, app.simulate.traces,
+app.simulate.report) when present; this command only dispatches.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+
+def run_simulate(
+    scenario: str,
+    *,
+    policy: str = "gpuq",
+    seed: int = 42,
+    out: str | None = None,
+    report: str | None = None,
+    protocol: str | None = None,
+    inflate: float = 1.3,
+    seeds: str | None = None,
+) -> int:
+    """Exit code: 0 ok, 2 bad input (message on stderr)."""
+    from app.domain.config import load_config
+    from app.scheduling.policies import POLICIES
+    from app.simulate.replay import ScenarioModel, Simulator, to_json
+
+    if protocol not in (None, "replay"):
+        if protocol != "fill":
+            print(f"unknown protocol {protocol!r}; known: replay, fill", file=sys.stderr)
+            return 2
+        from app.simulate.fill_command import run_fill_command
+
+        # the fill protocol has its own policies (random, bestfit, fgd, gpuq, gpuq-core)
+        return int(run_fill_command(scenario, policy=policy, seed=seed, out=out, report=report,
+                                    inflate=inflate, seeds=seeds))
+    if policy not in POLICIES:
+        print(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}", file=sys.stderr)
+        return 2
+    path = Path(scenario)
+    if not path.is_file():
+        print(f"scenario file not found: {scenario}", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_config(path)
+    except ValidationError as e:
+        print(f"invalid scenario {scenario}:\n{e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # YAML syntax and the like
+        print(f"cannot read scenario {scenario}: {e}", file=sys.stderr)
+        return 2
+    if cfg.trace is not None:
+        try:
+            from app.simulate.traces import scenario_from_trace  # type: ignore[import-not-found]
+        except ImportError:
+            print("trace scenarios are not available in this build", file=sys.stderr)
+            return 2
+        model = scenario_from_trace(cfg, base=path.parent)
+    else:
+        model = ScenarioModel.from_config(cfg)
+    sim = Simulator(model, POLICIES[policy], policy, seed)
+    doc = to_json(sim.run())
+    text = json.dumps(doc, indent=1)
+    if out:
+        Path(out).write_text(text)
+    s = doc["summary"]
+    print(
+        f"{policy}: {s['jobs']} jobs, {s['finished']} finished, makespan {s['makespan_s']:.0f}s, "
+        f"wait p50 {s['wait_p50_s']:.0f}s p99 {s['wait_p99_s']:.0f}s, "
+        f"jct p50 {s['jct_p50_s']:.0f}s"
+    )
+    if report:
+        try:
+            from app.simulate.report import write_report  # type: ignore[import-not-found]
+        except ImportError:
+            print("--report is not available in this build", file=sys.stderr)
+            return 2
+        write_report(doc, report)
+    return 0

@@ -1,0 +1,416 @@
+"""The simulator: replay a scenario's jobs in virtual time through a policy.
+
+Event-driven: a heap of arrivals, finishes and wake-ups. At each event
+time, finished jobs free their capacity, arrivals join the queue, and
+one scheduling cycle runs on a fresh :class:`Snapshot` through the policy
+picked by name (``policies.POLICIES``), exactly what the live dispatcher
+calls. Decisions are applied as data: admissions start (run time
+``runtime_s / speed[type]``), preemptions requeue the job with its
+original submit time (``wait_s`` counts every pending second), lease
+grants become ``lease_start``/``lease_end`` events.
+
+Extension points (used by the baselines and the fill protocol):
+``Simulator.run_time(job, placements)`` returns ``(seconds, outcome)``
+where outcome is ``"finish"`` or ``"fail"`` (the OOM rule overrides it),
+``Simulator.on_fail`` decides what a failure does (requeue or give up),
+and ``run(model, policy)``/``to_json`` are the plain entry points.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.domain.config import GpuqConfig
+from app.domain.requests import request_from_spec
+from app.domain.spec import JobSpec
+from app.scheduling.from_config import ClusterModel, cluster_model
+from app.scheduling.model import (
+    JobRequest,
+    LeaseInfo,
+    PriorityInfo,
+    ReplicaPlacement,
+    RunningJob,
+    Snapshot,
+)
+from app.scheduling.policies import Policy, get_policy
+
+DEFAULT_RUNTIME_S = 3600.0
+WAKE_S = 60.0  # while jobs wait, run a cycle at least this often (reservations, aging)
+
+
+@dataclass
+class ScenarioModel:
+    """A scenario ready to replay: the static cluster and the jobs with their timing."""
+
+    cluster: ClusterModel
+    specs: list[JobSpec]
+
+    @classmethod
+    def from_config(cls, cfg: GpuqConfig) -> ScenarioModel:
+        return cls(cluster_model(cfg), list(cfg.jobs))
+
+
+@dataclass
+class SimJob:
+    """One job's life in the simulation."""
+
+    index: int
+    spec: JobSpec
+    request: JobRequest
+    submit_s: float
+    runtime_s: float
+    status: str = "waiting"  # waiting (not yet arrived), pending, running, succeeded, failed,
+    # unschedulable
+    start_s: float | None = None
+    first_start_s: float | None = None
+    end_s: float | None = None
+    wait_s: float = 0.0
+    queued_since: float = 0.0
+    placements: tuple[ReplicaPlacement, ...] = ()
+    preemptions: int = 0
+    failures: int = 0
+    run_token: int = 0  # invalidates the finish event of a run that was preempted
+    leases: tuple[LeaseInfo, ...] = ()
+    reason: str = ""
+
+
+@dataclass
+class SimulationResult:
+    policy: str
+    jobs: list[SimJob]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    capacity_units: dict[str, float] = field(default_factory=dict)
+    busy_unit_seconds: dict[str, float] = field(default_factory=dict)
+    cycles: int = 0
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, math.ceil(q * len(s)) - 1))
+    return float(s[k])
+
+
+def allocation_json(p: ReplicaPlacement) -> dict[str, Any]:
+    return {
+        "replica": p.replica,
+        "node": p.node,
+        "gpu_type": p.gpu_type,
+        "gpus": list(p.devices),
+        "mig": [{"device": d, "slice": i, "profile": prof} for d, i, prof in p.mig],
+        "share": p.share,
+        "units": round(p.units, 6),
+    }
+
+
+def to_json(result: SimulationResult) -> dict[str, Any]:
+    """The API.md "Simulation result" document."""
+    jobs = []
+    waits, jcts = [], []
+    by_team: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    first_submit = min((j.submit_s for j in result.jobs), default=0.0)
+    last_end = max((j.end_s for j in result.jobs if j.end_s is not None), default=first_submit)
+    for j in result.jobs:
+        finished = j.status == "succeeded"
+        jobs.append({
+            "name": j.spec.name,
+            "team": j.request.team,
+            "pool": j.request.pool,
+            "priority": j.request.priority,
+            "submit_s": j.submit_s,
+            "start_s": j.start_s,
+            "first_start_s": j.first_start_s,
+            "end_s": j.end_s,
+            "wait_s": round(j.wait_s, 6),
+            "status": j.status,
+            "reason": j.reason or None,
+            "allocations": [allocation_json(p) for p in j.placements],
+            "units": round(sum(p.units for p in j.placements), 6),
+            "preemptions": j.preemptions,
+        })
+        team = by_team[j.request.team]
+        team["jobs"].append(1)
+        if j.first_start_s is not None:
+            waits.append(j.wait_s)
+            team["wait"].append(j.wait_s)
+        if finished and j.end_s is not None:
+            jcts.append(j.end_s - j.submit_s)
+            team["jct"].append(j.end_s - j.submit_s)
+            team["finished"].append(1)
+    makespan = max(0.0, last_end - first_submit)
+    util = {}
+    for t, cap in result.capacity_units.items():
+        denom = cap * makespan
+        util[t] = round(result.busy_unit_seconds.get(t, 0.0) / denom, 6) if denom > 0 else 0.0
+    summary = {
+        "jobs": len(result.jobs),
+        "finished": sum(1 for j in result.jobs if j.status == "succeeded"),
+        "failed": sum(1 for j in result.jobs if j.status == "failed"),
+        "unschedulable": sum(1 for j in result.jobs if j.status == "unschedulable"),
+        "makespan_s": round(makespan, 6),
+        "wait_p50_s": round(_percentile(waits, 0.5), 6),
+        "wait_p99_s": round(_percentile(waits, 0.99), 6),
+        "jct_p50_s": round(_percentile(jcts, 0.5), 6),
+        "utilization": util,
+        "by_team": {
+            name: {
+                "jobs": len(v["jobs"]),
+                "finished": len(v["finished"]),
+                "wait_p50_s": round(_percentile(v["wait"], 0.5), 6),
+                "wait_p99_s": round(_percentile(v["wait"], 0.99), 6),
+                "jct_p50_s": round(_percentile(v["jct"], 0.5), 6),
+            }
+            for name, v in sorted(by_team.items())
+        },
+        "cycles": result.cycles,
+    }
+    return {"policy": result.policy, "jobs": jobs, "events": result.events, "summary": summary}
+
+
+class Simulator:
+    """Virtual-time replay; subclass or override the hooks for baselines."""
+
+    max_failures = 3
+
+    def __init__(self, model: ScenarioModel, policy: Policy, policy_name: str = "gpuq",
+                 seed: int = 42) -> None:
+        self.model = model
+        self.policy = policy
+        self.policy_name = policy_name
+        self.seed = seed
+        self.now = 0.0
+        self.heap: list[tuple[float, int, str, int, int]] = []
+        self.seq = 0
+        self.events: list[dict[str, Any]] = []
+        self.jobs = self._make_jobs(model)
+        self.pending: dict[int, SimJob] = {}
+        self.running: dict[int, SimJob] = {}
+        self.busy: dict[str, float] = defaultdict(float)
+        self.cycles = 0
+        self.lease_seq = 0
+        self._dirty = False  # something arrived or ended since the last cycle
+        self._lease_due = False  # a lease expired: cycle even with nothing pending
+
+    # -- setup ------------------------------------------------------------------
+    def _make_jobs(self, model: ScenarioModel) -> list[SimJob]:
+        c = model.cluster
+        out = []
+        for i, spec in enumerate(model.specs):
+            team = c.teams.get(spec.team)
+            pool_name = spec.pool or (team.pool if team else "default")
+            prio_name = spec.priority or (team.default_priority if team else "P1")
+            prio = c.priorities.get(prio_name) or PriorityInfo(prio_name, 500, True)
+            pool = c.pools.get(pool_name)
+            submit = spec.submit_at_s or 0.0
+            req = request_from_spec(
+                spec, job_id=f"{i}", pool=pool_name, priority=prio, submitted_at=submit,
+                default_placement=pool.placement if pool else "binpack",
+            )
+            runtime = spec.runtime_s or spec.duration_estimate_s or DEFAULT_RUNTIME_S
+            out.append(SimJob(i, spec, req, submit, runtime))
+        return out
+
+    def push(self, t: float, kind: str, job: int = -1, token: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, job, token))
+
+    def event(self, kind: str, job: SimJob, **detail: Any) -> None:
+        self.events.append(
+            {"t": round(self.now, 6), "type": kind, "job": job.spec.name, **detail}
+        )
+
+    def _lease_detail(self, x: LeaseInfo) -> dict[str, Any]:
+        return {"lease": x.id, "borrower": x.borrower, "lender": x.lender,
+                "gpu_type": x.gpu_type, "units": x.units, "expires_at": round(x.expires_at, 6)}
+
+    # -- hooks ------------------------------------------------------------------
+    def run_time(self, job: SimJob, placements: Sequence[ReplicaPlacement]) -> tuple[float, str]:
+        """Run time on these cards (the slowest type sets the pace) and the outcome."""
+        speeds = [job.spec.speed.get(p.gpu_type, 1.0) for p in placements if p.gpu_type]
+        speed = min(speeds) if speeds else 1.0
+        return job.runtime_s / speed, "finish"
+
+    def on_fail(self, job: SimJob) -> None:
+        """A run failed: requeue up to ``max_failures`` times, then give up."""
+        job.failures += 1
+        if job.failures >= self.max_failures:
+            job.status = "failed"
+            job.end_s = self.now
+        else:
+            self._requeue(job)
+
+    # -- the loop -----------------------------------------------------------------
+    def run(self) -> SimulationResult:
+        for j in self.jobs:
+            self.push(j.submit_s, "arrive", j.index)
+        while self.heap:
+            t = self.heap[0][0]
+            self.now = t
+            woke = False
+            while self.heap and self.heap[0][0] <= t:
+                _, _, kind, idx, token = heapq.heappop(self.heap)
+                if kind == "arrive":
+                    j = self.jobs[idx]
+                    j.status = "pending"
+                    j.queued_since = t
+                    self.pending[idx] = j
+                    self._dirty = True
+                elif kind == "end":
+                    j = self.jobs[idx]
+                    if j.run_token == token and j.status == "running":
+                        self._end_run(j, "finish")
+                elif kind == "fail":
+                    j = self.jobs[idx]
+                    if j.run_token == token and j.status == "running":
+                        self._end_run(j, "fail")
+                elif kind == "wake":
+                    woke = True
+                elif kind == "lease":  # a lease expires: a cycle decides on reclaim
+                    woke = self._lease_due = True
+            if (self.pending or self._lease_due) and (woke or self._dirty):
+                self._lease_due = False
+                self._dirty = False
+                self.cycle()
+                # time alone changes decisions (reservations, aging) only while work runs
+                if self.pending and self.running and not (
+                    self.heap and self.heap[0][0] <= t + WAKE_S
+                ):
+                    self.push(t + WAKE_S, "wake")
+        for j in self.pending.values():
+            j.status = "pending"
+        return SimulationResult(
+            self.policy_name, self.jobs, self.events,
+            capacity_units=self._capacity(), busy_unit_seconds=dict(self.busy),
+            cycles=self.cycles,
+        )
+
+    def _capacity(self) -> dict[str, float]:
+        c = self.model.cluster
+        cap: dict[str, float] = defaultdict(float)
+        for n in c.nodes:
+            if n.gpu_type and n.gpu_type in c.gpu_types:
+                cap[n.gpu_type] += c.gpu_types[n.gpu_type].weight * len(n.devices)
+        return dict(cap)
+
+    def snapshot(self) -> Snapshot:
+        c = self.model.cluster
+        running = [
+            RunningJob(j.request, j.placements, j.start_s or 0.0, j.leases)
+            for j in self.running.values()
+        ]
+        return Snapshot(
+            now=self.now, gpu_types=c.gpu_types, nodes=c.nodes, pools=c.pools, teams=c.teams,
+            priorities=c.priorities, running=running,
+            pending=[j.request for j in self.pending.values()], config=c.scheduler,
+        )
+
+    def cycle(self) -> bool:
+        """One scheduling cycle; True if anything changed."""
+        self.cycles += 1
+        res = self.policy(self.snapshot())
+        changed = False
+        by_id = {j.request.id: j for j in [*self.pending.values(), *self.running.values()]}
+        for pre in res.preemptions:
+            j = by_id.get(pre.job_id)
+            if j is None or j.status != "running":
+                continue
+            self._stop_run(j)
+            j.preemptions += 1
+            by = by_id.get(pre.by_job or "")
+            self.event("reclaim" if pre.kind == "reclaim" else "preempt", j,
+                       by=by.spec.name if by else None, reason=pre.reason)
+            self._requeue(j)
+            j.request = replace(
+                j.request, last_preempted_at=self.now, last_preempted_by=pre.by_job,
+                last_reclaimed_at=self.now if pre.kind == "reclaim" else
+                j.request.last_reclaimed_at,
+            )
+            changed = True
+        for adm in res.admissions:
+            j = by_id.get(adm.job_id)
+            if j is None or j.status != "pending":
+                continue
+            self._start(j, adm.placements, adm.leases)
+            changed = True
+        for job_id, why in res.unschedulable.items():
+            j = by_id.get(job_id)
+            if j is not None and j.status == "pending":
+                j.status = "unschedulable"
+                j.reason = why
+                del self.pending[j.index]
+                changed = True
+        for job_id, why in res.reasons.items():
+            j = by_id.get(job_id)
+            if j is not None:
+                j.reason = why
+        return changed
+
+    def _start(self, j: SimJob, placements, leases) -> None:
+        del self.pending[j.index]
+        self.running[j.index] = j
+        j.status = "running"
+        j.wait_s += self.now - j.queued_since
+        j.start_s = self.now
+        if j.first_start_s is None:
+            j.first_start_s = self.now
+        j.placements = tuple(placements)
+        j.run_token += 1
+        j.reason = ""
+        infos = []
+        for g in leases:
+            self.lease_seq += 1
+            infos.append(LeaseInfo(f"lease-{self.lease_seq}", g.borrower, g.lender, g.gpu_type,
+                                   g.units, j.request.id, self.now, g.expires_at))
+        j.leases = tuple(infos)
+        self.event("admit", j)
+        for x in infos:
+            self.event("lease_start", j, **self._lease_detail(x))
+            self.push(x.expires_at, "lease")
+        duration, outcome = self.run_time(j, j.placements)
+        self.push(self.now + duration, "end" if outcome == "finish" else "fail", j.index,
+                  j.run_token)
+
+    def _stop_run(self, j: SimJob) -> None:
+        """Free the job's capacity and account what it used."""
+        del self.running[j.index]
+        elapsed = self.now - (j.start_s if j.start_s is not None else self.now)
+        for p in j.placements:
+            if p.gpu_type:
+                self.busy[p.gpu_type] += p.units * elapsed
+        for x in j.leases:
+            self.event("lease_end", j, **self._lease_detail(x))
+        j.leases = ()
+        j.run_token += 1
+
+    def _end_run(self, j: SimJob, outcome: str) -> None:
+        self._stop_run(j)
+        self._dirty = True
+        if outcome == "finish":
+            j.status = "succeeded"
+            j.end_s = self.now
+            self.event("finish", j)
+        else:
+            self.event("fail", j)
+            self.on_fail(j)
+
+    def _requeue(self, j: SimJob) -> None:
+        """Back to pending with its original submit time (wait keeps counting)."""
+        j.status = "pending"
+        j.queued_since = self.now
+        j.request = _with_preemptions(j.request, j.preemptions)
+        self.pending[j.index] = j
+
+
+def _with_preemptions(r: JobRequest, n: int) -> JobRequest:
+    return replace(r, preemption_count=n)
+
+
+def run(model: ScenarioModel, policy: str = "gpuq", seed: int = 42) -> SimulationResult:
+    """Replay ``model`` through the policy named ``policy``."""
+    return Simulator(model, get_policy(policy), policy, seed).run()

@@ -1,0 +1,70 @@
+"""Descheduler decisions: P0 room (P2 before P1) and all-or-nothing defragmentation."""
+
+from app.scheduling.descheduler import deschedule
+from app.scheduling.model import PoolInfo
+from tests.unit.quota_sim import job, node, running, snapshot
+
+POOLS = [PoolInfo("p")]
+
+
+def test_p0_room_evicts_p2_before_p1() -> None:
+    run = [
+        running(job("p1", prio="P1", gpus=4), "a0", "a100", (0, 1, 2, 3), started_at=0),
+        running(job("p2", prio="P2", gpus=4), "a0", "a100", (4, 5, 6, 7), started_at=0),
+    ]
+    snap = snapshot([node("a0", "a100", 8)], POOLS, [job("rec", prio="P0", gpus=4)], run,
+                    now=1000)
+    res = deschedule(snap)
+    assert [(p.job_id, p.by_job) for p in res.preemptions] == [("p2", "rec")]
+    assert res.preemptions[0].reason.startswith("descheduler: room for P0 job rec")
+    assert [a.job_id for a in res.admissions] == ["rec"]
+
+
+def test_nothing_to_do_without_pending_p0() -> None:
+    run = [running(job("p2", prio="P2", gpus=8), "a0", "a100", tuple(range(8)), started_at=0)]
+    snap = snapshot([node("a0", "a100", 8)], POOLS, [job("p1", prio="P1", gpus=2)], run,
+                    now=1000)
+    res = deschedule(snap)
+    assert res.preemptions == [] and res.admissions == []
+
+
+def two_fragmented_nodes(per_node: int, pending_prio: str = "P1", **kw):
+    run = []
+    for n in ("a0", "a1"):
+        for d in range(per_node):
+            run.append(running(job(f"{n}-s{d}", prio="P2", gpus=1, **kw), n, "a100", (d,),
+                               started_at=0))
+    return snapshot([node("a0", "a100", 8), node("a1", "a100", 8)], POOLS,
+                    [job("big", prio=pending_prio, gpus=8)], run, now=1000)
+
+
+def test_defragment_moves_small_jobs_when_all_fit_elsewhere() -> None:
+    res = deschedule(two_fragmented_nodes(2))
+    moved = sorted(p.job_id for p in res.preemptions)
+    assert len(moved) == 2 and len({m.split("-")[0] for m in moved}) == 1
+    src = moved[0].split("-")[0]
+    admitted = {a.job_id: a for a in res.admissions}
+    assert set(admitted) == {"big", *moved}
+    assert {p.node for p in admitted["big"].placements} == {src}
+    for m in moved:  # each moved job has a place at once, off the freed node
+        assert all(p.node != src for p in admitted[m].placements)
+    assert all("descheduler: moved off node" in p.reason for p in res.preemptions)
+
+
+def test_defragment_moves_nothing_unless_every_job_can_move() -> None:
+    res = deschedule(two_fragmented_nodes(5))  # 5 to move, only 3 free elsewhere
+    assert res.preemptions == [] and res.admissions == []
+
+
+def test_defragment_respects_min_run_time() -> None:
+    snap = two_fragmented_nodes(2)
+    snap.now = 30.0
+    assert deschedule(snap).preemptions == []
+
+
+def test_defragment_never_moves_p0() -> None:
+    snap = two_fragmented_nodes(2)
+    snap.running = [r for r in snap.running if not r.request.id.startswith("a0")]
+    snap.running.append(running(job("a0-p0", prio="P0", gpus=1), "a0", "a100", (0,)))
+    snap.running.append(running(job("a1-p0", prio="P0", gpus=1), "a1", "a100", (7,)))
+    assert deschedule(snap).preemptions == []
