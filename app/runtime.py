@@ -99,7 +99,9 @@ class Services:
             from app.loops.notify import NotifyListener
 
             url = self.engine.url.render_as_string(hide_password=False)
-            self.listener = NotifyListener(psycopg_conninfo(url), self.loops)
+            # only the dispatcher reacts to a new job; the others keep their pace
+            woken = [lp for lp in self.loops if lp.name == "dispatcher"] or self.loops
+            self.listener = NotifyListener(psycopg_conninfo(url), woken)
             self._threads.append(self.listener.start_in_thread())
 
     def close(self) -> None:
@@ -146,14 +148,18 @@ def open_services(
             with session_factory() as session:
                 nodes = [node_info(r) for r in session.scalars(select(NodeRow))]
             cluster = build_cluster(settings, nodes=nodes, clock=clock)
-            loops.append(
-                Dispatcher(
-                    session_factory,
-                    cluster,
-                    clock=clock,
-                    interval=settings.dispatch_interval_s,
-                )
+            dispatcher = Dispatcher(
+                session_factory,
+                cluster,
+                clock=clock,
+                interval=settings.dispatch_interval_s,
             )
+            loops.append(dispatcher)
+            from app.loops.descheduler import Descheduler
+            from app.loops.leases import LeaseReaper
+
+            loops.append(Descheduler(dispatcher, interval=settings.descheduler_interval_s))
+            loops.append(LeaseReaper(dispatcher, interval=settings.lease_reaper_interval_s))
     except BaseException:
         engine.dispose()
         if embedded is not None:

@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", alias="GPUQ_HOST")
     port: int = Field(default=8000, ge=1, le=65535, alias="GPUQ_PORT")
     dispatch_interval_s: float = Field(default=1.0, gt=0, alias="GPUQ_DISPATCH_INTERVAL")
+    descheduler_interval_s: float = Field(default=30.0, gt=0, alias="GPUQ_DESCHEDULER_INTERVAL")
+    lease_reaper_interval_s: float = Field(default=5.0, gt=0, alias="GPUQ_LEASE_REAPER_INTERVAL")
     max_body_bytes: int = Field(default=1_000_000, alias="GPUQ_MAX_BODY_BYTES")
     run_loops: bool = Field(default=True, alias="GPUQ_RUN_LOOPS")
     prometheus_url: str | None = Field(default=None, alias="GPUQ_PROMETHEUS_URL")

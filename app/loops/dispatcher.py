@@ -31,14 +31,22 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from app.clock import from_epoch, utcnow
 from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
-from app.domain.states import ACTIVE, change_state
+from app.domain.states import ACTIVE, change_state, record_event
 from app.loops.base import LoopService
 from app.loops.snapshot import SnapshotContext, build_snapshot
-from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement
+from app.scheduling.model import (
+    Admission,
+    CycleResult,
+    Preemption,
+    ReplicaPlacement,
+    Snapshot,
+)
 from app.scheduling.policies import get_policy
 from app.store.orm import AllocationRow, JobRow, LeaseRow
 
 ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
+
+Decide = Callable[[Snapshot], CycleResult]
 
 
 @dataclass
@@ -48,6 +56,7 @@ class Plan:
     stops: list[tuple[str, str]] = field(default_factory=list)  # (job id, reason)
     binds: list[BindRequest] = field(default_factory=list)
     result: CycleResult | None = None
+    grace_seconds: float | None = None  # scheduler.preemption_grace_s, when set
 
 
 def bind_request(job: JobRow, placements: list[ReplicaPlacement] | None = None) -> BindRequest:
@@ -99,21 +108,29 @@ class Dispatcher(LoopService):
         return self.session_factory.kw["bind"]
 
     def run_once(self) -> None:
+        self.run_with(None)
+
+    def run_with(self, decide: Decide | None) -> CycleResult | None:
+        """One leader-only pass that persists ``decide(snapshot)`` (default: the
+        policy) -- the descheduler and the lease reaper write through here, so
+        every decision takes the same path. None when another process leads."""
         with self.engine.connect() as conn:
             leader = conn.scalar(select(func.pg_try_advisory_lock(ADVISORY_LOCK_KEY)))
             conn.commit()
             if not leader:
                 self.log.debug("another dispatcher holds the lock; skipping this pass")
-                return
+                return None
             try:
                 self.ingest_events()
                 plan = self.reconcile()
-                cycle = self.plan_and_commit()
+                cycle = self.plan_and_commit(decide)
                 plan.stops += cycle.stops
                 plan.binds += cycle.binds
                 plan.result = cycle.result
+                plan.grace_seconds = cycle.grace_seconds
                 self.perform(plan)
                 self.ingest_events()  # pods that started during perform show as running now
+                return cycle.result
             finally:
                 conn.execute(select(func.pg_advisory_unlock(ADVISORY_LOCK_KEY)))
                 conn.commit()
@@ -196,12 +213,13 @@ class Dispatcher(LoopService):
 
     # 4 + 5. plan and write ------------------------------------------------
 
-    def plan_and_commit(self) -> Plan:
+    def plan_and_commit(self, decide: Decide | None = None) -> Plan:
         plan = Plan()
         with self.session_factory() as session:
             now = self.clock()
             ctx = build_snapshot(session, now)
-            result = get_policy(self.policy_name)(ctx.snapshot)
+            result = (decide or get_policy(self.policy_name))(ctx.snapshot)
+            plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
             plan.result = result
             self.last_result = result
             decided = (
@@ -217,13 +235,15 @@ class Dispatcher(LoopService):
                     return None  # changed since the snapshot: leave it to the next cycle
                 return job
 
+            requeued: set[str] = set()  # a moved job is preempted, then admitted anew
             for p in result.preemptions:
                 job = fresh(p.job_id)
                 if job is not None and job.status in ACTIVE:
                     self._preempt(session, job, p, now)
                     plan.stops.append((p.job_id, p.reason))
+                    requeued.add(p.job_id)
             for a in result.admissions:
-                job = fresh(a.job_id)
+                job = jobs.get(a.job_id) if a.job_id in requeued else fresh(a.job_id)
                 if job is not None and job.status == "pending":
                     self._admit(session, job, a, now)
                     plan.binds.append(bind_request(job, list(a.placements)))
@@ -231,7 +251,8 @@ class Dispatcher(LoopService):
                 job = fresh(job_id)
                 if job is not None and job.status == "pending":
                     change_state(session, job, "unschedulable", now=now, reason=why)
-            self._write_queue(session, ctx, result, decided)
+            if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
+                self._write_queue(session, ctx, result, decided)
             session.commit()
         return plan
 
@@ -306,6 +327,8 @@ class Dispatcher(LoopService):
                 )
             )
         job.units = a.units
+        for note in a.notes:  # e.g. "duration_estimate_s outlasts its lease"
+            record_event(session, job, "lease_warning", now=now, reason=note)
         change_state(
             session,
             job,
@@ -348,9 +371,10 @@ class Dispatcher(LoopService):
     # 6. perform -----------------------------------------------------------
 
     def perform(self, plan: Plan) -> None:
+        grace = self.grace_seconds if plan.grace_seconds is None else plan.grace_seconds
         for job_id, reason in plan.stops:
             try:
-                self.cluster.stop(job_id, reason, grace_seconds=self.grace_seconds)
+                self.cluster.stop(job_id, reason, grace_seconds=grace)
             except Exception:
                 self.log.exception("stopping job %s failed; will retry at reconcile", job_id)
         for req in plan.binds:

@@ -8,7 +8,7 @@ clock so tests control time.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy import select
@@ -37,6 +37,7 @@ from app.store.config_loader import scheduler_knobs
 from app.store.orm import (
     AllocationRow,
     GpuTypeRow,
+    JobEventRow,
     JobRow,
     LeaseRow,
     NodeRow,
@@ -161,6 +162,33 @@ def job_request(
     )
 
 
+def with_preemption_history(
+    session: Session, pending: list[JobRequest], job_ids: list[int]
+) -> list[JobRequest]:
+    """Fill last_preempted_at/by and last_reclaimed_at from the job events, for
+    the core's thrash guard (only jobs that were ever preempted are looked up)."""
+    last: dict[str, tuple[float, str | None]] = {}
+    reclaimed: dict[str, float] = {}
+    for ev in session.scalars(
+        select(JobEventRow)
+        .where(JobEventRow.job_id.in_(job_ids), JobEventRow.type.in_(["preempted", "reclaimed"]))
+        .order_by(JobEventRow.job_id, JobEventRow.at, JobEventRow.id)
+    ):
+        at = to_epoch(ev.at)
+        by = (ev.data or {}).get("by_job")
+        last[str(ev.job_id)] = (at, str(by) if by is not None else None)
+        if ev.type == "reclaimed":
+            reclaimed[str(ev.job_id)] = at
+    out = []
+    for r in pending:
+        if r.id in last:
+            at, by = last[r.id]
+            r = replace(r, last_preempted_at=at, last_preempted_by=by,
+                        last_reclaimed_at=reclaimed.get(r.id))
+        out.append(r)
+    return out
+
+
 def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
     """Read everything a cycle needs in one session (one consistent view)."""
     gpu_types = {r.name: gpu_type_info(r) for r in session.scalars(select(GpuTypeRow))}
@@ -185,12 +213,15 @@ def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
         .options(selectinload(JobRow.allocations))
         .order_by(JobRow.id)
     )
+    preempted: list[int] = []
     for job in rows:
         ctx_revisions[str(job.id)] = job.revision
         req = job_request(job, priorities, pools)
         if job.status == "pending":
             pending.append(req)
             pending_meta[str(job.id)] = (job.reason, job.queue_position)
+            if job.preemption_count:
+                preempted.append(job.id)
         else:
             start = job.started_at or job.admitted_at or job.submitted_at
             running.append(
@@ -201,6 +232,8 @@ def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
                     leases=tuple(leases.get(job.id, ())),
                 )
             )
+    if preempted:
+        pending = with_preemption_history(session, pending, preempted)
     snap = Snapshot(
         now=to_epoch(now),
         gpu_types=gpu_types,

@@ -19,7 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.scheduling.model import JobRequest, LeaseInfo, PoolInfo, Preemption, RunningJob, Snapshot
+from app.scheduling.model import (
+    CycleResult,
+    JobRequest,
+    LeaseInfo,
+    PoolInfo,
+    Preemption,
+    RunningJob,
+    Snapshot,
+)
 from app.scheduling.state import EPS
 
 DEFAULT_MAX_BORROW_S = 1800.0
@@ -79,6 +87,11 @@ def reclaim_at_expiry(snap: Snapshot) -> list[Preemption]:
             )
         )
     return out
+
+
+def reclaim_only(snap: Snapshot) -> CycleResult:
+    """The lease reaper's decision: just step 2 of the cycle."""
+    return CycleResult(preemptions=reclaim_at_expiry(snap))
 
 
 def entitled(

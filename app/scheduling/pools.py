@@ -136,7 +136,15 @@ class PoolLedger:
 
     def add_running(self, r: RunningJob) -> None:
         leases = [(x.lender, x.gpu_type, x.units) for x in r.leases]
-        self._apply(r.request.id, r.request.pool, units_by_type(r.placements), leases, +1)
+        self.add(r.request.id, r.request.pool, units_by_type(r.placements), leases)
+
+    def add(
+        self, job_id: str, pool: str, used: Mapping[str, float],
+        leases: Iterable[tuple[str, str, float]] = (),
+    ) -> None:
+        """Account a job holding ``used`` CU per type, with its (lender, type, CU) leases."""
+        self.active.update((pool, t) for t in used)
+        self._apply(job_id, pool, used, list(leases), +1)
 
     def _apply(
         self,

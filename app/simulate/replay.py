@@ -331,6 +331,8 @@ class Simulator:
                 last_reclaimed_at=self.now if pre.kind == "reclaim" else
                 j.request.last_reclaimed_at,
             )
+            # the thrash guard is time-based: look again when it lapses
+            self.push(self.now + self.model.cluster.scheduler.thrash_window_s, "wake")
             changed = True
         for adm in res.admissions:
             j = by_id.get(adm.job_id)

@@ -49,13 +49,36 @@ def pool_usage(session: Session, pool: PoolRow) -> dict[str, Any]:
         }
         for t in types
     }
+    from app.store.pool_ledger import ledger_from_db
+
+    ledger = ledger_from_db(session)
+    for t, row in by_type.items():
+        # the scheduler's view: guarantee after scaling to capacity, idle, shared use
+        row["guaranteed_effective"] = ledger.guarantee(pool.name, t)
+        row["idle"] = ledger.idle(pool.name, t)
+        row["shared"] = ledger.shared_used(pool.name, t)
+        row["lendable"] = ledger.lendable(pool.name, t)
+    active_leases = [
+        {"id": str(r.id), "borrower": r.borrower, "lender": r.lender, "gpu_type": r.gpu_type,
+         "units": r.units, "job_id": str(r.job_id), "started_at": r.started_at,
+         "expires_at": r.expires_at, "state": r.state}
+        for r in session.scalars(
+            select(LeaseRow)
+            .where(LeaseRow.state == "active",
+                   (LeaseRow.borrower == pool.name) | (LeaseRow.lender == pool.name))
+            .order_by(LeaseRow.id)
+        )
+    ]
     pending = session.scalar(
         select(func.count()).where(JobRow.pool == pool.name, JobRow.status == "pending")
     )
     total = {
         k: sum(v[k] for v in by_type.values()) for k in ("guaranteed", "used", "borrowed", "lent")
     }
-    return {"pool": pool.name, "gpu_types": by_type, "total": total, "pending": int(pending or 0)}
+    return {
+        "pool": pool.name, "gpu_types": by_type, "total": total, "pending": int(pending or 0),
+        "leases": active_leases,
+    }
 
 
 def team_usage(session: Session, team: TeamRow) -> dict[str, Any]:

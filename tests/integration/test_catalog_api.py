@@ -110,12 +110,12 @@ def test_pools_crud_and_usage(client, admin, session_factory, dispatcher, clock)
         )
         s.commit()
     u = client.get("/v1/pools/training/usage", headers=admin).json()
-    assert u["gpu_types"]["a100-80g"] == {
+    assert u["gpu_types"]["a100-80g"].items() >= {
         "guaranteed": 100,
         "used": 40.0,
         "borrowed": 20.0,
         "lent": 0.0,
-    }
+    }.items()
     assert u["pending"] == 0
     m = client.get("/v1/pools/mixed/usage", headers=admin).json()
     assert m["gpu_types"]["a100-80g"]["lent"] == 20.0
@@ -199,11 +199,10 @@ def test_queue_in_dispatch_order(client, admin, team_token, dispatcher, clock, s
         json=job_body("fill0", resources={"gpus": 8, "gpu_types": ["a100-80g"]}),
         headers=admin,
     )
+    # (nlp, not the P0 team recsys: a P0 job never borrows beyond its pool's guarantee)
     client.post(
         "/v1/jobs",
-        json=job_body(
-            "fill1", "recsys", pool="mixed", resources={"gpus": 7, "gpu_types": ["a100-80g"]}
-        ),
+        json=job_body("fill1", resources={"gpus": 7, "gpu_types": ["a100-80g"]}),
         headers=admin,
     )
     dispatcher.run_once()

@@ -38,10 +38,14 @@ def test_mig_units_and_share_jobs_are_admitted_and_persisted(client, admin, disp
 
 
 def test_queue_shows_position_and_actionable_reason(client, admin, dispatcher):
-    filler = _submit(client, admin, name="filler", team="recsys",
+    # P1 and no borrow limit: a P0 job (recsys' default) never borrows beyond its pool's
+    # 20 CU guarantee, and the demo caps inference's borrowing at 40 CU
+    r = client.patch("/v1/pools/inference", json={"borrow_limit": None}, headers=admin)
+    assert r.status_code == 200, r.text
+    filler = _submit(client, admin, name="filler", team="recsys", priority="P1",
                      resources={"gpus": 8, "gpu_types": ["a100-80g"]})
     dispatcher.run_once()
-    assert _job(client, admin, filler)["status"] == "running"
+    assert _job(client, admin, filler)["status"] == "running", _job(client, admin, filler)["reason"]
     big = _submit(client, admin, name="big", team="nlp",
                   resources={"gpus": 8, "gpu_types": ["a100-80g"], "min_gpu_memory_gb": 40})
     over = _submit(client, admin, name="over-quota", team="nlp",

@@ -81,3 +81,25 @@ def test_p1_preempts_p2_on_shared_v100() -> None:
     res = s.cycle()
     assert len(res.preemptions) == 2 and all(p.job_id.startswith("etl") for p in res.preemptions)
     assert "ft-v" in s.running
+
+
+def test_tiers_replayed_by_the_simulator() -> None:
+    """The same config through `gpuq simulate`'s replay: P0 never waits nor is
+    preempted, the P1 borrowers it displaces requeue and still finish."""
+    from app.scheduling.policies import get_policy
+    from app.simulate.replay import ScenarioModel, Simulator, to_json
+
+    jobs = [f"  - {{name: ft{i}, team: llm, resources: {{gpus: 1, gpu_types: [a100-80g]}}, "
+            f"submit_at_s: 0, runtime_s: 3000}}" for i in range(40)]
+    jobs += [f"  - {{name: rec{i}, team: recsys, resources: {{gpus: 4, gpu_types: [a100-80g]}}, "
+             f"submit_at_s: 300, runtime_s: 1000}}" for i in range(3)]
+    text = (files("app") / "config" / "tiers.yaml").read_text() + "jobs:\n" + "\n".join(jobs)
+    model = ScenarioModel.from_config(load_config_text(text))
+    doc = to_json(Simulator(model, get_policy("gpuq"), "gpuq").run())
+    by_name = {j["name"]: j for j in doc["jobs"]}
+    for i in range(3):
+        assert by_name[f"rec{i}"]["wait_s"] == 0 and by_name[f"rec{i}"]["preemptions"] == 0
+    pre = [e for e in doc["events"] if e["type"] == "preempt"]
+    assert len(pre) == 12 and all(e["by"].startswith("rec") and e["t"] == 300 for e in pre)
+    assert len([e for e in doc["events"] if e["type"] == "lease_start"]) >= 12
+    assert all(j["status"] == "succeeded" for j in doc["jobs"])
