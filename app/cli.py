@@ -87,6 +87,105 @@ def db_upgrade() -> None:
     typer.echo(f"database at revision {rev}")
 
 
+# -- client commands (talk to a running gpuq over REST; see app/client_cli.py) ---------------
+
+_URL = typer.Option(None, "--url", envvar="GPUQ_URL", help="gpuq server URL")
+_TOKEN = typer.Option(None, "--token", envvar="GPUQ_TOKEN", help="API token")
+
+
+@app.command()
+def submit(
+    file: str = typer.Option(..., "-f", "--file", help="job spec YAML/JSON ('-' for stdin)"),
+    idempotency_key: str | None = typer.Option(None, help="Idempotency-Key header"),
+    url: str | None = _URL,
+    token: str | None = _TOKEN,
+) -> None:
+    """Submit a job (or a list of jobs) from a file."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_submit, file, idempotency_key, url=url, token=token))
+
+
+@app.command()
+def jobs(
+    team: str | None = typer.Option(None, help="only this team"),
+    pool: str | None = typer.Option(None, help="only this pool"),
+    status: str | None = typer.Option(None, help="only this status"),
+    priority: str | None = typer.Option(None, help="only this priority"),
+    limit: int = typer.Option(50, help="at most this many"),
+    output: str = typer.Option("table", "-o", "--output", help="table or json"),
+    url: str | None = _URL,
+    token: str | None = _TOKEN,
+) -> None:
+    """List jobs."""
+    from app import client_cli as c
+
+    raise typer.Exit(
+        c.run(
+            c.cmd_jobs,
+            url=url,
+            token=token,
+            team=team,
+            pool=pool,
+            status=status,
+            priority=priority,
+            limit=limit,
+            output=output,
+        )
+    )
+
+
+@app.command()
+def job(
+    job_id: str = typer.Argument(..., help="job id"),
+    output: str = typer.Option("table", "-o", "--output", help="table or json"),
+    url: str | None = _URL,
+    token: str | None = _TOKEN,
+) -> None:
+    """Show one job: status, reason, times, allocations, lease."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_job, job_id, output, url=url, token=token))
+
+
+@app.command()
+def queue(
+    pool: str | None = typer.Option(None, help="only this pool"),
+    team: str | None = typer.Option(None, help="only this team"),
+    url: str | None = _URL,
+    token: str | None = _TOKEN,
+) -> None:
+    """Pending jobs in dispatch order, with why each waits."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_queue, url=url, token=token, pool=pool, team=team))
+
+
+@app.command()
+def cancel(
+    job_id: str = typer.Argument(..., help="job id"),
+    url: str | None = _URL,
+    token: str | None = _TOKEN,
+) -> None:
+    """Cancel a job."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_cancel, job_id, url=url, token=token))
+
+
+@app.command()
+def usage(
+    team: str | None = typer.Option(None, help="a team's usage against its quota"),
+    pool: str | None = typer.Option(None, help="a pool's guaranteed/used/borrowed/lent"),
+    url: str | None = _URL,
+    token: str | None = _TOKEN,
+) -> None:
+    """Per GPU type allocation (or one team's / pool's usage)."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_usage, url=url, token=token, team=team, pool=pool))
+
+
 def main() -> None:
     app()
 

@@ -21,15 +21,20 @@ from app.api.routes import (
     health,
     jobs,
     leases,
+    metrics,
     nodes,
     pools,
     priority_classes,
     queue,
+    reports,
     teams,
+    tuning,
 )
 from app.domain.errors import GpuqError
+from app.metrics import GpuqMetrics
 from app.runtime import Services, open_services
 from app.settings import Settings, get_settings
+from app.ui import routes as ui_routes
 
 ROUTERS = [
     health.router,
@@ -41,6 +46,11 @@ ROUTERS = [
     jobs.router,
     queue.router,
     leases.router,
+    # observability: reports, tuner, Prometheus, dashboard
+    reports.router,
+    tuning.router,
+    metrics.router,
+    ui_routes.router,
 ]
 
 
@@ -52,6 +62,7 @@ def install_services(app: FastAPI, services: Services) -> None:
     app.state.clock = services.clock
     app.state.admin_token = services.admin_token
     app.state.cluster = services.cluster
+    app.state.metrics = services.metrics
 
 
 def validation_detail(errors: list[dict]) -> str:
@@ -142,6 +153,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.metrics = GpuqMetrics()
     if services is not None:
         install_services(app, services)
 

@@ -23,6 +23,7 @@ from app.cluster import build_cluster
 from app.cluster.base import Cluster
 from app.domain.config import GpuqConfig, load_config, load_config_text
 from app.loops.base import LoopService
+from app.metrics import GpuqMetrics
 from app.settings import Settings
 from app.store import migrate
 from app.store.config_loader import apply_config, ensure_priority_classes
@@ -89,6 +90,7 @@ class Services:
     admin_token: str
     embedded: EmbeddedPostgres | None = None
     loops: list[LoopService] = field(default_factory=list)
+    metrics: GpuqMetrics = field(default_factory=GpuqMetrics)
     listener: object | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -111,6 +113,9 @@ class Services:
             self.listener.stop()  # type: ignore[attr-defined]
         for t in self._threads:
             t.join(timeout=5)
+        close_cluster = getattr(self.cluster, "close", None)
+        if close_cluster is not None:
+            close_cluster()  # stop the Kubernetes informers
         self.engine.dispose()
         if self.embedded is not None:
             self.embedded.stop()
@@ -139,20 +144,39 @@ def open_services(
             session.commit()
         admin_token = resolve_admin_token(settings)
         cluster = None
+        metrics = GpuqMetrics()
         loops: list[LoopService] = []
         if with_loops:
-            from app.loops.dispatcher import Dispatcher
+            from app.loops.metrics import MeteredDispatcher
             from app.loops.snapshot import node_info
+            from app.loops.tuner import TunerLoop
             from app.store.orm import NodeRow
 
+            elector = None
+            gpu_types: list = []
             with session_factory() as session:
                 nodes = [node_info(r) for r in session.scalars(select(NodeRow))]
-            cluster = build_cluster(settings, nodes=nodes, clock=clock)
-            dispatcher = Dispatcher(
+                if settings.cluster == "kubernetes":
+                    from app.loops.node_sync import gpu_type_configs
+
+                    gpu_types = gpu_type_configs(session)
+            cluster = build_cluster(settings, nodes=nodes, clock=clock, gpu_types=gpu_types)
+            max_retries = 0
+            if settings.cluster == "kubernetes":
+                # any number of dispatcher replicas: one leads (PostgreSQL advisory lock)
+                from app.cluster.k8s_settings import KubeSettings
+                from app.loops.leader import LeaderElector
+
+                elector = LeaderElector(url)
+                max_retries = KubeSettings().max_retries
+            dispatcher = MeteredDispatcher(
                 session_factory,
                 cluster,
                 clock=clock,
                 interval=settings.dispatch_interval_s,
+                elector=elector,
+                max_retries=max_retries,
+                metrics=metrics,
             )
             loops.append(dispatcher)
             from app.loops.descheduler import Descheduler
@@ -160,6 +184,7 @@ def open_services(
 
             loops.append(Descheduler(dispatcher, interval=settings.descheduler_interval_s))
             loops.append(LeaseReaper(dispatcher, interval=settings.lease_reaper_interval_s))
+            loops.append(TunerLoop(session_factory, clock=clock))
     except BaseException:
         engine.dispose()
         if embedded is not None:
@@ -174,4 +199,5 @@ def open_services(
         admin_token=admin_token,
         embedded=embedded,
         loops=loops,
+        metrics=metrics,
     )

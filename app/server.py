@@ -54,8 +54,12 @@ def run_dispatcher(settings: Settings) -> None:
     _configure_logging()
     require_current_schema(settings)
     svc = open_services(settings, with_loops=True)
-    stop = svc.loops[0].stop
-    signal.signal(signal.SIGTERM, lambda *_: stop())
+
+    def stop(*_: object) -> None:
+        for loop in svc.loops:
+            loop.stop()
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         svc.start_loops()
         for t in svc._threads:

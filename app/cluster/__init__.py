@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from app.cluster.base import Cluster
+    from app.domain.config import GpuTypeConfig
     from app.scheduling.model import Node
     from app.settings import Settings
 
@@ -17,6 +18,7 @@ def build_cluster(
     *,
     nodes: list[Node] | None = None,
     clock: Callable[[], datetime] | None = None,
+    gpu_types: Sequence[GpuTypeConfig] = (),
 ) -> Cluster:
     """The cluster ``GPUQ_CLUSTER`` names: ``simulated`` (default) or ``kubernetes``."""
     if settings.cluster == "simulated":
@@ -27,7 +29,8 @@ def build_cluster(
             nodes=list(nodes or []), clock=clock or utcnow, speed=settings.sim_speed
         )
     if settings.cluster == "kubernetes":
-        from app.cluster.kubernetes import KubernetesCluster  # type: ignore[import-not-found]
+        from app.cluster.kubernetes import KubernetesCluster
 
-        return KubernetesCluster.from_settings(settings)
+        # GPU types (with product patterns) to match the nodes' labels against
+        return KubernetesCluster.from_settings(settings, gpu_types=gpu_types)
     raise ValueError(f"unknown cluster {settings.cluster!r}")

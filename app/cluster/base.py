@@ -42,6 +42,16 @@ class BindRequest:
 class BindError(Exception):
     """A bind failed; whatever was bound for the job has been undone."""
 
+    #: True when retrying cannot help (the cluster rejects the job's Pod as
+    #: invalid): the job should fail instead of being requeued forever.
+    permanent: bool = False
+
+
+class InvalidPodError(BindError):
+    """The API server refused the job's Pod itself (400/422: a bad pod_template)."""
+
+    permanent = True
+
 
 class Cluster(Protocol):
     def list_nodes(self) -> list[Node]:

@@ -2,7 +2,13 @@
 
 One pass (:meth:`Dispatcher.run_once`), as numbered steps:
 
-1. Leadership: ``pg_try_advisory_lock`` so any number of replicas is safe.
+1. Leadership: with a live cluster (Kubernetes) only the holder of the
+   session advisory lock of :class:`~app.loops.leader.LeaderElector`
+   dispatches; standbys keep their cluster cache warm and take over when the
+   leader's session dies. On gaining leadership the cluster is reconciled
+   (adopt Pods, remove orphans and half-bound gangs). Every pass also takes
+   ``pg_try_advisory_lock`` for its critical section, so any number of
+   replicas is safe.
 2. Ingest what the cluster reports (running, succeeded, failed, gone).
 3. Reconcile the database with the cluster: pods of jobs that no longer
    hold capacity are stopped; admitted jobs without pods are bound (this is
@@ -33,6 +39,7 @@ from app.clock import from_epoch, utcnow
 from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
 from app.domain.states import ACTIVE, change_state, record_event
 from app.loops.base import LoopService
+from app.loops.leader import LeaderElector
 from app.loops.snapshot import SnapshotContext, build_snapshot
 from app.scheduling.model import (
     Admission,
@@ -92,8 +99,17 @@ class Dispatcher(LoopService):
         policy: str = "gpuq",
         interval: float = 1.0,
         grace_seconds: float = 30.0,
+        elector: LeaderElector | None = None,
+        max_retries: int = 0,
     ) -> None:
         super().__init__(interval)
+        self.elector = elector
+        self.max_retries = max_retries  # a failed run is requeued this many times
+        if elector is not None:
+            elector.on_change = self._leadership_changed
+        self._reconcile_cluster = True  # on the first pass as leader
+        self._nodes_fingerprint: str | None = None
+        self.live_nodes: list | None = None
         self.session_factory = session_factory
         self.cluster = cluster
         self.clock = clock
@@ -107,6 +123,17 @@ class Dispatcher(LoopService):
     def engine(self) -> Engine:
         return self.session_factory.kw["bind"]
 
+    def _leadership_changed(self, leader: bool) -> None:
+        if leader:
+            self._reconcile_cluster = True
+
+    def start(self, loops: int | None = None) -> None:
+        try:
+            super().start(loops)
+        finally:
+            if self.elector is not None:
+                self.elector.release()  # a standby takes over at once
+
     def run_once(self) -> None:
         self.run_with(None)
 
@@ -114,6 +141,11 @@ class Dispatcher(LoopService):
         """One leader-only pass that persists ``decide(snapshot)`` (default: the
         policy) -- the descheduler and the lease reaper write through here, so
         every decision takes the same path. None when another process leads."""
+        if self.elector is not None and not self.elector.ensure():
+            # Standby: do not act, but do not let the cluster's events pile up
+            # either (a new leader reconciles from the Pods themselves).
+            self.cluster.poll_events()
+            return None
         with self.engine.connect() as conn:
             leader = conn.scalar(select(func.pg_try_advisory_lock(ADVISORY_LOCK_KEY)))
             conn.commit()
@@ -121,6 +153,7 @@ class Dispatcher(LoopService):
                 self.log.debug("another dispatcher holds the lock; skipping this pass")
                 return None
             try:
+                self.sync_cluster()
                 self.ingest_events()
                 plan = self.reconcile()
                 cycle = self.plan_and_commit(decide)
@@ -134,6 +167,38 @@ class Dispatcher(LoopService):
             finally:
                 conn.execute(select(func.pg_advisory_unlock(ADVISORY_LOCK_KEY)))
                 conn.commit()
+
+    def sync_cluster(self) -> None:
+        """Live clusters: nodes from the cluster (mirrored into the nodes table
+        for the API), GPU types to the cluster, and a full reconcile after
+        gaining leadership."""
+        if not getattr(self.cluster, "live_nodes", False):
+            return
+        from app.loops.node_sync import fingerprint, gpu_type_configs, sync_node_rows
+
+        with self.session_factory() as session:
+            self.cluster.set_gpu_types(gpu_type_configs(session))  # type: ignore[attr-defined]
+            nodes = self.cluster.list_nodes()
+            fp = fingerprint(nodes)
+            if fp != self._nodes_fingerprint:
+                sync_node_rows(session, nodes)
+                session.commit()
+                self._nodes_fingerprint = fp
+            self.live_nodes = nodes
+            if self._reconcile_cluster and hasattr(self.cluster, "reconcile"):
+                active = {
+                    str(j)
+                    for j in session.scalars(select(JobRow.id).where(JobRow.status.in_(ACTIVE)))
+                }
+                report = self.cluster.reconcile(active)
+                self.log.info(
+                    "reconciled with the cluster: %d adopted, %d to rebind or requeue, "
+                    "%d orphans removed",
+                    len(report.adopted),
+                    len(report.missing),
+                    len(report.orphans),
+                )
+                self._reconcile_cluster = False
 
     # 2. ingest ------------------------------------------------------------
 
@@ -154,6 +219,16 @@ class Dispatcher(LoopService):
         now = self.clock()
         if ev.phase == "running" and job.status == "admitted":
             change_state(session, job, "running", now=now, reason=None)
+        elif ev.phase == "failed" and self._retries(session, job) < self.max_retries:
+            n = self._retries(session, job) + 1
+            change_state(
+                session,
+                job,
+                "pending",
+                now=now,
+                event_type="retried",
+                reason=f"run failed (retry {n}/{self.max_retries}): {ev.message}",
+            )
         elif ev.phase in ("succeeded", "failed"):
             change_state(
                 session,
@@ -171,6 +246,19 @@ class Dispatcher(LoopService):
                 event_type="requeued",
                 reason=f"pods lost on the cluster: {ev.message}" if ev.message else "pods lost",
             )
+
+    @staticmethod
+    def _retries(session: Session, job: JobRow) -> int:
+        from app.store.orm import JobEventRow
+
+        return int(
+            session.scalar(
+                select(func.count())
+                .select_from(JobEventRow)
+                .where(JobEventRow.job_id == job.id, JobEventRow.type == "retried")
+            )
+            or 0
+        )
 
     # 3. reconcile ---------------------------------------------------------
 
@@ -218,6 +306,8 @@ class Dispatcher(LoopService):
         with self.session_factory() as session:
             now = self.clock()
             ctx = build_snapshot(session, now)
+            if self.live_nodes is not None:
+                ctx.snapshot.nodes = list(self.live_nodes)
             result = (decide or get_policy(self.policy_name))(ctx.snapshot)
             plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
             plan.result = result
@@ -381,16 +471,17 @@ class Dispatcher(LoopService):
             try:
                 self.cluster.bind(req)
             except BindError as e:
-                self._undo_bind(req.job_id, str(e))
+                self._undo_bind(req.job_id, str(e), permanent=e.permanent)
 
-    def _undo_bind(self, job_id: str, message: str) -> None:
+    def _undo_bind(self, job_id: str, message: str, *, permanent: bool = False) -> None:
         with self.session_factory() as session:
             job = _locked_job(session, job_id)
             if job is not None and job.status == "admitted":
                 change_state(
                     session,
                     job,
-                    "pending",
+                    # a Pod the cluster rejects as invalid would fail every retry
+                    "failed" if permanent else "pending",
                     now=self.clock(),
                     event_type="bind_failed",
                     reason=f"bind failed: {message}",

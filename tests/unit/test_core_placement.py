@@ -96,8 +96,9 @@ def test_mig_auto_18gb_takes_2g20gb_slice() -> None:
 def test_mig_auto_falls_back_to_cheapest_whole_card() -> None:
     layout = {0: ("2g.20gb",)}
     nodes = [node("a", "a100-80g", 2, mig=layout), node("v", "v100-16g", 2)]
-    busy = running(job("b"), ReplicaPlacement(0, "a", "a100-80g", (), mig=((0, 0, "2g.20gb"),),
-                                              units=2.857))
+    busy = running(
+        job("b"), ReplicaPlacement(0, "a", "a100-80g", (), mig=((0, 0, "2g.20gb"),), units=2.857)
+    )
     res = schedule(snap(nodes, [job("m", mig="auto", min_gpu_memory_gb=12)], running=[busy]))
     (p,) = placed(res, "m")
     assert p.gpu_type == "v100-16g"  # 4 CU whole V100 beats a 10 CU A100
@@ -120,8 +121,10 @@ def test_shares_never_exceed_one_card() -> None:
 
 def test_share_memory_never_exceeds_card() -> None:
     nodes = [node("r", "rtx4090-24g", 1)]
-    jobs = [job("s0", gpu_share=0.3, min_gpu_memory_gb=14),
-            job("s1", gpu_share=0.3, min_gpu_memory_gb=14, submitted_at=1)]
+    jobs = [
+        job("s0", gpu_share=0.3, min_gpu_memory_gb=14),
+        job("s1", gpu_share=0.3, min_gpu_memory_gb=14, submitted_at=1),
+    ]
     res = schedule(snap(nodes, jobs))
     assert [a.job_id for a in res.admissions] == ["s0"]
 
@@ -147,15 +150,16 @@ def test_binpack_gang_uses_fewest_nodes() -> None:
 
 def test_spread_puts_replicas_on_distinct_nodes() -> None:
     nodes = [node(f"n{i}", "a100-80g", 8) for i in range(4)]
-    ps = placed(schedule(snap(nodes, [job("s", gpus=1, replicas=3, min_available=3,
-                                              placement="spread")])), "s")
+    ps = placed(
+        schedule(snap(nodes, [job("s", gpus=1, replicas=3, min_available=3, placement="spread")])),
+        "s",
+    )
     assert len({p.node for p in ps}) == 3
 
 
 def test_spread_gang_waits_when_too_few_nodes() -> None:
     nodes = [node(f"n{i}", "a100-80g", 8) for i in range(2)]
-    res = schedule(snap(nodes, [job("s", gpus=1, replicas=3, min_available=3,
-                                    placement="spread")]))
+    res = schedule(snap(nodes, [job("s", gpus=1, replicas=3, min_available=3, placement="spread")]))
     assert placed(res, "s") is None
 
 
@@ -186,8 +190,11 @@ def test_gang_never_mixes_types_unless_allowed() -> None:
 
 
 def test_same_rack_gang_stays_in_one_rack() -> None:
-    nodes = [node("x0", "a100-80g", 4, rack="r1"), node("y0", "a100-80g", 8, rack="r2"),
-             node("y1", "a100-80g", 8, rack="r2")]
+    nodes = [
+        node("x0", "a100-80g", 4, rack="r1"),
+        node("y0", "a100-80g", 8, rack="r2"),
+        node("y1", "a100-80g", 8, rack="r2"),
+    ]
     g = job("g", gpus=4, replicas=3, min_available=3, topology="same_rack")
     ps = placed(schedule(snap(nodes, [g])), "g")
     assert {p.node for p in ps} <= {"y0", "y1"}
@@ -195,8 +202,9 @@ def test_same_rack_gang_stays_in_one_rack() -> None:
 
 def test_same_node_gang_needs_one_node() -> None:
     nodes = [node("n0", "a100-80g", 4), node("n1", "a100-80g", 4)]
-    res = schedule(snap(nodes, [job("g", gpus=4, replicas=2, min_available=2,
-                                    topology="same_node")]))
+    res = schedule(
+        snap(nodes, [job("g", gpus=4, replicas=2, min_available=2, topology="same_node")])
+    )
     assert "g" in res.unschedulable
 
 

@@ -41,11 +41,18 @@ def clusters(draw):
                 lay = draw(st.sampled_from(LAYOUTS))
                 if lay:
                     mig[d] = lay
-        nodes.append(node(
-            f"n{i}", t, gpus, cpu=draw(st.sampled_from([8, 32, 64])),
-            mem=draw(st.sampled_from([32, 256])), network=draw(st.sampled_from(["eth", "ib"])),
-            rack=draw(st.sampled_from(["r1", "r2", None])), mig=mig,
-        ))
+        nodes.append(
+            node(
+                f"n{i}",
+                t,
+                gpus,
+                cpu=draw(st.sampled_from([8, 32, 64])),
+                mem=draw(st.sampled_from([32, 256])),
+                network=draw(st.sampled_from(["eth", "ib"])),
+                rack=draw(st.sampled_from(["r1", "r2", None])),
+                mig=mig,
+            )
+        )
     return nodes
 
 
@@ -65,13 +72,20 @@ def jobs(draw, idx):
     replicas = 1 if mode == "gpu_units" else draw(st.integers(1, 3))
     team = draw(st.sampled_from(["x", "y"]))
     return JobRequest(
-        id=f"j{idx}", name=f"j{idx}", team=team, pool=draw(st.sampled_from(["p", "q"])),
-        priority="P1", priority_value=draw(st.sampled_from([100, 500, 1000])), preemptible=True,
-        submitted_at=float(idx), replicas=replicas,
+        id=f"j{idx}",
+        name=f"j{idx}",
+        team=team,
+        pool=draw(st.sampled_from(["p", "q"])),
+        priority="P1",
+        priority_value=draw(st.sampled_from([100, 500, 1000])),
+        preemptible=True,
+        submitted_at=float(idx),
+        replicas=replicas,
         min_available=draw(st.integers(1, replicas)),
         min_gpu_memory_gb=draw(st.sampled_from([0, 8, 18, 30, 60])),
         gpu_types=draw(st.sampled_from([(), ("a100-80g",), ("v100-16g", "rtx4090-24g")])),
-        cpu=draw(st.sampled_from([0.5, 4, 16, 40])), memory_gb=draw(st.sampled_from([1, 16, 100])),
+        cpu=draw(st.sampled_from([0.5, 4, 16, 40])),
+        memory_gb=draw(st.sampled_from([1, 16, 100])),
         placement=draw(st.sampled_from(["binpack", "spread"])),
         topology=draw(st.sampled_from(["none", "same_node", "same_rack", "fast_network"])),
         duration_estimate_s=draw(st.sampled_from([None, 60.0, 5000.0])),
@@ -83,8 +97,10 @@ TEAMS = {
     "x": TeamInfo("x", "p", quota_units=60, quota_by_type={"a100-80g": 40}),
     "y": TeamInfo("y", "p", weight=2, quota_units=None),
 }
-POOLS = {"p": PoolInfo("p"), "q": PoolInfo("q", gpu_types=("rtx4090-24g", "v100-16g"),
-                                                guaranteed={"v100-16g": 8})}
+POOLS = {
+    "p": PoolInfo("p"),
+    "q": PoolInfo("q", gpu_types=("rtx4090-24g", "v100-16g"), guaranteed={"v100-16g": 8}),
+}
 
 
 def check(nodes, running: list[RunningJob]) -> None:
@@ -174,8 +190,17 @@ def test_cycles_never_overallocate(data) -> None:
         for _ in range(data.draw(st.integers(1, 8))):
             pending.append(data.draw(jobs(idx)))
             idx += 1
-        snap = Snapshot(now, TYPES, nodes, POOLS, TEAMS, PRIOS, list(running), list(pending),
-                        SchedulerConfig(reservation_after_s=data.draw(st.sampled_from([0, 1e9]))))
+        snap = Snapshot(
+            now,
+            TYPES,
+            nodes,
+            POOLS,
+            TEAMS,
+            PRIOS,
+            list(running),
+            list(pending),
+            SchedulerConfig(reservation_after_s=data.draw(st.sampled_from([0, 1e9]))),
+        )
         res = schedule(snap)
         # preempted jobs leave the cluster and are requeued (as the dispatcher does)
         stopped = {p.job_id for p in res.preemptions}

@@ -1,0 +1,57 @@
+"""Label and annotation keys gpuq reads and writes on Kubernetes objects.
+
+One place, so the node sync, the Pod builder, the status watch and the
+README agree on every key.
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- on Pods gpuq creates -------------------------------------------------
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "gpuq"
+JOB_ID = "gpuq.io/job-id"
+JOB_NAME = "gpuq.io/job-name"
+REPLICA = "gpuq.io/replica"
+BIND_ID = "gpuq.io/bind-id"  # one per bind attempt
+REPLICAS = "gpuq.io/replicas"
+TEAM = "gpuq.io/team"
+POOL = "gpuq.io/pool"
+PRIORITY = "gpuq.io/priority"
+# annotations: what the replica holds, so a restarted gpuq (and the node
+# sync) knows which devices and slices are gpuq's
+ANN_JOB_ID = "gpuq.io/job-id"  # the exact id, should it not be a valid label value
+ANN_NODE = "gpuq.io/node"
+ANN_GPU_TYPE = "gpuq.io/gpu-type"
+ANN_DEVICES = "gpuq.io/devices"  # "0,1,2"
+ANN_MIG = "gpuq.io/mig"  # "dev:slice:profile;..."
+ANN_SHARE = "gpuq.io/share"
+
+# --- on Nodes: the article's labels ---------------------------------------
+ARTICLE_GPU_TYPE = "gpu-type"  # a100
+ARTICLE_GPU_MEMORY = "gpu-memory"  # 80g
+ARTICLE_GPU_WEIGHT = "gpu-weight"  # 10 (informational: the weight comes from the config)
+
+# --- on Nodes: NVIDIA GPU Feature Discovery --------------------------------
+GFD_PRODUCT = "nvidia.com/gpu.product"  # NVIDIA-A100-SXM4-80GB
+GFD_MEMORY_MIB = "nvidia.com/gpu.memory"  # 81920 (MiB)
+GFD_COUNT = "nvidia.com/gpu.count"  # physical cards, MIG or not
+
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def label_value(v: str) -> str:
+    """A string made safe as a label value (<= 63 chars, alnum at both ends)."""
+    s = _LABEL_VALUE_BAD.sub("-", v)[:63]
+    return s.strip("-_.")
+
+
+def is_gpuq_pod(pod: dict) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(MANAGED_BY) == MANAGED_BY_VALUE and JOB_ID in labels
+
+
+def job_id_of(pod: dict) -> str:
+    meta = pod.get("metadata") or {}
+    return (meta.get("annotations") or {}).get(ANN_JOB_ID) or (meta.get("labels") or {})[JOB_ID]

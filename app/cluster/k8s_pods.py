@@ -1,0 +1,211 @@
+"""Build the Pod of one replica, and read a job's phase back from its Pods.
+
+Pure: JSON dicts in and out, so every field gpuq sets is unit-tested.
+The Pod is the job's ``pod_template`` (a PodTemplateSpec ``{metadata, spec}``
+or a bare PodSpec) with gpuq's additions: ``schedulerName`` (so the default
+scheduler leaves it alone until gpuq binds it), labels, the accelerator
+requests/limits of the placement, the PriorityClass, tolerations for the
+node's GPU taints, and env vars with the GPU type, world size and rank.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from app.cluster import k8s_labels as L
+from app.cluster.base import BindRequest, PodPhase
+from app.cluster.k8s_nodes import mig_prefix
+from app.cluster.k8s_settings import KubeSettings
+from app.scheduling.model import GpuType, ReplicaPlacement
+
+_NAME_BAD = re.compile(r"[^a-z0-9-]")
+
+
+def pod_name(req: BindRequest, replica: int, bind_id: str) -> str:
+    """``<job name>-<job id prefix>-<bind id>-<replica>``: unique per bind attempt,
+    so a retry never collides with the Pods of an attempt still terminating."""
+    base = _NAME_BAD.sub("-", req.name.lower())[:40].strip("-") or "job"
+    jid = _NAME_BAD.sub("", req.job_id.lower())[:8] or "x"
+    return f"{base}-{jid}-{bind_id}-{replica}"
+
+
+def accelerator_resources(p: ReplicaPlacement, gpu_type: GpuType | None) -> dict[str, str]:
+    """Extended-resource requests (= limits) for what the placement holds."""
+    if gpu_type is None or p.gpu_type is None:
+        return {}
+    if p.mig:
+        counts = Counter(profile for _dev, _slice, profile in p.mig)
+        prefix = mig_prefix(gpu_type.resource_name)
+        return {f"{prefix}{profile}": str(n) for profile, n in sorted(counts.items())}
+    if p.share > 0:
+        # HAMi-style vGPU: one virtual card with a memory (MiB) and core (%) cap.
+        domain = gpu_type.resource_name.split("/", 1)[0]
+        mem_gb = p.share_memory_gb or p.share * gpu_type.memory_gb
+        return {
+            gpu_type.resource_name: "1",
+            f"{domain}/gpumem": str(int(mem_gb * 1e9 / 2**20)),
+            f"{domain}/gpucores": str(max(1, round(p.share * 100))),
+        }
+    if p.devices:
+        return {gpu_type.resource_name: str(len(p.devices))}
+    return {}
+
+
+def tolerations_for(node_taints: Iterable[Mapping[str, Any]], ks: KubeSettings) -> list[dict]:
+    """Tolerate the node's GPU taints gpuq handles for every job (e.g.
+    ``nvidia.com/gpu:NoSchedule``); other taints keep the node off limits."""
+    out = []
+    for t in node_taints:
+        if t.get("key") in ks.tolerated_taints and t.get("effect") in ("NoSchedule", "NoExecute"):
+            tol = {"key": t["key"], "effect": t["effect"]}
+            if t.get("value"):
+                tol.update(operator="Equal", value=t["value"])
+            else:
+                tol["operator"] = "Exists"
+            out.append(tol)
+    return out
+
+
+def _split_template(template: Mapping[str, Any]) -> tuple[dict, dict]:
+    t = copy.deepcopy(dict(template or {}))
+    if "spec" in t or "metadata" in t:
+        return dict(t.get("metadata") or {}), dict(t.get("spec") or {})
+    return {}, t  # a bare PodSpec
+
+
+def build_pod(
+    req: BindRequest,
+    p: ReplicaPlacement,
+    *,
+    bind_id: str,
+    gpu_type: GpuType | None,
+    node_taints: Sequence[Mapping[str, Any]] = (),
+    ks: KubeSettings,
+) -> dict:
+    meta, spec = _split_template(req.pod_template)
+    namespace = meta.pop("namespace", None) or ks.namespace
+    for k in ("name", "generateName", "resourceVersion", "uid"):
+        meta.pop(k, None)
+    labels = dict(meta.get("labels") or {})
+    labels.update(
+        {
+            L.MANAGED_BY: L.MANAGED_BY_VALUE,
+            L.JOB_ID: L.label_value(req.job_id),
+            L.JOB_NAME: L.label_value(req.name),
+            L.BIND_ID: bind_id,
+            L.REPLICA: str(p.replica),
+            L.REPLICAS: str(len(req.placements)),
+            L.TEAM: L.label_value(req.team),
+            L.POOL: L.label_value(req.pool),
+            L.PRIORITY: L.label_value(req.priority),
+        }
+    )
+    annotations = dict(meta.get("annotations") or {})
+    annotations.update(
+        {
+            L.ANN_JOB_ID: req.job_id,
+            L.ANN_NODE: p.node,
+            L.ANN_GPU_TYPE: p.gpu_type or "",
+            L.ANN_DEVICES: ",".join(str(d) for d in p.devices) if not p.mig else "",
+            L.ANN_MIG: ";".join(f"{d}:{s}:{prof}" for d, s, prof in p.mig),
+            L.ANN_SHARE: f"{p.share:g}" if p.share else "",
+        }
+    )
+    annotations = {k: v for k, v in annotations.items() if v}
+
+    containers = spec.get("containers") or []
+    if not containers:
+        # A job without a template (demo, or simulated-first workflows): a
+        # container that "runs" for the duration estimate and succeeds.
+        seconds = int(req.duration_s or 60)
+        containers = [{"name": "main", "image": ks.default_image,
+                       "command": ["sleep", str(seconds)]}]
+    env = [
+        {"name": "GPUQ_JOB_ID", "value": req.job_id},
+        {"name": "GPUQ_JOB_NAME", "value": req.name},
+        {"name": "GPUQ_TEAM", "value": req.team},
+        {"name": "GPUQ_POOL", "value": req.pool},
+        {"name": "GPUQ_PRIORITY", "value": req.priority},
+        {"name": "GPUQ_GPU_TYPE", "value": p.gpu_type or ""},
+        {"name": "GPUQ_GPUS", "value": str(len(p.devices) if not p.mig and not p.share else 0)},
+        {"name": "GPUQ_MIG_PROFILE", "value": ",".join(sorted({m[2] for m in p.mig}))},
+        {"name": "GPUQ_GPU_SHARE", "value": f"{p.share:g}" if p.share else ""},
+        {"name": "GPUQ_WORLD_SIZE", "value": str(req.world_size or len(req.placements))},
+        {"name": "GPUQ_RANK", "value": str(p.replica)},
+        {"name": "GPUQ_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    ours = {e["name"] for e in env}
+    accel = accelerator_resources(p, gpu_type)
+    out_containers = []
+    for i, c in enumerate(containers):
+        c = dict(c)
+        c["env"] = [e for e in (c.get("env") or []) if e.get("name") not in ours] + env
+        if i == 0:  # the first container is the workload: it gets the devices
+            res = dict(c.get("resources") or {})
+            requests = dict(res.get("requests") or {})
+            limits = dict(res.get("limits") or {})
+            if p.cpu:
+                requests["cpu"] = f"{p.cpu:g}"
+            if p.memory_gb:
+                requests["memory"] = f"{int(p.memory_gb * 1e9)}"
+            requests.update(accel)
+            limits.update(accel)  # extended resources: limit must equal request
+            res["requests"] = requests
+            if limits:
+                res["limits"] = limits
+            c["resources"] = res
+        out_containers.append(c)
+    spec["containers"] = out_containers
+    spec["schedulerName"] = ks.scheduler_name
+    spec.pop("nodeName", None)  # the Binding sets it
+    spec.setdefault("restartPolicy", "Never")
+    spec["priorityClassName"] = ks.priority_class_prefix + req.priority.lower()
+    spec.pop("priority", None)  # admission fills it from the class
+    tolerations = list(spec.get("tolerations") or [])
+    for tol in tolerations_for(node_taints, ks):
+        if tol not in tolerations:
+            tolerations.append(tol)
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **meta,
+            "name": pod_name(req, p.replica, bind_id),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def pod_failure_message(pod: Mapping[str, Any]) -> str:
+    st = pod.get("status") or {}
+    for cs in st.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term:
+            bits = [term.get("reason") or "", f"exit code {term.get('exitCode')}"
+                    if term.get("exitCode") is not None else ""]
+            return f"container {cs.get('name')}: " + ", ".join(b for b in bits if b)
+    return st.get("reason") or st.get("message") or "pod failed"
+
+
+def job_phase(pods: Sequence[Mapping[str, Any]], expected: int) -> tuple[PodPhase, str]:
+    """The job's phase from its Pods: a failed Pod fails the job; all Succeeded
+    (and as many as expected) is success; any Pod running makes it running."""
+    phases = [(p.get("status") or {}).get("phase", "Pending") for p in pods]
+    for pod, ph in zip(pods, phases, strict=True):
+        if ph == "Failed":
+            name = (pod.get("metadata") or {}).get("name")
+            return "failed", f"pod {name}: {pod_failure_message(pod)}"
+    if pods and all(ph == "Succeeded" for ph in phases) and len(pods) >= expected:
+        return "succeeded", ""
+    if any(ph in ("Running", "Succeeded") for ph in phases):
+        return "running", ""
+    return "pending", ""

@@ -1,0 +1,52 @@
+"""Settings of the Kubernetes backend (``GPUQ_K8S_*`` environment variables).
+
+Kept apart from :mod:`app.settings` so the simulated default pays nothing
+for them and so a site can tune the label keys it already uses without a
+code change. Nothing is read at import time.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+Csv = Annotated[list[str], NoDecode]
+
+
+def _split(v: object) -> object:
+    if isinstance(v, str):
+        return [s.strip() for s in v.split(",") if s.strip()]
+    return v
+
+
+class KubeSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUQ_K8S_", extra="ignore")
+
+    # Where job Pods go unless the job's pod_template names a namespace.
+    namespace: str = "gpuq-jobs"
+    scheduler_name: str = "gpuq"
+    # PriorityClass of a job = prefix + lower-cased priority name (P0 -> gpuq-p0).
+    priority_class_prefix: str = "gpuq-"
+    # First label present wins (article style first, then a zone-style label).
+    rack_labels: Csv = Field(
+        default_factory=lambda: ["gpuq.io/rack", "topology.kubernetes.io/zone"]
+    )
+    network_label: str = "gpuq.io/network"
+    nvlink_label: str = "gpuq.io/nvlink-domain"
+    # Taints gpuq tolerates on behalf of every job Pod (the usual "GPU nodes only"
+    # taint). A node with any other NoSchedule/NoExecute taint is not placed on.
+    tolerated_taints: Csv = Field(default_factory=lambda: ["nvidia.com/gpu"])
+    # Image and command of a job whose pod_template has no containers (demo jobs).
+    default_image: str = "busybox:1.36"
+    # Watch requests end server-side after this long and are resumed.
+    watch_timeout_s: int = Field(default=300, ge=1)
+    eviction_fallback_delete: bool = True
+    # A job whose Pod fails is requeued this many times before it ends `failed`.
+    max_retries: int = Field(default=0, ge=0, le=100)
+
+    @field_validator("rack_labels", "tolerated_taints", mode="before")
+    @classmethod
+    def _csv(cls, v: object) -> object:
+        return _split(v)

@@ -1,0 +1,216 @@
+"""List + watch one Kubernetes collection into a local cache (an informer).
+
+The official client does the HTTP, auth and TLS; this module owns the
+protocol: list to get a ``resourceVersion``, watch from it, keep resuming
+from the last version seen (bookmarks included), and relist when the
+server says 410 Gone (history compacted). A relist is diffed against the
+cache so a Pod deleted while the watch was down still produces DELETED.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from app.cluster.k8s_metrics import WATCH_RELISTS
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, dict, dict | None], None]  # (type, object, previous)
+
+
+def object_key(obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+def _check(resp: Any) -> Any:
+    code = getattr(resp, "status", 200)
+    if isinstance(code, int) and not 200 <= code <= 299:
+        body = resp.data.decode() if getattr(resp, "data", None) else ""
+        resp.release_conn()
+        raise ApiException(status=code, reason=body[:500])
+    return resp
+
+
+class Informer:
+    """Cache of one collection, kept current by a background list/watch loop.
+
+    ``list_fn`` is a client method such as ``CoreV1Api.list_node``; the
+    handler sees every change (including the synthetic ones of a relist)
+    with the previous version of the object, or None.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        list_fn: Callable[..., Any],
+        handler: Handler | None = None,
+        *,
+        label_selector: str | None = None,
+        timeout_s: int = 300,
+        backoff_s: float = 1.0,
+    ) -> None:
+        self.name = name
+        self.list_fn = list_fn
+        self.handler = handler
+        self.label_selector = label_selector
+        self.timeout_s = timeout_s
+        self.backoff_s = backoff_s
+        self.cache: dict[str, dict] = {}
+        self.resource_version: str | None = None
+        self.synced = threading.Event()
+        self.lock = threading.RLock()
+        self.relists = 0
+        self.watches = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._resp: Any = None
+
+    # ------------------------------------------------------------ reading
+    def items(self) -> list[dict]:
+        with self.lock:
+            return list(self.cache.values())
+
+    # ------------------------------------------------------------ protocol
+    def _kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"_preload_content": False}
+        if self.label_selector:
+            kw["label_selector"] = self.label_selector
+        return kw
+
+    def relist(self) -> None:
+        """Replace the cache by a fresh list, reporting the differences."""
+        resp = _check(self.list_fn(**self._kwargs(), _request_timeout=60))
+        data = json.loads(resp.data)
+        fresh = {object_key(o): o for o in data.get("items") or []}
+        with self.lock:
+            old = self.cache
+            self.cache = fresh
+            self.resource_version = (data.get("metadata") or {}).get("resourceVersion")
+            self.relists += 1
+        WATCH_RELISTS.labels(resource=self.name).inc()
+        if self.handler:
+            for k, o in old.items():
+                if k not in fresh:
+                    self.handler("DELETED", o, o)
+            for k, o in fresh.items():
+                prev = old.get(k)
+                if prev is None:
+                    self.handler("ADDED", o, None)
+                elif (prev.get("metadata") or {}).get("resourceVersion") != (
+                    o.get("metadata") or {}
+                ).get("resourceVersion"):
+                    self.handler("MODIFIED", o, prev)
+        self.synced.set()
+
+    def apply(self, type_: str, obj: dict) -> None:
+        key = object_key(obj)
+        with self.lock:
+            prev = self.cache.get(key)
+            if type_ == "DELETED":
+                self.cache.pop(key, None)
+            else:
+                self.cache[key] = obj
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                self.resource_version = rv
+        if self.handler:
+            try:
+                self.handler(type_, obj, prev)
+            except Exception:  # never lose the watch position over a handler bug
+                log.exception("%s: handler failed on %s %s", self.name, type_, object_key(obj))
+
+    def watch_once(self) -> None:
+        """One watch request from the current version; returns when it ends.
+
+        On 410 Gone the version is dropped so the next round relists.
+        """
+        kw = self._kwargs()
+        kw.update(
+            watch=True,
+            resource_version=self.resource_version,
+            timeout_seconds=int(self.timeout_s),
+            allow_watch_bookmarks=True,
+            _request_timeout=self.timeout_s + 30,
+        )
+        self.watches += 1
+        try:
+            resp = _check(self.list_fn(**kw))
+        except ApiException as e:
+            if e.status == 410:
+                self._gone()
+                return
+            raise
+        self._resp = resp
+        try:
+            for line in iter_resp_lines(resp):
+                if self._stop.is_set():
+                    return
+                if not line or not line.strip():
+                    continue
+                ev = json.loads(line)
+                type_, obj = ev.get("type"), ev.get("object") or {}
+                if type_ == "ERROR":
+                    if obj.get("code") == 410:
+                        self._gone()
+                        return
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                if type_ == "BOOKMARK":
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if rv:
+                        with self.lock:
+                            self.resource_version = rv
+                    continue
+                self.apply(type_, obj)
+        finally:
+            self._resp = None
+            resp.release_conn()
+
+    def _gone(self) -> None:
+        log.info("%s: watch expired (410 Gone), relisting", self.name)
+        with self.lock:
+            self.resource_version = None
+
+    def step(self) -> None:
+        """One round: relist if needed, else one watch."""
+        if self.resource_version is None:
+            self.relist()
+        else:
+            self.watch_once()
+
+    # ------------------------------------------------------------ thread
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception as e:  # keep going: the API server may come back
+                if self._stop.is_set():
+                    return
+                log.warning("%s: list/watch failed: %s; retrying", self.name, e)
+                self._stop.wait(self.backoff_s)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self, join_timeout: float = 5.0) -> None:
+        self._stop.set()
+        resp = self._resp
+        if resp is not None:
+            # the reading thread may have closed it already
+            with contextlib.suppress(Exception):
+                resp.shutdown() if hasattr(resp, "shutdown") else resp.close()
+        if self._thread is not None:
+            self._thread.join(join_timeout)
+            self._thread = None

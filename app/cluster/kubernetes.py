@@ -1,0 +1,471 @@
+"""The real cluster: Nodes and Pods through the Kubernetes API.
+
+* Node sync: informers (list + watch) on Nodes and Pods keep a local cache;
+  :meth:`list_nodes` turns it into the core's nodes (:mod:`k8s_nodes`).
+* Admission: :meth:`bind` creates every replica's Pod (``schedulerName:
+  gpuq``) and only then binds each with the Binding subresource; if any
+  create or bind fails, every Pod of the attempt is deleted and
+  :class:`BindError` raised, so the job requeues (the kube-scheduler rule:
+  every reserve has an unreserve).
+* Preemption / cancel: :meth:`stop` uses the Eviction API (policy/v1) with
+  the grace period and falls back to delete when a disruption budget answers
+  429 (a preemption decided by gpuq must happen).
+* Status: Pod changes become :class:`JobStatusEvent` s (running, succeeded,
+  failed, gone) for :meth:`poll_events`; :meth:`reconcile` squares the
+  database with the Pods after a restart or a failover.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as kclient
+from kubernetes import config as kconfig
+from kubernetes.client.exceptions import ApiException
+
+from app.cluster import k8s_labels as L
+from app.cluster import k8s_metrics as M
+from app.cluster.base import BindError, BindRequest, InvalidPodError, JobStatusEvent
+from app.cluster.k8s_nodes import NodeView, node_views, pod_holds_resources
+from app.cluster.k8s_pods import build_pod, job_phase
+from app.cluster.k8s_settings import KubeSettings
+from app.cluster.k8s_watch import Informer
+from app.domain.config import GpuTypeConfig
+from app.scheduling.from_config import gpu_type_from_config
+from app.scheduling.model import Node
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("succeeded", "failed", "gone")
+
+
+@dataclass(slots=True)
+class _Track:
+    """What gpuq knows about one job's Pods: the current bind attempt and the
+    last phase reported, so each change is reported once."""
+
+    bind_id: str
+    expected: int
+    reported: str = "pending"
+    stopped: bool = False
+    seen: bool = True  # False between bind() and the watch showing its Pods
+
+
+@dataclass(slots=True)
+class ReconcileReport:
+    adopted: set[str] = field(default_factory=set)  # active in the DB, Pods found
+    missing: set[str] = field(default_factory=set)  # active in the DB, no usable Pods: requeue
+    orphans: set[str] = field(default_factory=set)  # Pods of jobs the DB does not run: removed
+
+
+def _holds_or_will_hold(pod: dict) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed")
+
+
+def load_api_client(kubeconfig: str | None = None) -> kclient.ApiClient:
+    """In-cluster config (the ServiceAccount) when running in a Pod, else KUBECONFIG."""
+    try:
+        kconfig.load_incluster_config()
+    except kconfig.ConfigException:
+        # read KUBECONFIG now: the client module captured it at import time
+        kconfig.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"))
+    return kclient.ApiClient()
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _body(e: ApiException) -> dict:
+    try:
+        return json.loads(e.body or "{}")
+    except (TypeError, ValueError):
+        return {}
+
+
+class KubernetesCluster:
+    # The dispatcher schedules on list_nodes() (live capacity and usage by
+    # other Pods) rather than on the nodes table of a static/simulated cluster.
+    live_nodes = True
+
+    def __init__(
+        self,
+        api_client: kclient.ApiClient,
+        gpu_types: Sequence[GpuTypeConfig],
+        settings: KubeSettings | None = None,
+    ) -> None:
+        self.ks = settings or KubeSettings()
+        self.api = kclient.CoreV1Api(api_client)
+        self.set_gpu_types(gpu_types)
+        self._lock = threading.RLock()
+        self._tracks: dict[str, _Track] = {}
+        self._events: list[JobStatusEvent] = []
+        self._reported_unmatched: set[tuple[str, str]] = set()
+        self._by_job: dict[str, dict[str, dict]] = {}  # job id -> pod key -> Pod
+        self.unmatched: dict[str, str] = {}  # node -> product, from the last list_nodes
+        self.nodes = Informer("nodes", self.api.list_node, None, timeout_s=self.ks.watch_timeout_s)
+        self.pods = Informer(
+            "pods",
+            self.api.list_pod_for_all_namespaces,
+            self._on_pod,
+            timeout_s=self.ks.watch_timeout_s,
+        )
+
+    @classmethod
+    def from_settings(
+        cls, settings: Any = None, *, gpu_types: Sequence[GpuTypeConfig] = (), start: bool = True
+    ) -> KubernetesCluster:
+        """In-cluster config or KUBECONFIG; informers started and synced."""
+        ks = KubeSettings()
+        cluster = cls(load_api_client(), gpu_types, ks)
+        if start:
+            cluster.start()
+        return cluster
+
+    def set_gpu_types(self, gpu_types: Sequence[GpuTypeConfig]) -> None:
+        """GPU types can change at run time (REST); node sync uses the latest."""
+        self.type_configs = list(gpu_types)
+        self.types = {t.name: gpu_type_from_config(t) for t in self.type_configs}
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self, wait_s: float = 30.0) -> None:
+        """Start the informers and wait for the first full lists."""
+        self.nodes.start()
+        self.pods.start()
+        if not (self.nodes.synced.wait(wait_s) and self.pods.synced.wait(wait_s)):
+            raise TimeoutError("Kubernetes API: initial node/pod list did not complete")
+
+    def sync(self) -> None:
+        """One list/watch round of each informer (tests drive this by hand)."""
+        self.nodes.step()
+        self.pods.step()
+
+    def close(self) -> None:
+        self.nodes.stop()
+        self.pods.stop()
+
+    # ---------------------------------------------------------------- nodes
+    def node_views(self) -> list[NodeView]:
+        return node_views(self.nodes.items(), self.pods.items(), self.type_configs, self.ks)
+
+    def list_nodes(self) -> list[Node]:
+        views = self.node_views()
+        self._report_unmatched(views)
+        return [v.node for v in views]
+
+    def _report_unmatched(self, views: list[NodeView]) -> None:
+        """A GPU product no configured type matches is an operator's problem to
+        see: a Warning Event on the Node (once) and a gauge, never a silent drop."""
+        self.unmatched = {v.node.name: v.unmatched_product for v in views if v.unmatched_product}
+        counts: dict[str, int] = {}
+        for product in self.unmatched.values():
+            counts[product] = counts.get(product, 0) + 1
+        M.UNMATCHED_GPU_NODES.clear()
+        for product, n in counts.items():
+            M.UNMATCHED_GPU_NODES.labels(product=product).set(n)
+        for node, product in self.unmatched.items():
+            if (node, product) in self._reported_unmatched:
+                continue
+            self._reported_unmatched.add((node, product))
+            log.warning("node %s: GPU product %r matches no configured GPU type", node, product)
+            self._event(
+                "default",
+                {"kind": "Node", "apiVersion": "v1", "name": node},
+                "GpuqUnknownGpuProduct",
+                f"GPU product {product!r} matches no gpuq GPU type; its GPUs are not offered. "
+                "Add a gpu_types entry whose product pattern matches it.",
+            )
+
+    def _event(self, namespace: str, obj: dict, reason: str, message: str,
+               type_: str = "Warning") -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": "gpuq-", "namespace": namespace},
+            "involvedObject": {**obj, "namespace": namespace} if obj["kind"] != "Node" else obj,
+            "reason": reason,
+            "message": message[:1000],
+            "type": type_,
+            "source": {"component": "gpuq"},
+            "firstTimestamp": _now(),
+            "lastTimestamp": _now(),
+            "count": 1,
+        }
+        try:
+            self.api.create_namespaced_event(namespace, body, _preload_content=False)
+        except Exception as e:  # events are best effort
+            log.info("could not record event %s: %s", reason, e)
+
+    # ---------------------------------------------------------------- pods
+    def _job_pods(self, job_id: str, bind_id: str | None = None) -> list[dict]:
+        with self._lock:
+            pods = list(self._by_job.get(job_id, {}).values())
+        if bind_id is None:
+            return pods
+        return [p for p in pods if p["metadata"]["labels"].get(L.BIND_ID) == bind_id]
+
+    def bind(self, req: BindRequest) -> None:
+        """Create all the job's Pods, then bind them; all or nothing."""
+        bind_id = uuid.uuid4().hex[:5]
+        with self._lock:
+            old = self._tracks.get(req.job_id)
+            if old is not None:
+                old.stopped = True
+            self._tracks[req.job_id] = _Track(bind_id, len(req.placements), seen=False)
+        nodes = {n["metadata"]["name"]: n for n in self.nodes.items()}
+        created: list[tuple[str, str]] = []
+        try:
+            pods = []
+            for p in req.placements:
+                node = nodes.get(p.node)
+                if node is None:
+                    raise BindError(f"node {p.node} is gone")
+                taints = (node.get("spec") or {}).get("taints") or []
+                gpu_type = self.types.get(p.gpu_type) if p.gpu_type else None
+                pods.append(build_pod(req, p, bind_id=bind_id, gpu_type=gpu_type,
+                                      node_taints=taints, ks=self.ks))
+            # 1. create every Pod (unbound: nobody else schedules them)
+            for pod in pods:
+                ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+                try:
+                    self.api.create_namespaced_pod(ns, pod, _preload_content=False)
+                except ApiException as e:
+                    err = InvalidPodError if e.status in (400, 422) else BindError
+                    raise err(
+                        f"create pod {ns}/{name}: {e.status} {_body(e).get('message', e.reason)}"
+                    ) from e
+                except ValueError as e:  # the client's own model validation
+                    raise InvalidPodError(f"pod {ns}/{name} is invalid: {e}") from e
+                created.append((ns, name))
+            # 2. bind each to its node
+            for pod, p in zip(pods, req.placements, strict=True):
+                ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+                binding = {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": name, "namespace": ns},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": p.node},
+                }
+                try:
+                    # _preload_content=False: the server answers with a Status,
+                    # which the generated V1Binding model cannot deserialize.
+                    self.api.create_namespaced_pod_binding(name, ns, binding,
+                                                           _preload_content=False)
+                except ApiException as e:
+                    raise BindError(
+                        f"bind pod {ns}/{name} to {p.node}: {e.status} "
+                        f"{_body(e).get('message', e.reason)}"
+                    ) from e
+        except Exception as e:
+            M.BIND_FAILURES.labels(reason=type(e).__name__).inc()
+            self._undo(req.job_id, created)
+            if isinstance(e, BindError):
+                raise
+            raise BindError(f"bind {req.job_id}: {e}") from e
+
+    def _undo(self, job_id: str, created: list[tuple[str, str]]) -> None:
+        with self._lock:
+            t = self._tracks.get(job_id)
+            if t is not None:
+                t.stopped = True
+        for ns, name in created:
+            self._delete(ns, name, 0)
+
+    def _delete(self, ns: str, name: str, grace: int | None) -> bool:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
+        try:
+            self.api.delete_namespaced_pod(name, ns, body=body, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            log.warning("delete pod %s/%s failed: %s", ns, name, e.status)
+            return False
+        M.EVICTIONS.labels(method="delete").inc()
+        return True
+
+    def stop(self, job_id: str, reason: str, grace_seconds: float = 30.0) -> None:
+        """Evict the job's Pods (honouring the grace period); a 429 from a
+        disruption budget falls back to delete. Idempotent."""
+        with self._lock:
+            t = self._tracks.get(job_id)
+            if t is not None:
+                t.stopped = True
+            else:
+                self._tracks[job_id] = _Track("", 0, stopped=True)
+        grace = max(0, int(grace_seconds))
+        for pod in self._job_pods(job_id) or self._list_job_pods(job_id):
+            meta = pod.get("metadata") or {}
+            ns, name = meta.get("namespace", self.ks.namespace), meta.get("name", "")
+            if meta.get("deletionTimestamp"):
+                continue
+            if not (pod.get("spec") or {}).get("nodeName"):
+                self._delete(ns, name, 0)  # never started: nothing to drain
+                continue
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            self._event(ns, {"kind": "Pod", "apiVersion": "v1", "name": name},
+                        "GpuqStopped", reason, type_="Normal")
+            eviction = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": name, "namespace": ns},
+                "deleteOptions": {"gracePeriodSeconds": grace},
+            }
+            try:
+                self.api.create_namespaced_pod_eviction(name, ns, eviction,
+                                                        _preload_content=False)
+                M.EVICTIONS.labels(method="eviction").inc()
+            except ApiException as e:
+                if e.status == 404:
+                    continue
+                log.info("evict %s/%s: %s; deleting instead", ns, name, e.status)
+                if self.ks.eviction_fallback_delete:
+                    self._delete(ns, name, grace)
+
+    def _list_job_pods(self, job_id: str) -> list[dict]:
+        """Ask the server (the cache may not have seen the Pods yet)."""
+        sel = f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE},{L.JOB_ID}={L.label_value(job_id)}"
+        try:
+            resp = self.api.list_pod_for_all_namespaces(label_selector=sel,
+                                                        _preload_content=False)
+            return json.loads(resp.data).get("items") or []
+        except ApiException as e:
+            log.warning("list pods of %s failed: %s", job_id, e.status)
+            return []
+
+    # ---------------------------------------------------------------- status
+    def _on_pod(self, type_: str, pod: dict, prev: dict | None) -> None:
+        if not L.is_gpuq_pod(pod):
+            return
+        labels = pod["metadata"]["labels"]
+        job_id, bind_id = L.job_id_of(pod), labels.get(L.BIND_ID, "")
+        key = f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}"
+        with self._lock:
+            if type_ == "DELETED":
+                self._by_job.get(job_id, {}).pop(key, None)
+                if not self._by_job.get(job_id, True):
+                    del self._by_job[job_id]
+            else:
+                self._by_job.setdefault(job_id, {})[key] = pod
+            t = self._tracks.get(job_id)
+            if t is None:
+                # Pods this process did not create: a previous leader's, or ours
+                # before a restart. Adopt the attempt; reconcile() judges it.
+                if type_ == "DELETED" or (pod["metadata"].get("deletionTimestamp")):
+                    return
+                t = _Track(bind_id, int(labels.get(L.REPLICAS, "1") or 1))
+                self._tracks[job_id] = t
+            if t.stopped or bind_id != t.bind_id or t.reported in TERMINAL:
+                return
+            t.seen = True
+            if type_ == "DELETED":
+                t.reported = "gone"
+                self._events.append(JobStatusEvent(
+                    job_id, "gone", f"pod {pod['metadata'].get('name')} was deleted outside gpuq"
+                ))
+                return
+            pods = self._job_pods(job_id, bind_id)
+            phase, message = job_phase(pods, t.expected)
+            if phase != t.reported and phase != "pending":
+                t.reported = phase
+                self._events.append(JobStatusEvent(job_id, phase, message))
+
+    def poll_events(self) -> list[JobStatusEvent]:
+        with self._lock:
+            out, self._events = self._events, []
+            return out
+
+    def running_job_ids(self) -> set[str]:
+        """Jobs that have Pods on the cluster now, finished ones included (their
+        status event may not be ingested yet), plus jobs bound a moment ago
+        whose Pods the watch has not shown yet: the caller must never bind a
+        job twice because the cache lags."""
+        with self._lock:
+            out = set()
+            for job_id, pods in self._by_job.items():
+                t = self._tracks.get(job_id)
+                if t is not None and t.stopped and not any(
+                    _holds_or_will_hold(p) for p in pods.values()
+                ):
+                    continue  # stopped by gpuq, only finished Pods left (kept for logs)
+                out.add(job_id)
+            out.update(j for j, t in self._tracks.items() if not t.seen and not t.stopped)
+            return out
+
+    def reconcile(self, active_job_ids: set[str]) -> ReconcileReport:
+        """After a restart or failover: square the database with the Pods.
+
+        * active job with its whole gang bound -> adopted (its phase is
+          reported again so the caller catches up);
+        * active job without Pods, or with a gang half created/bound (the
+          crash came mid-bind) -> its Pods are removed, it is ``missing`` and
+          the caller requeues it;
+        * Pods holding resources for a job the database does not run ->
+          orphans, removed.
+        """
+        report = ReconcileReport()
+        by_job: dict[str, list[dict]] = {}
+        for p in self.pods.items():
+            if L.is_gpuq_pod(p) and not (p.get("metadata") or {}).get("deletionTimestamp"):
+                by_job.setdefault(L.job_id_of(p), []).append(p)
+        for jid, pods in by_job.items():
+            if jid not in active_job_ids and any(
+                pod_holds_resources(p) or not (p.get("spec") or {}).get("nodeName") for p in pods
+            ):
+                report.orphans.add(jid)
+                self.stop(jid, "orphan: gpuq's database does not run this job", 0)
+        for job_id in active_job_ids:
+            pods = by_job.get(job_id, [])
+            bind_ids = {p["metadata"]["labels"].get(L.BIND_ID, "") for p in pods}
+            expected = max((int(p["metadata"]["labels"].get(L.REPLICAS, "1")) for p in pods),
+                           default=0)
+            whole = (
+                pods
+                and len(bind_ids) == 1
+                and len(pods) >= expected
+                and all((p.get("spec") or {}).get("nodeName") for p in pods)
+            )
+            if not whole:
+                if pods:
+                    self.stop(job_id, "incomplete gang after restart; requeued", 0)
+                report.missing.add(job_id)
+                continue
+            report.adopted.add(job_id)
+            bind_id = bind_ids.pop()
+            phase, message = job_phase(pods, expected)
+            with self._lock:
+                t = self._tracks.get(job_id)
+                if t is not None and t.bind_id == bind_id and not t.stopped:
+                    continue  # already followed (and reported) since the first list
+                self._tracks[job_id] = _Track(bind_id, expected, reported=phase)
+                if phase != "pending":
+                    self._events.append(JobStatusEvent(job_id, phase, message))
+        return report
+
+    def wait_synced(self, timeout_s: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.nodes.synced.is_set() and self.pods.synced.is_set():
+                return True
+            time.sleep(0.01)
+        return False
+
+    def __enter__(self) -> KubernetesCluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with contextlib.suppress(Exception):
+            self.close()

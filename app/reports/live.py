@@ -1,0 +1,69 @@
+"""Reports on the live system: the database read through the dispatcher's snapshot.
+
+Shared by the report routes, the dashboard, the metrics loop and the
+tuner loop, so all of them show the same numbers for the same moment.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.loops.snapshot import build_snapshot
+from app.reports.alerts import AlertThresholds
+from app.reports.dcgm import fetch_gpu_util
+from app.reports.fairness import fairness_report
+from app.reports.queries import job_records
+from app.reports.utilization import utilization_report
+from app.scheduling.model import Snapshot
+from app.store.config_loader import scheduler_knobs
+
+log = logging.getLogger("gpuq.reports")
+
+DEFAULT_WINDOW_S = 24 * 3600.0
+
+
+def thresholds(session: Session) -> AlertThresholds:
+    """``scheduler.alerts`` in the config file; defaults otherwise (bad keys are logged)."""
+    try:
+        return AlertThresholds.from_mapping(scheduler_knobs(session).get("alerts"))
+    except (TypeError, ValueError) as e:
+        log.warning("ignoring scheduler.alerts: %s", e)
+        return AlertThresholds()
+
+
+def gpu_util_for(snap: Snapshot, prometheus_url: str | None) -> dict[str, float] | None:
+    """DCGM utilization per type, or None (unset URL, or Prometheus unreachable: logged)."""
+    if not prometheus_url:
+        return None
+    try:
+        return fetch_gpu_util(prometheus_url, {n.name: n.gpu_type for n in snap.nodes})
+    except Exception as e:  # network, HTTP or shape errors: report "unknown", never guess
+        log.warning("DCGM utilization from %s unavailable: %s", prometheus_url, e)
+        return None
+
+
+def live_utilization(
+    session: Session, now: datetime, prometheus_url: str | None = None
+) -> tuple[Snapshot, dict[str, Any]]:
+    snap = build_snapshot(session, now).snapshot
+    util = gpu_util_for(snap, prometheus_url)
+    body = utilization_report(
+        snap,
+        util,
+        thresholds=thresholds(session),
+        gpu_util_source=prometheus_url if util is not None else None,
+    )
+    if prometheus_url and util is None:
+        body["gpu_util_note"] = f"real GPU utilization unknown: {prometheus_url} did not answer"
+    return snap, body
+
+
+def live_fairness(session: Session, now: datetime, window_s: float | None) -> dict[str, Any]:
+    records = job_records(session, now, window_s)
+    return fairness_report(
+        records, now=now.timestamp(), window_s=window_s, thresholds=thresholds(session)
+    )

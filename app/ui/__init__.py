@@ -1,0 +1,1 @@
+"""The dashboard at /ui: server-rendered HTML, no front-end build, no JavaScript needed."""

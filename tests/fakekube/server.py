@@ -1,0 +1,446 @@
+"""A threaded fake kube-apiserver speaking the real JSON shapes.
+
+Enough of the core/v1 API for gpuq's backend, driven by the official
+``kubernetes`` client over real HTTP:
+
+* ``GET /api/v1/nodes`` and ``GET /api/v1/pods`` (lists with
+  ``metadata.resourceVersion``; ``?watch=1`` streams ``{"type", "object"}``
+  lines from ``resourceVersion``, ADDED for everything when none is given;
+  a compacted version gets an ``ERROR`` event carrying a 410 ``Status``).
+* ``POST /api/v1/namespaces/{ns}/pods`` (409 ``AlreadyExists``),
+  ``GET``/``DELETE`` one Pod (404 ``NotFound``).
+* ``POST .../pods/{name}/binding`` (409 ``Conflict`` when already bound,
+  injectable failures), ``POST .../pods/{name}/eviction`` (policy/v1; 429
+  ``TooManyRequests`` for Pods a "disruption budget" protects).
+* ``POST /api/v1/namespaces/{ns}/events``.
+
+Test code changes the world through methods (``add_node``, ``set_pod_phase``,
+``delete_pod``, ``compact``) which emit the watch events a real server would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/(binding|eviction))?$")
+EVENTS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
+
+
+def status(code: int, reason: str, message: str, **details: Any) -> dict:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if code < 400 else "Failure",
+        "message": message,
+        "reason": reason,
+        "details": details,
+        "code": code,
+    }
+
+
+def _match_labels(selector: str | None, labels: dict[str, str]) -> bool:
+    if not selector:
+        return True
+    for term in selector.split(","):
+        term = term.strip()
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k) == v:
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k) != v:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+class FakeKube:
+    """The state plus the HTTP server. ``url`` is set once started."""
+
+    def __init__(self, watch_timeout_s: float = 5.0) -> None:
+        self.cond = threading.Condition()
+        self.rv = 0
+        self.compacted_rv = 0
+        self.nodes: dict[str, dict] = {}
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.log: list[tuple[int, str, str, dict]] = []  # (rv, kind, type, object)
+        self.k8s_events: list[dict] = []
+        self.requests: list[tuple[str, str]] = []
+        self.bindings: list[tuple[str, str, str]] = []  # (ns, pod, node)
+        self.evictions: list[tuple[str, str, int | None]] = []
+        self.deletes: list[tuple[str, str, int | None]] = []
+        self.bind_failures: dict[str, tuple[int, str]] = {}  # pod name -> (code, reason)
+        self.create_failures: dict[str, tuple[int, str]] = {}
+        self.pdb_protected: set[str] = set()  # pod names whose eviction answers 429
+        self.watch_timeout_s = watch_timeout_s
+        self.gone_as_http = False  # answer a too-old watch with HTTP 410, not an ERROR event
+        self.list_calls: dict[str, int] = {"nodes": 0, "pods": 0}
+        self._closing = False
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.url = ""
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> str:
+        fake = self
+
+        class Handler(_Handler):
+            kube = fake
+
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.url
+
+    def stop(self) -> None:
+        with self.cond:
+            self._closing = True
+            self.cond.notify_all()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> FakeKube:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ world edits
+    def _emit(self, kind: str, type_: str, obj: dict) -> None:
+        """Caller holds the lock."""
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.log.append((self.rv, kind, type_, copy.deepcopy(obj)))
+        self.cond.notify_all()
+
+    @staticmethod
+    def _stamp(obj: dict, namespace: str | None = None) -> dict:
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        if namespace is not None:
+            meta["namespace"] = namespace
+        return obj
+
+    def add_node(self, node: dict) -> None:
+        with self.cond:
+            node = self._stamp(copy.deepcopy(node))
+            node.setdefault("kind", "Node")
+            node.setdefault("apiVersion", "v1")
+            name = node["metadata"]["name"]
+            type_ = "MODIFIED" if name in self.nodes else "ADDED"
+            self.nodes[name] = node
+            self._emit("nodes", type_, node)
+
+    def update_node(self, name: str, fn: Callable[[dict], None]) -> None:
+        with self.cond:
+            node = self.nodes[name]
+            fn(node)
+            self._emit("nodes", "MODIFIED", node)
+
+    def delete_node(self, name: str) -> None:
+        with self.cond:
+            node = self.nodes.pop(name)
+            self._emit("nodes", "DELETED", node)
+
+    def add_pod(self, pod: dict) -> dict:
+        """A Pod that something other than gpuq created (already bound)."""
+        with self.cond:
+            ns = pod.get("metadata", {}).get("namespace", "default")
+            pod = self._stamp(copy.deepcopy(pod), ns)
+            pod.setdefault("kind", "Pod")
+            pod.setdefault("apiVersion", "v1")
+            pod.setdefault("status", {}).setdefault("phase", "Running")
+            self.pods[(ns, pod["metadata"]["name"])] = pod
+            self._emit("pods", "ADDED", pod)
+            return copy.deepcopy(pod)
+
+    def set_pod_phase(self, ns: str, name: str, phase: str, **container_state: Any) -> None:
+        with self.cond:
+            pod = self.pods[(ns, name)]
+            pod["status"]["phase"] = phase
+            if container_state:
+                pod["status"]["containerStatuses"] = [{"name": "main", "state": container_state}]
+            self._emit("pods", "MODIFIED", pod)
+
+    def delete_pod(self, ns: str, name: str) -> None:
+        with self.cond:
+            pod = self.pods.pop((ns, name))
+            self._emit("pods", "DELETED", pod)
+
+    def compact(self) -> None:
+        """Forget history: watches from any version seen so far get 410 Gone."""
+        with self.cond:
+            self.compacted_rv = self.rv
+            self.rv += 1  # versions handed out before are now too old
+            self.cond.notify_all()
+
+    def gpuq_pods(self) -> list[dict]:
+        with self.cond:
+            return [
+                copy.deepcopy(p)
+                for p in self.pods.values()
+                if p["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by") == "gpuq"
+            ]
+
+    # ------------------------------------------------------------ API verbs
+    def list(self, kind: str, selector: str | None) -> dict:
+        with self.cond:
+            self.list_calls[kind] += 1
+            src = self.nodes.values() if kind == "nodes" else self.pods.values()
+            items = [
+                copy.deepcopy(o)
+                for o in src
+                if _match_labels(selector, o["metadata"].get("labels", {}))
+            ]
+            return {
+                "kind": "NodeList" if kind == "nodes" else "PodList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self.rv)},
+                "items": items,
+            }
+
+    def create_pod(self, ns: str, body: dict) -> tuple[int, dict]:
+        name = body.get("metadata", {}).get("name")
+        if not name:
+            return 422, status(422, "Invalid", "metadata.name: Required value")
+        with self.cond:
+            if name in self.create_failures:
+                code, reason = self.create_failures[name]
+                return code, status(code, reason, f"injected failure creating {name}")
+            if (ns, name) in self.pods:
+                return 409, status(
+                    409, "AlreadyExists", f'pods "{name}" already exists', name=name, kind="pods"
+                )
+            pod = self._stamp(copy.deepcopy(body), ns)
+            pod["kind"], pod["apiVersion"] = "Pod", "v1"
+            pod.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
+            pod["status"] = {"phase": "Pending"}
+            self.pods[(ns, name)] = pod
+            self._emit("pods", "ADDED", pod)
+            return 201, copy.deepcopy(pod)
+
+    def bind(self, ns: str, name: str, body: dict) -> tuple[int, dict]:
+        with self.cond:
+            pod = self.pods.get((ns, name))
+            if pod is None:
+                return 404, status(404, "NotFound", f'pods "{name}" not found', name=name)
+            if name in self.bind_failures:
+                code, reason = self.bind_failures[name]
+                return code, status(code, reason, f"injected failure binding {name}")
+            target = (body.get("target") or {}).get("name")
+            if body.get("kind") != "Binding" or not target:
+                return 400, status(400, "BadRequest", "expected a Binding with a target")
+            if pod["spec"].get("nodeName"):
+                return 409, status(
+                    409,
+                    "Conflict",
+                    f"Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is "
+                    f"already assigned to node \"{pod['spec']['nodeName']}\"",
+                )
+            pod["spec"]["nodeName"] = target
+            self.bindings.append((ns, name, target))
+            self._emit("pods", "MODIFIED", pod)
+            return 201, status(201, "", "", name=name)
+
+    def evict(self, ns: str, name: str, body: dict) -> tuple[int, dict]:
+        with self.cond:
+            if (ns, name) not in self.pods:
+                return 404, status(404, "NotFound", f'pods "{name}" not found', name=name)
+            if body.get("kind") != "Eviction" or body.get("apiVersion") != "policy/v1":
+                return 400, status(400, "BadRequest", "expected a policy/v1 Eviction")
+            if name in self.pdb_protected:
+                return 429, status(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                )
+            grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
+            self.evictions.append((ns, name, grace))
+            pod = self.pods.pop((ns, name))
+            self._emit("pods", "DELETED", pod)
+            return 201, status(201, "", "", name=name)
+
+    def delete(self, ns: str, name: str, body: dict) -> tuple[int, dict]:
+        with self.cond:
+            if (ns, name) not in self.pods:
+                return 404, status(404, "NotFound", f'pods "{name}" not found', name=name)
+            self.deletes.append((ns, name, (body or {}).get("gracePeriodSeconds")))
+            pod = self.pods.pop((ns, name))
+            self._emit("pods", "DELETED", pod)
+            return 200, copy.deepcopy(pod)
+
+    def watch_events(self, kind: str, since: str | None, selector: str | None, handler: Any,
+                     timeout_s: float) -> None:
+        """Stream events newer than ``since`` until the timeout or shutdown."""
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            if since in (None, "", "0"):
+                src = self.nodes.values() if kind == "nodes" else self.pods.values()
+                initial = [copy.deepcopy(o) for o in src]
+                pos = self.rv
+                for o in initial:
+                    if _match_labels(selector, o["metadata"].get("labels", {})):
+                        handler.send_event("ADDED", o)
+            else:
+                pos = int(since)
+                if pos <= self.compacted_rv:
+                    handler.send_event(
+                        "ERROR",
+                        status(410, "Expired", f"too old resource version: {pos} "
+                                               f"({self.compacted_rv + 1})"),
+                    )
+                    return
+        while True:
+            with self.cond:
+                while (
+                    not self._closing
+                    and time.monotonic() < deadline
+                    and not self._has_after(kind, pos)
+                ):
+                    self.cond.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+                if self._closing or time.monotonic() >= deadline:
+                    return
+                batch = [(rv, t, o) for rv, k, t, o in self.log if rv > pos and k == kind]
+            for rv, t, o in batch:
+                pos = rv
+                labels = o["metadata"].get("labels", {})
+                if _match_labels(selector, labels) and not handler.send_event(t, o):
+                    return
+
+    def _has_after(self, kind: str, pos: int) -> bool:
+        return any(rv > pos and k == kind for rv, k, _t, _o in self.log)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients hanging up on a watch is normal
+
+
+class _Handler(BaseHTTPRequestHandler):
+    kube: FakeKube
+    protocol_version = "HTTP/1.1"  # watches are chunked, like the real server's
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    # -------------------------------------------------------------- helpers
+    def _body(self) -> dict:
+        n = int(self.headers.get("Content-Length") or 0)
+        if not n:
+            return {}
+        return json.loads(self.rfile.read(n) or b"{}")
+
+    def _send(self, code: int, obj: dict) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_event(self, type_: str, obj: dict) -> bool:
+        try:
+            line = (json.dumps({"type": type_, "object": obj}) + "\n").encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+            return True
+        except OSError:
+            return False
+
+    # -------------------------------------------------------------- verbs
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        self.kube.requests.append(("GET", self.path))
+        kind = {"/api/v1/nodes": "nodes", "/api/v1/pods": "pods"}.get(url.path)
+        if kind is None:
+            m = POD_PATH.match(url.path)
+            if m and not m.group(3):
+                ns, name = m.group(1), m.group(2)
+                if name:
+                    pod = self.kube.pods.get((ns, name))
+                    if pod is None:
+                        self._send(404, status(404, "NotFound", f'pods "{name}" not found'))
+                    else:
+                        self._send(200, copy.deepcopy(pod))
+                    return
+                data = self.kube.list("pods", q.get("labelSelector"))
+                data["items"] = [i for i in data["items"] if i["metadata"]["namespace"] == ns]
+                self._send(200, data)
+                return
+            self._send(404, status(404, "NotFound", f"no route {url.path}"))
+            return
+        if q.get("watch") in ("1", "true", "True"):
+            since = q.get("resourceVersion")
+            if self.kube.gone_as_http and since and int(since) <= self.kube.compacted_rv:
+                self._send(410, status(410, "Expired", f"too old resource version: {since}"))
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            timeout = min(float(q.get("timeoutSeconds", self.kube.watch_timeout_s)),
+                          self.kube.watch_timeout_s)
+            self.kube.watch_events(kind, q.get("resourceVersion"), q.get("labelSelector"), self,
+                                   timeout)
+            with contextlib.suppress(OSError):
+                self.wfile.write(b"0\r\n\r\n")
+            self.close_connection = True
+            return
+        self._send(200, self.kube.list(kind, q.get("labelSelector")))
+
+    def do_POST(self) -> None:
+        url = urlparse(self.path)
+        self.kube.requests.append(("POST", self.path))
+        body = self._body()
+        m = EVENTS_PATH.match(url.path)
+        if m:
+            body.setdefault("metadata", {})["namespace"] = m.group(1)
+            self.kube.k8s_events.append(body)
+            self._send(201, body)
+            return
+        m = POD_PATH.match(url.path)
+        if not m:
+            self._send(404, status(404, "NotFound", f"no route {url.path}"))
+            return
+        ns, name, sub = m.groups()
+        if name is None:
+            self._send(*self.kube.create_pod(ns, body))
+        elif sub == "binding":
+            self._send(*self.kube.bind(ns, name, body))
+        elif sub == "eviction":
+            self._send(*self.kube.evict(ns, name, body))
+        else:
+            self._send(405, status(405, "MethodNotAllowed", "POST not allowed"))
+
+    def do_DELETE(self) -> None:
+        url = urlparse(self.path)
+        self.kube.requests.append(("DELETE", self.path))
+        body = self._body()
+        m = POD_PATH.match(url.path)
+        if not m or not m.group(2) or m.group(3):
+            self._send(404, status(404, "NotFound", f"no route {url.path}"))
+            return
+        self._send(*self.kube.delete(m.group(1), m.group(2), body))

@@ -1,0 +1,174 @@
+"""Pod creation, gang Binding with undo, eviction, and job status from Pods."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cluster.base import BindError, BindRequest, JobStatusEvent
+from app.scheduling.model import ReplicaPlacement
+from tests.fakekube.fixtures import cluster, kube, wait_until
+from tests.fakekube.objects import article_a100, gfd_v100
+
+
+def gang(job_id="job-1", nodes=("a100-0", "a100-1"), gpus=4, template=None):
+    placements = [
+        ReplicaPlacement(i, n, "a100-80g", tuple(range(gpus)), units=10 * gpus, cpu=8,
+                         memory_gb=64)
+        for i, n in enumerate(nodes)
+    ]
+    return BindRequest(job_id=job_id, name="train", team="nlp", pool="training",
+                       priority="P1", placements=placements, pod_template=template or {},
+                       world_size=len(placements))
+
+
+@pytest.fixture
+def nodes(kube, cluster):
+    for i in range(3):
+        kube.add_node(article_a100(f"a100-{i}", taints=[
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]))
+    kube.add_node(gfd_v100("v100-0"))
+    wait_until(lambda: len(cluster.list_nodes()) == 4)
+
+
+def _posts(kube, suffix=""):
+    return [p for m, p in kube.requests if m == "POST" and p.endswith(suffix)]
+
+
+def test_gang_pods_all_created_before_any_bound(kube, cluster, nodes):
+    cluster.bind(gang())
+    pods = sorted(kube.gpuq_pods(), key=lambda p: p["metadata"]["name"])
+    assert [p["spec"]["nodeName"] for p in pods] == ["a100-0", "a100-1"]
+    assert all(p["spec"]["schedulerName"] == "gpuq" for p in pods)
+    assert pods[0]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    posts = [p for m, p in kube.requests if m == "POST" and "/pods" in p]
+    kinds = ["bind" if p.endswith("/binding") else "create" for p in posts]
+    assert kinds == ["create", "create", "bind", "bind"]
+    assert sorted(b[2] for b in kube.bindings) == ["a100-0", "a100-1"]
+
+
+def test_bind_failure_undoes_the_whole_gang(kube, cluster, nodes):
+    # the second replica's Binding fails (e.g. the node vanished under us)
+    orig_bind = kube.bind
+
+    def failing(ns, name, body):
+        if name.endswith("-1"):
+            return 500, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                         "message": "etcd timeout", "reason": "InternalError", "code": 500}
+        return orig_bind(ns, name, body)
+
+    kube.bind = failing
+    with pytest.raises(BindError, match="etcd timeout"):
+        cluster.bind(gang())
+    assert kube.gpuq_pods() == []  # the bound one and the unbound one are both gone
+    assert len(kube.deletes) == 2 and all(g == 0 for _ns, _n, g in kube.deletes)
+    kube.bind = orig_bind
+    # the undo is not reported as the job's Pods vanishing
+    wait_until(lambda: cluster.pods.relists + cluster.pods.watches > 0
+               and not any("gpuq.io/job-id" in (p["metadata"].get("labels") or {})
+                           for p in cluster.pods.items()))
+    assert [e for e in cluster.poll_events() if e.phase == "gone"] == []
+    # a retry creates fresh Pods (new names: nothing collides with terminating ones)
+    cluster.bind(gang())
+    assert len(kube.gpuq_pods()) == 2
+
+
+def test_create_conflict_undoes_created_pods(kube, cluster, nodes):
+    req = gang()
+    orig = kube.create_pod
+    calls = []
+
+    def conflict_second(ns, body):
+        calls.append(body["metadata"]["name"])
+        if len(calls) == 2:
+            return 409, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                         "message": "pods already exists", "reason": "AlreadyExists",
+                         "code": 409}
+        return orig(ns, body)
+
+    kube.create_pod = conflict_second
+    with pytest.raises(BindError, match="409"):
+        cluster.bind(req)
+    assert kube.gpuq_pods() == [] and kube.bindings == []
+
+
+def test_bind_to_unknown_node_fails_before_creating(kube, cluster, nodes):
+    with pytest.raises(BindError, match="gone"):
+        cluster.bind(gang(nodes=("a100-0", "nowhere")))
+    assert kube.gpuq_pods() == []
+
+
+def test_evict_with_grace_and_fall_back_to_delete_on_429(kube, cluster, nodes):
+    cluster.bind(gang())
+    for p in kube.gpuq_pods():
+        kube.set_pod_phase(p["metadata"]["namespace"], p["metadata"]["name"], "Running")
+    seen: list[JobStatusEvent] = []
+    wait_until(lambda: seen.extend(cluster.poll_events()) or seen)
+    assert seen == [JobStatusEvent("job-1", "running")]
+    assert cluster.running_job_ids() == {"job-1"}
+    protected = sorted(p["metadata"]["name"] for p in kube.gpuq_pods())[0]
+    kube.pdb_protected.add(protected)
+    cluster.stop("job-1", "preempted by P0 job", grace_seconds=15)
+    assert [(n, g) for _ns, n, g in kube.evictions] != []
+    assert all(g == 15 for _ns, _n, g in kube.evictions)
+    assert [(n, g) for _ns, n, g in kube.deletes] == [(protected, 15)]
+    assert kube.gpuq_pods() == []
+    assert any(e["reason"] == "GpuqStopped" and e["message"] == "preempted by P0 job"
+               for e in kube.k8s_events)
+    wait_until(lambda: cluster.running_job_ids() == set())
+    assert cluster.poll_events() == []  # stopped by gpuq: not reported as "gone"
+    cluster.stop("job-1", "again")  # idempotent
+
+
+def test_status_events_running_succeeded_failed_gone(kube, cluster, nodes):
+    for jid in ("ok", "bad", "lost"):
+        cluster.bind(gang(job_id=jid))
+    pods = {}
+    for p in kube.gpuq_pods():
+        pods.setdefault(p["metadata"]["labels"]["gpuq.io/job-id"], []).append(
+            (p["metadata"]["namespace"], p["metadata"]["name"]))
+    for ns, n in pods["ok"]:
+        kube.set_pod_phase(ns, n, "Running")
+    for ns, n in pods["ok"]:
+        kube.set_pod_phase(ns, n, "Succeeded")
+    kube.set_pod_phase(*pods["bad"][0], "Running")
+    kube.set_pod_phase(*pods["bad"][1], "Failed",
+                       terminated={"reason": "OOMKilled", "exitCode": 137})
+    kube.delete_pod(*pods["lost"][0])
+    got: list[JobStatusEvent] = []
+    wait_until(lambda: got.extend(cluster.poll_events()) or len(got) >= 5)
+    by_job = {}
+    for e in got:
+        by_job.setdefault(e.job_id, []).append(e.phase)
+    assert by_job == {"ok": ["running", "succeeded"], "bad": ["running", "failed"],
+                      "lost": ["gone"]}
+    assert "OOMKilled" in next(e.message for e in got if e.phase == "failed")
+
+
+def test_stopped_job_with_only_finished_pods_is_off_the_cluster(kube, cluster, nodes):
+    cluster.bind(gang(job_id="bad"))
+    pods = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in kube.gpuq_pods()]
+    kube.set_pod_phase(*pods[0], "Running")
+    kube.set_pod_phase(*pods[1], "Failed", terminated={"reason": "Error", "exitCode": 2})
+    wait_until(lambda: any(e.phase == "failed" for e in cluster.poll_events()))
+    assert "bad" in cluster.running_job_ids()
+    cluster.stop("bad", "job failed")  # evicts the running replica, keeps the failed one
+    assert [n for _ns, n, _g in kube.evictions] == [pods[0][1]]
+    assert [p["metadata"]["name"] for p in kube.gpuq_pods()] == [pods[1][1]]  # for its logs
+    wait_until(lambda: "bad" not in cluster.running_job_ids())
+
+
+def test_binding_conflict_409_undoes_the_gang(kube, cluster, nodes):
+    """Another scheduler bound one of the Pods first: 409 Conflict, all undone."""
+    orig = kube.bind
+
+    def bound_elsewhere(ns, name, body):
+        if name.endswith("-1"):
+            with kube.cond:
+                kube.pods[(ns, name)]["spec"]["nodeName"] = "v100-0"
+        return orig(ns, name, body)
+
+    kube.bind = bound_elsewhere
+    with pytest.raises(BindError, match="409.*already assigned"):
+        cluster.bind(gang(job_id="raced"))
+    kube.bind = orig
+    assert kube.gpuq_pods() == []

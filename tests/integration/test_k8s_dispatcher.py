@@ -1,0 +1,250 @@
+"""Two dispatcher replicas on the Kubernetes backend: one leader, failover,
+reconcile, node sync into the nodes table (fake API server + real PostgreSQL)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import select
+
+from app.clock import utcnow
+from app.domain.spec import JobSpec
+from app.loops.dispatcher import Dispatcher
+from app.loops.leader import LeaderElector, libpq_dsn
+from app.loops.node_sync import gpu_type_configs
+from app.store.db import make_engine, make_session_factory
+from app.store.jobs import submit_job
+from app.store.orm import JobEventRow, JobRow, NodeRow
+from tests.fakekube.db import fresh_database
+from tests.fakekube.fixtures import kube, make_cluster, wait_until
+from tests.fakekube.objects import article_a100, node
+
+BASE = os.environ.get("TEST_DATABASE_URL")
+pytestmark = pytest.mark.skipif(not BASE, reason="TEST_DATABASE_URL not set")
+
+CONFIG = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10, product: "NVIDIA-A100.*80GB"}
+pools:
+  - {name: training, gpu_types: [a100-80g], guaranteed: {a100-80g: 160}}
+teams:
+  - {name: nlp, pool: training, quota_units: 1000}
+"""
+
+
+@pytest.fixture
+def db_url() -> Iterator[str]:
+    yield from fresh_database(BASE, CONFIG)
+
+
+def _status(sf, job_id):
+    with sf() as s:
+        return s.get(JobRow, job_id).status
+
+
+def test_two_dispatchers_one_leader_failover(kube, db_url):
+    kube.add_node(article_a100("a100-0"))
+    kube.add_node(article_a100("a100-1"))
+    kube.add_node(node("cpu-0"))
+    lock = f"gpuq-dispatcher-{uuid.uuid4().hex[:8]}"
+    engine = make_engine(db_url, pool_size=4)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        types = gpu_type_configs(s)
+    replicas = []
+    for _ in range(2):
+        c = make_cluster(kube)
+        c.set_gpu_types(types)
+        c.start(wait_s=10)
+        d = Dispatcher(sf, c, elector=LeaderElector(db_url, lock), grace_seconds=5)
+        replicas.append((d, c))
+    (d1, c1), (d2, c2) = replicas
+    try:
+        with sf() as s:
+            spec = JobSpec.model_validate({
+                "name": "sft", "team": "nlp", "replicas": 2,
+                "resources": {"gpus": 8, "gpu_types": ["a100-80g"], "cpu": 4, "memory_gb": 16},
+            })
+            job_id = submit_job(s, spec, now=utcnow()).job.id
+            s.commit()
+        d1.run_once()
+        d2.run_once()
+        assert d1.elector.is_leader and not d2.elector.is_leader
+        assert _status(sf, job_id) == "admitted"
+        pods = kube.gpuq_pods()
+        assert sorted(p["spec"]["nodeName"] for p in pods) == ["a100-0", "a100-1"]
+        # the nodes table mirrors the cluster for the API
+        with sf() as s:
+            rows = {r.name: r for r in s.scalars(select(NodeRow))}
+        assert rows["a100-0"].source == "kubernetes" and rows["a100-0"].gpus == 8
+        assert rows["cpu-0"].gpu_type is None
+        for _ in range(3):  # more passes of both: never a second set of Pods
+            d1.run_once()
+            d2.run_once()
+        assert len(kube.gpuq_pods()) == 2
+
+        for p in pods:
+            kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Running")
+        wait_until(lambda: d1.run_once() or _status(sf, job_id) == "running")
+
+        # the leader dies: its session (and lock) goes with it
+        with psycopg.connect(libpq_dsn(db_url), autocommit=True) as c:
+            c.execute("SELECT pg_terminate_backend(%s, 10000)", (d1.elector.backend_pid,))
+        c1.close()
+        d2.run_once()
+        assert d2.elector.is_leader
+        d1.run_once()
+        assert not d1.elector.is_leader
+        assert len(kube.gpuq_pods()) == 2  # adopted, not re-created
+        for p in pods:
+            kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Succeeded")
+        wait_until(lambda: d2.run_once() or _status(sf, job_id) == "succeeded")
+    finally:
+        for d, c in replicas:
+            d.elector.release()
+            c.close()
+        engine.dispose()
+
+
+def test_new_leader_removes_half_bound_gang_and_rebinds(kube, db_url):
+    """A crash between creating a gang's Pods and binding them all."""
+    kube.add_node(article_a100("a100-0"))
+    kube.add_node(article_a100("a100-1"))
+    lock = f"gpuq-dispatcher-{uuid.uuid4().hex[:8]}"
+    engine = make_engine(db_url, pool_size=4)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        types = gpu_type_configs(s)
+    c1 = make_cluster(kube)
+    c1.set_gpu_types(types)
+    c1.start(wait_s=10)
+    d1 = Dispatcher(sf, c1, elector=LeaderElector(db_url, lock))
+    # the process dies after binding the first replica of the gang
+    orig_bind = c1.api.create_namespaced_pod_binding
+    calls = []
+
+    def crash_on_second(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise _Crash
+        return orig_bind(*args, **kwargs)
+
+    c1.api.create_namespaced_pod_binding = crash_on_second
+    try:
+        with sf() as s:
+            spec = JobSpec.model_validate({
+                "name": "gang", "team": "nlp", "replicas": 2,
+                "resources": {"gpus": 8, "gpu_types": ["a100-80g"]},
+            })
+            job_id = submit_job(s, spec, now=utcnow()).job.id
+            s.commit()
+        with pytest.raises(_Crash):
+            d1.run_once()
+        d1.elector.release()
+        c1.close()
+        pods = kube.gpuq_pods()
+        assert len(pods) == 2 and sum(bool(p["spec"].get("nodeName")) for p in pods) == 1
+        assert _status(sf, job_id) == "admitted"
+
+        c2 = make_cluster(kube)
+        c2.set_gpu_types(types)
+        c2.start(wait_s=10)
+        d2 = Dispatcher(sf, c2, elector=LeaderElector(db_url, lock))
+        try:
+            d2.run_once()  # leader: reconcile removes the half gang
+            wait_until(lambda: d2.run_once() or (
+                len(kube.gpuq_pods()) == 2
+                and all(p["spec"].get("nodeName") for p in kube.gpuq_pods())))
+            assert {p["metadata"]["name"] for p in kube.gpuq_pods()}.isdisjoint(
+                {p["metadata"]["name"] for p in pods})
+            assert _status(sf, job_id) == "admitted"
+        finally:
+            d2.elector.release()
+            c2.close()
+    finally:
+        engine.dispose()
+
+
+class _Crash(BaseException):
+    """The process dying mid-call: no except-Exception handler (no undo) runs."""
+
+
+def test_failed_pod_requeues_up_to_the_retry_limit_then_fails(kube, db_url):
+    kube.add_node(article_a100("a100-0"))
+    engine = make_engine(db_url, pool_size=4)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        types = gpu_type_configs(s)
+    c = make_cluster(kube)
+    c.set_gpu_types(types)
+    c.start(wait_s=10)
+    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"),
+                   max_retries=1)
+    try:
+        with sf() as s:
+            spec = JobSpec.model_validate({"name": "flaky", "team": "nlp",
+                                           "resources": {"gpus": 1}})
+            job_id = submit_job(s, spec, now=utcnow()).job.id
+            s.commit()
+        names: list[str] = []
+
+        def new_bound_pod():
+            fresh = [p for p in kube.gpuq_pods()
+                     if p["metadata"]["name"] not in names and p["spec"].get("nodeName")]
+            return fresh[0]["metadata"]["name"] if fresh else None
+
+        for _attempt in range(2):
+            wait_until(lambda: d.run_once() or new_bound_pod())
+            names.append(new_bound_pod())
+            kube.set_pod_phase("gpuq-jobs", names[-1], "Failed",
+                               terminated={"reason": "Error", "exitCode": 1})
+            # first failure: requeued and bound again (a new Pod); second: failed
+            wait_until(lambda: d.run_once() or _status(sf, job_id) == "failed"
+                       or new_bound_pod())
+        with sf() as s:
+            types_seen = [e.type for e in s.scalars(
+                select(JobEventRow).where(JobEventRow.job_id == job_id)
+                .order_by(JobEventRow.id))]
+        assert types_seen.count("retried") == 1
+        assert len(names) == 2
+        assert _status(sf, job_id) == "failed"
+        with sf() as s:
+            job = s.get(JobRow, job_id)
+            assert "exit code 1" in (job.reason or "")
+    finally:
+        d.elector.release()
+        c.close()
+        engine.dispose()
+
+
+def test_invalid_pod_template_fails_the_job_instead_of_retrying_forever(kube, db_url):
+    kube.add_node(article_a100("a100-0"))
+    engine = make_engine(db_url, pool_size=4)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        types = gpu_type_configs(s)
+    c = make_cluster(kube)
+    c.set_gpu_types(types)
+    c.start(wait_s=10)
+    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"))
+    try:
+        with sf() as s:
+            bad = JobSpec.model_validate({
+                "name": "bad-template", "team": "nlp", "resources": {"gpus": 1},
+                "pod_template": {"spec": {"containers": [{"image": "trainer:1"}]}},  # no name
+            })
+            job_id = submit_job(s, bad, now=utcnow()).job.id
+            s.commit()
+        d.run_once()
+        with sf() as s:
+            job = s.get(JobRow, job_id)
+            assert job.status == "failed" and "invalid" in job.reason
+        assert kube.gpuq_pods() == []
+    finally:
+        d.elector.release()
+        c.close()
+        engine.dispose()

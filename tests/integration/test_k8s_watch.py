@@ -1,0 +1,158 @@
+"""Watch resume from resourceVersion, relist on 410 Gone, reconcile after restart."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from app.cluster.base import BindRequest, JobStatusEvent
+from app.scheduling.model import ReplicaPlacement
+from tests.fakekube.fixtures import kube, make_cluster, wait_until
+from tests.fakekube.objects import article_a100
+
+
+def _watch_versions(kube, path):
+    out = []
+    for m, p in kube.requests:
+        u = urlparse(p)
+        q = parse_qs(u.query)
+        if m == "GET" and u.path == path and q.get("watch"):
+            out.append(q.get("resourceVersion", [None])[0])
+    return out
+
+
+def req(job_id, nodes=("a100-0", "a100-1")):
+    return BindRequest(
+        job_id=job_id, name="j", team="t", pool="p", priority="P2",
+        placements=[ReplicaPlacement(i, n, "a100-80g", (0,), units=10) for i, n in
+                    enumerate(nodes)],
+        world_size=len(nodes),
+    )
+
+
+@pytest.fixture
+def manual(kube):
+    """A cluster whose informers we step by hand (deterministic)."""
+    kube.watch_timeout_s = 0.3
+    for i in range(2):
+        kube.add_node(article_a100(f"a100-{i}"))
+    c = make_cluster(kube)
+    c.sync()  # first round: list both
+    yield c
+    c.close()
+
+
+def test_watch_resumes_from_last_resource_version(kube, manual):
+    assert (manual.nodes.relists, manual.pods.relists) == (1, 1)
+    rv = manual.nodes.resource_version
+    kube.add_node(article_a100("a100-2"))
+    manual.nodes.step()  # a watch from the listed version sees the new node
+    assert len(manual.list_nodes()) == 3
+    manual.nodes.step()  # and the next watch resumes from the newest version
+    versions = _watch_versions(kube, "/api/v1/nodes")
+    assert versions[0] == rv and int(versions[1]) > int(rv)
+    assert manual.nodes.relists == 1
+
+
+@pytest.mark.parametrize("as_http", [False, True])
+def test_410_gone_relists_and_reports_pods_deleted_meanwhile(kube, manual, as_http):
+    from prometheus_client import REGISTRY
+
+    kube.gone_as_http = as_http
+    relists_before = REGISTRY.get_sample_value("gpuq_k8s_watch_relists_total",
+                                               {"resource": "pods"})
+    manual.bind(req("job-a"))
+    manual.pods.step()  # watch: sees the two Pods bound
+    for p in kube.gpuq_pods():
+        kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Running")
+    manual.pods.step()
+    assert manual.poll_events() == [JobStatusEvent("job-a", "running")]
+    # while gpuq's watch is down, a Pod is deleted and etcd history is compacted
+    victim = kube.gpuq_pods()[0]["metadata"]["name"]
+    kube.delete_pod("gpuq-jobs", victim)
+    kube.compact()
+    manual.pods.step()  # watch -> 410 Gone
+    assert manual.pods.resource_version is None
+    manual.pods.step()  # relist, diffed against the cache
+    assert manual.pods.relists == 2
+    assert REGISTRY.get_sample_value("gpuq_k8s_watch_relists_total",
+                                      {"resource": "pods"}) == relists_before + 1
+    events = manual.poll_events()
+    assert [(e.job_id, e.phase) for e in events] == [("job-a", "gone")]
+    assert victim in events[0].message
+
+
+def test_reconcile_after_restart(kube):
+    kube.watch_timeout_s = 0.3
+    for i in range(3):
+        kube.add_node(article_a100(f"a100-{i}"))
+    first = make_cluster(kube)
+    first.sync()
+    first.bind(req("adopt-me"))
+    first.bind(req("db-forgot"))  # e.g. the DB transaction was rolled back
+    first.bind(req("half", nodes=("a100-1", "a100-2")))
+    first.bind(req("finished", nodes=("a100-2",)))
+    for p in kube.gpuq_pods():
+        job = p["metadata"]["labels"]["gpuq.io/job-id"]
+        if job in ("adopt-me", "finished"):
+            kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Running")
+        if job == "finished":
+            kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Succeeded")
+    # "half" crashed mid-bind: one of its Pods never got bound
+    half = sorted(p["metadata"]["name"] for p in kube.gpuq_pods()
+                  if p["metadata"]["labels"]["gpuq.io/job-id"] == "half")
+    with kube.cond:
+        kube.pods[("gpuq-jobs", half[1])]["spec"].pop("nodeName")
+        kube._emit("pods", "MODIFIED", kube.pods[("gpuq-jobs", half[1])])
+    first.close()  # crash
+
+    second = make_cluster(kube)
+    second.sync()
+    report = second.reconcile({"adopt-me", "half", "never-bound", "finished"})
+    assert report.adopted == {"adopt-me", "finished"}
+    assert report.missing == {"half", "never-bound"}
+    assert report.orphans == {"db-forgot"}
+    left = {p["metadata"]["labels"]["gpuq.io/job-id"] for p in kube.gpuq_pods()}
+    assert left == {"adopt-me", "finished"}
+    events = sorted((e.job_id, e.phase) for e in second.poll_events())
+    assert events == [("adopt-me", "running"), ("finished", "succeeded")]
+    # adopted jobs keep being followed: the Pods finishing is reported once
+    for p in kube.gpuq_pods():
+        if p["metadata"]["labels"]["gpuq.io/job-id"] == "adopt-me":
+            kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Succeeded")
+    second.pods.step()
+    second.pods.step()
+    assert second.poll_events() == [JobStatusEvent("adopt-me", "succeeded")]
+    # finished Pods stay (logs) and still count as "on the cluster"
+    assert second.running_job_ids() == {"adopt-me", "finished"}
+    second.close()
+
+
+def test_a_job_just_bound_counts_as_on_the_cluster_before_the_watch_shows_it(kube, manual):
+    manual.bind(req("fresh"))
+    assert "fresh" in manual.running_job_ids()  # so the dispatcher never binds it twice
+    manual.stop("fresh", "cancelled")
+    assert "fresh" not in manual.running_job_ids()
+    assert kube.gpuq_pods() == []  # stop() asked the server, not the lagging cache
+
+
+def test_standby_follows_pods_created_by_the_leader(kube):
+    """After failover the new leader already knows the old leader's Pods."""
+    kube.add_node(article_a100("a100-0"))
+    kube.add_node(article_a100("a100-1"))
+    leader, standby = make_cluster(kube), make_cluster(kube)
+    leader.start(wait_s=10)
+    standby.start(wait_s=10)
+    try:
+        leader.bind(req("j1"))
+        wait_until(lambda: standby.running_job_ids() == {"j1"})
+        leader.close()
+        for p in kube.gpuq_pods():
+            kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Failed")
+        got: list[JobStatusEvent] = []
+        wait_until(lambda: got.extend(standby.poll_events()) or got)
+        assert [(e.job_id, e.phase) for e in got] == [("j1", "failed")]
+    finally:
+        leader.close()
+        standby.close()

@@ -1,0 +1,111 @@
+"""The Pod gpuq builds for one replica, and the job phase read back (pure)."""
+
+from __future__ import annotations
+
+from app.cluster.base import BindRequest
+from app.cluster.k8s_pods import accelerator_resources, build_pod, job_phase
+from app.cluster.k8s_settings import KubeSettings
+from app.scheduling.from_config import gpu_type_from_config
+from app.scheduling.model import ReplicaPlacement
+from tests.fakekube.objects import GPU_TYPES
+
+KS = KubeSettings()
+TYPES = {t.name: gpu_type_from_config(t) for t in GPU_TYPES}
+
+
+def req(placements, template=None):
+    return BindRequest(
+        job_id="0f1e2d3c-aaaa-bbbb-cccc-000000000001", name="sft-llama", team="nlp",
+        pool="training", priority="P1", placements=placements,
+        pod_template=template or {}, world_size=len(placements), duration_s=120,
+    )
+
+
+def env(c):
+    return {e["name"]: e.get("value") for e in c["env"]}
+
+
+def test_whole_gpu_pod_fields():
+    p = ReplicaPlacement(replica=1, node="a100-3", gpu_type="a100-80g", devices=(4, 5),
+                         units=20, cpu=16, memory_gb=128)
+    template = {
+        "metadata": {"labels": {"app": "llm"}, "namespace": "nlp"},
+        "spec": {"containers": [{"name": "train", "image": "trainer:1",
+                                 "env": [{"name": "X", "value": "1"}]},
+                                {"name": "sidecar", "image": "log:1"}],
+                 "tolerations": [{"key": "team", "operator": "Exists"}],
+                 "nodeName": "ignored"},
+    }
+    r = req([ReplicaPlacement(0, "a100-2", "a100-80g", (0, 1)), p], template)
+    pod = build_pod(r, p, bind_id="abcde", gpu_type=TYPES["a100-80g"],
+                    node_taints=[{"key": "nvidia.com/gpu", "value": "present",
+                                  "effect": "NoSchedule"}], ks=KS)
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["namespace"] == "nlp" and meta["name"] == "sft-llama-0f1e2d3c-abcde-1"
+    assert meta["labels"]["app"] == "llm"
+    assert meta["labels"]["gpuq.io/job-id"] == r.job_id
+    assert {k: meta["labels"][k] for k in ("gpuq.io/replica", "gpuq.io/team", "gpuq.io/pool",
+                                           "gpuq.io/priority")} == {
+        "gpuq.io/replica": "1", "gpuq.io/team": "nlp", "gpuq.io/pool": "training",
+        "gpuq.io/priority": "P1"}
+    assert meta["annotations"]["gpuq.io/devices"] == "4,5"
+    assert spec["schedulerName"] == "gpuq" and "nodeName" not in spec
+    assert spec["priorityClassName"] == "gpuq-p1"
+    assert {"key": "nvidia.com/gpu", "effect": "NoSchedule", "operator": "Equal",
+            "value": "present"} in spec["tolerations"]
+    assert {"key": "team", "operator": "Exists"} in spec["tolerations"]
+    main = spec["containers"][0]
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert main["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    assert main["resources"]["requests"]["cpu"] == "16"
+    e = env(main)
+    assert e["X"] == "1" and e["GPUQ_GPU_TYPE"] == "a100-80g"
+    assert (e["GPUQ_WORLD_SIZE"], e["GPUQ_RANK"], e["GPUQ_GPUS"]) == ("2", "1", "2")
+    assert "resources" not in spec["containers"][1]  # devices go to the workload only
+    assert env(spec["containers"][1])["GPUQ_RANK"] == "1"
+
+
+def test_mig_and_share_and_other_vendor_resources():
+    mig = ReplicaPlacement(0, "n", "a100-80g", mig=((6, 0, "3g.40gb"), (6, 1, "3g.40gb")))
+    assert accelerator_resources(mig, TYPES["a100-80g"]) == {"nvidia.com/mig-3g.40gb": "2"}
+    share = ReplicaPlacement(0, "n", "rtx4090-24g", devices=(0,), share=0.5,
+                             share_memory_gb=12)
+    assert accelerator_resources(share, TYPES["rtx4090-24g"]) == {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "11444", "nvidia.com/gpucores": "50"}
+    asc = ReplicaPlacement(0, "n", "ascend910", devices=(0, 1, 2))
+    assert accelerator_resources(asc, TYPES["ascend910"]) == {"huawei.com/Ascend910": "3"}
+    cpu_only = ReplicaPlacement(0, "n", None, cpu=2)
+    assert accelerator_resources(cpu_only, None) == {}
+
+
+def test_empty_template_gets_a_default_container_and_namespace():
+    p = ReplicaPlacement(0, "n", None, cpu=1, memory_gb=2)
+    pod = build_pod(req([p]), p, bind_id="x1", gpu_type=None, ks=KS)
+    c = pod["spec"]["containers"][0]
+    assert pod["metadata"]["namespace"] == "gpuq-jobs"
+    assert c["image"] == KS.default_image and c["command"] == ["sleep", "120"]
+    assert c["resources"] == {"requests": {"cpu": "1", "memory": "2000000000"}}
+    assert pod["spec"]["restartPolicy"] == "Never" and "tolerations" not in pod["spec"]
+
+
+def test_bare_podspec_template():
+    p = ReplicaPlacement(0, "n", None)
+    pod = build_pod(req([p], {"containers": [{"name": "a", "image": "i"}]}), p, bind_id="x",
+                    gpu_type=None, ks=KS)
+    assert pod["spec"]["containers"][0]["image"] == "i"
+
+
+def _pod(phase, name="p", **status):
+    return {"metadata": {"name": name}, "status": {"phase": phase, **status}}
+
+
+def test_job_phase_rules():
+    assert job_phase([_pod("Pending"), _pod("Pending")], 2) == ("pending", "")
+    assert job_phase([_pod("Running"), _pod("Pending")], 2) == ("running", "")
+    assert job_phase([_pod("Succeeded"), _pod("Running")], 2) == ("running", "")
+    assert job_phase([_pod("Succeeded"), _pod("Succeeded")], 2) == ("succeeded", "")
+    assert job_phase([_pod("Succeeded")], 2)[0] == "running"  # one replica is not all of them
+    failed = _pod("Failed", "w-1", containerStatuses=[
+        {"name": "main", "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}])
+    phase, msg = job_phase([_pod("Running"), failed], 2)
+    assert phase == "failed" and "OOMKilled" in msg and "w-1" in msg

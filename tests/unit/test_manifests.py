@@ -1,0 +1,183 @@
+"""Every manifest under k8s/ against the Kubernetes OpenAPI schemas (offline,
+kubernetes-validate), plus the properties the install relies on; and the
+kustomization built with `kubectl kustomize` when kubectl is installed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from app.cluster.k8s_settings import KubeSettings
+from app.domain.config import DEFAULT_PRIORITY_CLASSES, load_config_text
+
+K8S = Path(__file__).resolve().parents[2] / "k8s"
+# Oldest and newest Kubernetes versions gpuq's manifests must be valid for.
+VERSIONS = ["1.27.0", kubernetes_validate.utils.latest_version()]
+# k8s/grafana belongs to the observability piece (CRDs such as ServiceMonitor
+# have no built-in schema); it is checked by its own tests.
+SKIP_DIRS = {"grafana"}
+
+
+def manifest_files() -> list[Path]:
+    return sorted(
+        p
+        for p in K8S.rglob("*.yaml")
+        if p.name != "kustomization.yaml" and not SKIP_DIRS & set(p.relative_to(K8S).parts)
+    )
+
+
+def docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def all_objects() -> dict[tuple[str, str], dict]:
+    out = {}
+    for p in manifest_files():
+        if "examples" in p.parts:
+            continue
+        for d in docs(p):
+            out[(d["kind"], d["metadata"]["name"])] = d
+    return out
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("path", manifest_files(), ids=lambda p: str(p.relative_to(K8S)))
+def test_manifest_is_valid_against_the_openapi_schema(path: Path, version: str) -> None:
+    if path.name == "job-pod-template.yaml":
+        # a gpuq job spec, not a Kubernetes object: its pod_template must be valid
+        spec = yaml.safe_load(path.read_text())
+        pod = {"apiVersion": "v1", "kind": "Pod", **spec["pod_template"]}
+        pod["metadata"] = {**pod.get("metadata", {}), "name": "x"}
+        kubernetes_validate.validate(pod, version, strict=True)
+        return
+    for d in docs(path):
+        kubernetes_validate.validate(d, version, strict=True)
+
+
+def test_invalid_manifest_is_rejected() -> None:
+    """The validator does catch mistakes (so the test above can fail)."""
+    bad = docs(K8S / "deployment-api.yaml")[0]
+    bad["spec"]["replicas"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, VERSIONS[-1], strict=True)
+
+
+def test_kustomization_lists_existing_files() -> None:
+    for k in K8S.rglob("kustomization.yaml"):
+        if SKIP_DIRS & set(k.relative_to(K8S).parts):
+            continue
+        for r in yaml.safe_load(k.read_text()).get("resources", []):
+            assert (k.parent / r).exists(), f"{k}: {r} missing"
+    listed = set(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"])
+    top = {p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml"}
+    assert listed == top, "every top-level manifest is part of the base"
+
+
+def test_rbac_is_least_privilege() -> None:
+    role = all_objects()[("ClusterRole", "gpuq-scheduler")]
+    rules = {
+        (res, verb)
+        for rule in role["rules"]
+        for res in rule["resources"]
+        for verb in rule["verbs"]
+        if rule["apiGroups"] == [""]
+    }
+    assert rules == {
+        ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
+        ("pods", "create"), ("pods", "get"), ("pods", "list"), ("pods", "watch"),
+        ("pods", "delete"),
+        ("pods/binding", "create"), ("pods/eviction", "create"),
+        ("events", "create"),
+    }
+    assert all(r["apiGroups"] == [""] for r in role["rules"])
+    binding = all_objects()[("ClusterRoleBinding", "gpuq-scheduler")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuq",
+                                    "namespace": "gpuq"}]
+
+
+def test_deployments_replicas_probes_non_root() -> None:
+    objs = all_objects()
+    for name, args in (("gpuq-api", ["api"]), ("gpuq-dispatcher", ["serve"])):
+        d = objs[("Deployment", name)]
+        pod = d["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        assert d["spec"]["replicas"] == 2 and c["args"] == args
+        assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        env = {e["name"]: e for e in c["env"]}
+        assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "gpuq-secrets"
+    disp = objs[("Deployment", "gpuq-dispatcher")]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in disp["containers"][0]["env"]}
+    assert env["GPUQ_CLUSTER"] == "kubernetes"
+    api = objs[("Deployment", "gpuq-api")]["spec"]["template"]["spec"]
+    assert api["automountServiceAccountToken"] is False  # the API never calls Kubernetes
+    job = objs[("Job", "gpuq-db-upgrade")]["spec"]["template"]["spec"]
+    assert job["containers"][0]["args"] == ["db", "upgrade"]
+    secret = objs[("Secret", "gpuq-secrets")]
+    assert set(secret["stringData"]) == {"admin-token", "database-url"}
+    svc = objs[("Service", "gpuq")]
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "api"
+
+
+def test_priority_classes_match_what_pods_ask_for() -> None:
+    prefix = KubeSettings().priority_class_prefix
+    objs = all_objects()
+    values = []
+    for p in DEFAULT_PRIORITY_CLASSES:
+        pc = objs[("PriorityClass", prefix + p.name.lower())]
+        values.append(pc["value"])
+        assert pc["preemptionPolicy"] == "Never"  # gpuq preempts, not kube-scheduler
+    assert values == sorted(values, reverse=True)
+
+
+def test_configmap_is_a_valid_gpuq_config() -> None:
+    cm = all_objects()[("ConfigMap", "gpuq-config")]
+    cfg = load_config_text(cm["data"]["config.yaml"])
+    assert {t.name for t in cfg.gpu_types} >= {"a100-80g", "v100-16g", "rtx4090-24g"}
+    assert cfg.nodes == []  # nodes come from the cluster
+
+
+def test_node_label_examples_are_read_by_node_sync() -> None:
+    from app.cluster.k8s_nodes import node_view
+
+    cm = all_objects()[("ConfigMap", "gpuq-config")]
+    types = load_config_text(cm["data"]["config.yaml"]).gpu_types
+    got = {}
+    for n in docs(K8S / "examples" / "node-labels.yaml"):
+        n["status"] = {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}
+        v = node_view(n, [], types, KubeSettings())
+        got[n["metadata"]["name"]] = (v.node.gpu_type, v.node.rack, v.node.network)
+    assert got == {
+        "gpu-a100-01": ("a100-80g", "r1", "ib"),
+        "gpu-v100-01": ("v100-16g", "rack-2", "roce"),
+        "gpu-4090-01": ("rtx4090-24g", "r3", "eth"),
+    }
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+@pytest.mark.parametrize("target", ["", "postgres"])
+def test_kubectl_kustomize_builds(target: str) -> None:
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(K8S / target)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    built = [d for d in yaml.safe_load_all(out.stdout) if d]
+    expected = sum(
+        len(docs(K8S / target / r))
+        for r in yaml.safe_load((K8S / target / "kustomization.yaml").read_text())["resources"]
+    )
+    assert len(built) == expected
+    for d in built:
+        kubernetes_validate.validate(d, VERSIONS[-1], strict=True)
+    if not target:
+        images = {c["image"] for d in built if d["kind"] in ("Deployment", "Job")
+                  for c in d["spec"]["template"]["spec"]["containers"]}
+        assert images == {"gpuq:0.1.0"}
