@@ -28,13 +28,15 @@ Rules, each a small function tests exercise on its own:
    jobs wait (for quota: cheaper cards help; for cards: dearer scarce cards
    steer flexible work away), so the mirrored change is weighed too and the
    better passing one wins. ``recommend`` runs the same replay (when one is
-   available) and records the figures, changing nothing.
+   available) and records a passing change as ``proposed`` (a failing one as
+   ``rejected``), changing nothing.
 
 Every decision carries its trigger and figures, so the history says why.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -273,9 +275,11 @@ def in_cooldown(now: float, memory: TunerMemory, cfg: TunerConfig) -> bool:
 
 def bounded_step(old: float, base: float, direction: int, cfg: TunerConfig) -> float:
     """One step of at most ``max_step`` x old, clamped to the base weight's bounds."""
-    target = old * (1 + cfg.max_step) if direction > 0 else old * (1 - cfg.max_step)
     lo, hi = base * cfg.min_factor, base * cfg.max_factor
-    return round(max(lo, min(hi, target)), 4)
+    # 4 decimals for people to read, rounded towards ``old`` so the step never exceeds max_step
+    if direction > 0:
+        return min(hi, math.floor(old * (1 + cfg.max_step) * 1e4 + 1e-6) / 1e4)
+    return max(lo, math.ceil(old * (1 - cfg.max_step) * 1e4 - 1e-6) / 1e4)
 
 
 def blocked_by_hysteresis(
@@ -422,12 +426,12 @@ def decide(
     else:
         changes, gate = gates[0]
     desc = _describe(changes)
+    if not gate.passed:  # in either mode: a change the replay says will not help is no advice
+        return Decision("rejected", f"{desc}: {gate.reason}", now, triggers, changes, gate)
     if cfg.mode == "recommend":
         return Decision(
             "proposed", f"recommend {desc} ({gate.reason})", now, triggers, changes, gate
         )
-    if not gate.passed:
-        return Decision("rejected", f"{desc}: {gate.reason}", now, triggers, changes, gate)
     return Decision("applied", f"{desc}: {gate.reason}", now, triggers, changes, gate)
 
 

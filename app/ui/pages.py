@@ -86,7 +86,9 @@ def overview_page(util: Mapping[str, Any], tuning: Mapping[str, Any] | None = No
     return page("GPU types", "/ui", "".join(body))
 
 
-def queue_page(items: Sequence[Mapping[str, Any]], *, pool: str | None = None) -> str:
+def queue_page(
+    items: Sequence[Mapping[str, Any]], *, pool: str | None = None, pools: Sequence[str] = ()
+) -> str:
     rows = [
         [
             num(q.get("position")),
@@ -101,10 +103,18 @@ def queue_page(items: Sequence[Mapping[str, Any]], *, pool: str | None = None) -
         for q in items
     ]
     title = f"Queue ({len(items)} pending)" + (f" · pool {pool}" if pool else "")
+    filters = (
+        '<p class="note">pool: '
+        + " · ".join([link("/ui/queue", "all"), *(link("/ui/queue", p, pool=p) for p in pools)])
+        + "</p>"
+        if pools
+        else ""
+    )
     return page(
         title,
         "/ui/queue",
-        table(
+        filters
+        + table(
             ["#", "job", "name", "team", "pool", "priority", "waited", "why it waits"],
             rows,
             numeric=(0,),
@@ -188,6 +198,14 @@ def fairness_page(report: Mapping[str, Any]) -> str:
     ]
     o = report.get("overall") or {}
     window = report.get("window_s")
+    parts.append(
+        '<p class="note">window: '
+        + " · ".join(
+            link("/ui/fairness", label, window_s=w)
+            for label, w in (("1 h", 3600), ("6 h", 21600), ("24 h", 86400), ("7 d", 604800))
+        )
+        + "</p>"
+    )
     parts.append(
         f'<p class="note">window {secs(window) if window else "all time"} · '
         f"{num(o.get('jobs'))} jobs · wait P50 {secs(o.get('wait_p50_s'))} · "

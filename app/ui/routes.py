@@ -62,7 +62,8 @@ def queue(session: SessionDep, now: NowDep, pool: str | None = None) -> HTMLResp
         }
         for i, j in enumerate(rows)
     ]
-    return _html(pages.queue_page(items, pool=pool))
+    pools = [r.name for r in catalog.list_named(session, PoolRow)]
+    return _html(pages.queue_page(items, pool=pool, pools=pools))
 
 
 @router.get("/pools", response_class=HTMLResponse)

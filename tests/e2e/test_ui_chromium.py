@@ -155,6 +155,8 @@ def test_console_check_can_fail(browser):
 PAGES = [
     ("/ui", ["GPU types", "a100", "v100", "unknown", "Alerts"]),
     ("/ui/queue", ["Queue (1 pending)", "train-wait", "why it waits"]),
+    ("/ui/queue?pool=inference", ["Queue (0 pending)", "the queue is empty"]),
+    ("/ui/fairness?window_s=3600", ["window 1h00m", "nlp"]),
     ("/ui/pools", ["training", "inference", "guaranteed", "Active leases"]),
     ("/ui/fairness", ["Fairness", "Teams", "nlp", "cv", "wait P99"]),
     ("/ui/jobs", ["train-a", "serve-b", "train-wait", "running"]),

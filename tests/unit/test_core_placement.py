@@ -290,8 +290,10 @@ def test_fragmentation_score_keeps_room_for_the_expected_mix() -> None:
     from app.scheduling.model import SchedulerConfig
 
     nodes = [node("a", "a100-80g", 8), node("b", "a100-80g", 8)]
-    run = [running(job("ra"), whole("a", "a100-80g", (0, 1, 2))),
-           running(job("rb"), whole("b", "a100-80g", (0, 1, 2, 3)))]
+    run = [
+        running(job("ra"), whole("a", "a100-80g", (0, 1, 2))),
+        running(job("rb"), whole("b", "a100-80g", (0, 1, 2, 3))),
+    ]
     s = snap(nodes, [], running=run)
     mix = WorkloadMix((MixEntry(gpus=4, gpu_share=0.0, cpu=1, memory_gb=1, weight=10),))
 
