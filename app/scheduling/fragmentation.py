@@ -32,7 +32,7 @@ INTERFACE NOTE (for the team): the signatures of ``node_fragmentation`` and
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from app.scheduling.model import GpuType, Node, ReplicaPlacement
@@ -59,7 +59,18 @@ class MixEntry:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadMix:
+    """The expected workload, plus gpuq's two terms beyond FGD (both 0 = pure FGD).
+
+    ``w_balance`` charges a placement for leaving the node's free GPU share and
+    free CPU share apart (GPUs stranded without CPU, see :func:`placement_cost`);
+    ``w_type`` times ``type_pressure[type]`` charges it for using a GPU type
+    that pods restricted to few types need (:func:`type_pressure`).
+    """
+
     entries: tuple[MixEntry, ...] = ()
+    type_pressure: tuple[tuple[str, float], ...] = ()
+    w_balance: float = 0.0
+    w_type: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +183,55 @@ class FragModel:
         return v
 
 
+def placement_cost(
+    model: FragModel,
+    type_name: str,
+    before: tuple[tuple[int, ...], int, int],
+    after: tuple[tuple[int, ...], int, int],
+    cpu_capacity: int,
+    gpu_milli: int,
+    *,
+    w_balance: float = 0.0,
+    w_type: float = 0.0,
+    pressure: float = 0.0,
+) -> float:
+    """gpuq's cost of a placement on one node, in GPU-milli (lower is better).
+
+    ``before``/``after`` are the node's (free per card high->low, free CPU,
+    free memory). The cost is
+
+    * FGD's fragmentation delta ``F(after) - F(before)``;
+    * ``w_balance x |free GPU share - free CPU share| x 1000`` after the
+      placement: a node whose CPU runs out while cards are free strands
+      them (the Alibaba traces lose more GPUs this way than any other, once
+      shares are packed), one whose cards run out first strands only CPU,
+      but keeping the two in step keeps the node usable by the typical pod;
+    * ``w_type x pressure x gpu_milli``: using a type that type-restricted
+      pods need costs in proportion to how oversubscribed it is by them.
+    """
+    cost = model.frag(type_name, *after) - model.frag(type_name, *before)
+    free_after = after[0]
+    if w_balance and free_after:
+        gap = sum(free_after) / (len(free_after) * MILLI) - after[1] / max(1, cpu_capacity)
+        cost += w_balance * abs(gap) * MILLI
+    if w_type and pressure:
+        cost += w_type * pressure * gpu_milli
+    return cost
+
+
+def type_pressure(
+    demands: Iterable[tuple[tuple[str, ...], float]], capacity: Mapping[str, float]
+) -> dict[str, float]:
+    """Per type: GPU demand of type-restricted work (split evenly over its allowed
+    types) divided by the type's capacity. ``demands`` are (allowed types, GPUs)."""
+    need = {t: 0.0 for t in capacity}
+    for types, gpus in demands:
+        allowed = [t for t in types if t in capacity]
+        for t in allowed:
+            need[t] += gpus / len(allowed)
+    return {t: need[t] / capacity[t] if capacity[t] else 0.0 for t in capacity}
+
+
 # ---------------------------------------------------------------------------
 # The core's interface (plain Node / GpuType / ReplicaPlacement)
 # ---------------------------------------------------------------------------
@@ -257,7 +317,8 @@ def node_fragmentation(node: Node, gpu_type: GpuType | None, mix: WorkloadMix) -
 def fragmentation_delta(
     node: Node, gpu_type: GpuType | None, placement: ReplicaPlacement, mix: WorkloadMix
 ) -> float:
-    """Fragmentation after minus before placing ``placement`` on ``node`` (lower is better).
+    """Fragmentation after minus before placing ``placement`` on ``node`` (lower is better),
+    in cards, plus the mix's balance and type terms when set (:func:`placement_cost`).
 
     ``node`` is not changed.
     """
@@ -265,7 +326,7 @@ def fragmentation_delta(
         return 0.0
     model = _model_for(mix, gpu_type)
     free = _device_free_milli(node)
-    before = model.frag(gpu_type.name, *_signature(node, free))
+    before = _signature(node, free)
     after_free = list(free)
     if placement.share > 0 and placement.devices:
         i = placement.devices[0]
@@ -275,10 +336,15 @@ def fragmentation_delta(
             after_free[i] = 0
         for dev, _idx, _profile in placement.mig:
             after_free[dev] = 0
-    after = model.frag(
-        gpu_type.name,
+    after = (
         tuple(sorted(after_free, reverse=True)),
         round((node.cpu_free - placement.cpu) * MILLI),
         round((node.memory_free_gb - placement.memory_gb) * MILLI),
     )
-    return (after - before) / MILLI
+    gpu_milli = sum(free) - sum(after_free)
+    pressure = dict(mix.type_pressure).get(gpu_type.name, 0.0) if mix.w_type else 0.0
+    cost = placement_cost(
+        model, gpu_type.name, before, after, round(node.cpu * MILLI), gpu_milli,
+        w_balance=mix.w_balance, w_type=mix.w_type, pressure=pressure,
+    )
+    return cost / MILLI

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.scheduling.baselines import fifo_count, fifo_typed
 from app.scheduling.engine import schedule
 from app.scheduling.model import CycleResult, Snapshot
 
 Policy = Callable[[Snapshot], CycleResult]
 
-POLICIES: dict[str, Policy] = {"gpuq": schedule}
+POLICIES: dict[str, Policy] = {
+    "gpuq": schedule,
+    "fifo-count": fifo_count,
+    "fifo-typed": fifo_typed,
+}
 
 
 def get_policy(name: str) -> Policy:

@@ -21,10 +21,13 @@ Policies (by name, :data:`FILL_POLICIES`):
 * ``fgd``: our re-implementation of FGD (integer sigmoid score of the
   fragmentation decrease, random ties, card chosen by the same measure,
   memory ignored) so gpuq is compared with FGD in the same harness too.
-* ``gpuq``: gpuq's fragmentation term (:mod:`app.scheduling.fragmentation`,
-  the function the live core scores with) used exactly (no quantisation),
-  with memory, and deterministic tie-breaks tuned on these traces
-  (see :class:`GpuqFillKnobs`).
+* ``gpuq``: gpuq's placement cost (:func:`app.scheduling.fragmentation.placement_cost`,
+  the function behind the live core's ``fragmentation_delta``): FGD's
+  measure with host memory, computed exactly (no quantisation), plus a
+  CPU/GPU balance term and a GPU-type pressure term (see
+  :class:`GpuqFillKnobs`); ties go to the first node by trace order.
+* ``gpuq-core``: the live core's ``place_job`` itself (all its score terms)
+  on a persistent ClusterState.
 
 The node state is kept in the trace's integer units; nodes with the same
 state (type, sorted free milli per card, free CPU, free memory) form one
@@ -40,7 +43,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.scheduling.fragmentation import FragModel, IntTask
+from app.scheduling.fragmentation import FragModel, IntTask, placement_cost, type_pressure
 from app.simulate.alibaba import TraceNode, TracePod
 
 MILLI = 1000
@@ -259,38 +262,33 @@ def _cards(free: list[int], pod: FillPod, take: int) -> list[int]:
 
 @dataclass(frozen=True, slots=True)
 class GpuqFillKnobs:
-    """Tie-breaks after the fragmentation delta; set under ``scheduler:`` as ``fill_*``.
+    """Weights of gpuq's placement cost (:func:`placement_cost`); set under ``scheduler:``
+    as ``fill_*`` (e.g. ``fill_w_balance: 0.1``). Defaults are the tuned values
+    (README, Evaluation).
 
-    ``w_fragmentation`` scales the fragmentation delta (GPU-milli), ``w_binpack``
-    the free GPU-milli left on the node afterwards (prefer fuller nodes),
-    ``w_cpu`` the share of CPU left idle next to free GPUs (prefer nodes where
-    the pod's CPU/GPU ratio matches), ``w_type`` the share of the mix that
-    can use the node's type (keep scarce, widely usable types for the pods
-    that need them).
+    ``w_balance`` and ``w_type`` are the two terms beyond FGD; ``w_binpack``
+    adds the free GPU-milli left on the node (prefer fuller nodes; it hurt on
+    every trace, so 0); ``use_memory`` counts host memory in the
+    fragmentation measure; ``random_ties`` breaks exact ties at random
+    (seeded) instead of by node order.
     """
 
-    w_fragmentation: float = 1.0
-    w_binpack: float = 0.05
-    w_cpu: float = 0.1
-    w_type: float = 0.0
+    w_balance: float = 0.1
+    w_type: float = 1.0
+    w_binpack: float = 0.0
     use_memory: bool = True
-    cpu_balance_of_free: bool = False  # w_cpu compares to free CPU before, not capacity
-    quantum: float = 0.0  # round the score to this many GPU-milli (0: exact)
-    random_ties: bool = False  # break exact ties at random (seeded) instead of by node index
-    size_weight: float = 0.0  # mix weight = count x (1 + size_weight x GPUs requested)
+    random_ties: bool = False
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> GpuqFillKnobs:
         if not data:
             return cls()
-        known = {f: data[f"fill_{f}"] for f in cls.__dataclass_fields__ if f"fill_{f}" in data}
-        if "w_fragmentation" in data and "w_fragmentation" not in known:
-            known["w_fragmentation"] = data["w_fragmentation"]
-        return cls(**known)
+        fields = cls.__dataclass_fields__
+        return cls(**{f: data[f"fill_{f}"] for f in fields if f"fill_{f}" in data})
 
 
 class GpuqPolicy:
-    """gpuq's placement score on the fill protocol: exact fragmentation delta."""
+    """gpuq's placement cost on the fill protocol: exact, no quantisation."""
 
     name = "gpuq"
 
@@ -299,22 +297,19 @@ class GpuqPolicy:
         rng: random.Random,
         model: FragModel,
         knobs: GpuqFillKnobs | None = None,
-        type_share: Mapping[str, float] | None = None,
+        pressure: Mapping[str, float] | None = None,
         **_: Any,
     ) -> None:
         self.rng = rng
         self.model = model
         self.knobs = knobs or GpuqFillKnobs()
-        self.type_share = type_share or {}
+        self.pressure = pressure or {}
 
     def choose(self, pod: FillPod, cl: FillCluster) -> Choice:
         k = self.knobs
-        frag = self.model.frag
         best: float | None = None
         tied: list[tuple[int, int]] = []
-        q = k.quantum
         for (model, free, cpu, mem), idx in cl.feasible(pod):
-            before = frag(model, free, cpu, mem)
             c2, m2 = cpu - pod.cpu, mem - pod.mem
             if pod.num == 0:
                 options = [(free, 0)]
@@ -329,18 +324,13 @@ class GpuqPolicy:
             node_best: float | None = None
             node_take = 0
             for after_free, take in options:
-                score = k.w_fragmentation * (frag(model, after_free, c2, m2) - before)
+                score = placement_cost(
+                    self.model, model, (free, cpu, mem), (after_free, c2, m2),
+                    cl.cpu_cap[idx[0]], pod.total,
+                    w_balance=k.w_balance, w_type=k.w_type, pressure=self.pressure.get(model, 0.0),
+                )
                 if k.w_binpack:
                     score += k.w_binpack * sum(after_free)
-                if k.w_cpu and after_free:
-                    left = sum(after_free)
-                    cap = len(after_free) * MILLI
-                    base = cpu if k.cpu_balance_of_free else cl.cpu_cap[idx[0]]
-                    score += k.w_cpu * abs(c2 / max(1, base) - left / cap) * MILLI
-                if k.w_type:
-                    score += k.w_type * self.type_share.get(model, 0.0) * MILLI
-                if q:
-                    score = round(score / q)
                 if node_best is None or score < node_best:
                     node_best, node_take = score, take
             if node_best is None:
@@ -352,10 +342,7 @@ class GpuqPolicy:
                 tied.extend((i, node_take) for i in idx)
         if not tied:
             return None
-        if k.random_ties:
-            i, take = self.rng.choice(tied)
-        else:
-            i, take = min(tied)
+        i, take = self.rng.choice(tied) if k.random_ties else min(tied)
         return i, _cards(cl.free[i], pod, take)
 
 
@@ -365,38 +352,29 @@ FILL_POLICIES = ("random", "bestfit", "fgd", "gpuq", "gpuq-core")
 # --------------------------------------------------------------------------- the protocol
 
 
-def workload_model(
-    pods: list[TracePod], *, use_memory: bool, size_weight: float = 0.0
-) -> FragModel:
+def workload_model(pods: list[TracePod], *, use_memory: bool) -> FragModel:
     """The mix: every pod shape of the (un-inflated) trace, weighted by its count
-    (times ``1 + size_weight x GPUs`` when ``size_weight`` is set)."""
+    (FGD's "typical pods" with every shape kept)."""
     counts: dict[tuple, int] = {}
     for p in pods:
         key = (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.gpu_spec)
         counts[key] = counts.get(key, 0) + 1
     tasks = [
-        IntTask(
-            cpu,
-            mem,
-            num,
-            milli,
-            frozenset(spec) if spec else None,
-            float(w) * (1.0 + size_weight * num * milli / MILLI),
-        )
+        IntTask(cpu, mem, num, milli, frozenset(spec) if spec else None, float(w))
         for (cpu, mem, num, milli, spec), w in counts.items()
     ]
     return FragModel(tasks, use_memory=use_memory)
 
 
-def type_usability(pods: list[TracePod], models: set[str]) -> dict[str, float]:
-    """Share of GPU pods (by count) allowed on each model: 1.0 for unconstrained traces."""
-    gpu_pods = [p for p in pods if p.num_gpu]
-    if not gpu_pods:
-        return {m: 1.0 for m in models}
-    return {
-        m: sum(1 for p in gpu_pods if not p.gpu_spec or m in p.gpu_spec) / len(gpu_pods)
-        for m in models
-    }
+def trace_type_pressure(pods: list[TracePod], nodes: list[TraceNode]) -> dict[str, float]:
+    """:func:`type_pressure` of the trace: GPU-milli of pods with a ``gpu_spec`` over
+    each model's capacity (0 for every model on traces without constraints)."""
+    cap: dict[str, float] = {}
+    for n in nodes:
+        cap[n.model] = cap.get(n.model, 0.0) + n.gpus * MILLI
+    return type_pressure(
+        ((p.gpu_spec, float(p.total_gpu_milli)) for p in pods if p.num_gpu and p.gpu_spec), cap
+    )
 
 
 def make_policy(
@@ -416,9 +394,9 @@ def make_policy(
         knobs = GpuqFillKnobs.from_mapping(scheduler)
         return GpuqPolicy(
             rng,
-            workload_model(pods, use_memory=knobs.use_memory, size_weight=knobs.size_weight),
+            workload_model(pods, use_memory=knobs.use_memory),
             knobs,
-            type_usability(pods, {n.model for n in nodes}),
+            trace_type_pressure(pods, nodes),
         )
     if name == "gpuq-core":
         return CorePolicy(nodes, pods, scheduler)

@@ -28,6 +28,7 @@ from typing import Any
 from app.domain.config import GpuqConfig
 from app.domain.requests import request_from_spec
 from app.domain.spec import JobSpec
+from app.scheduling.baselines import out_of_memory
 from app.scheduling.from_config import ClusterModel, cluster_model
 from app.scheduling.model import (
     JobRequest,
@@ -40,6 +41,7 @@ from app.scheduling.model import (
 from app.scheduling.policies import Policy, get_policy
 
 DEFAULT_RUNTIME_S = 3600.0
+OOM_AFTER_S = 60.0  # a run on a card with too little memory fails this long after start
 WAKE_S = 60.0  # while jobs wait, run a cycle at least this often (reservations, aging)
 
 
@@ -232,6 +234,8 @@ class Simulator:
     # -- hooks ------------------------------------------------------------------
     def run_time(self, job: SimJob, placements: Sequence[ReplicaPlacement]) -> tuple[float, str]:
         """Run time on these cards (the slowest type sets the pace) and the outcome."""
+        if out_of_memory(job.request, tuple(placements), self.model.cluster.gpu_types):
+            return OOM_AFTER_S, "fail"  # a baseline put it on too small a card (API.md)
         speeds = [job.spec.speed.get(p.gpu_type, 1.0) for p in placements if p.gpu_type]
         speed = min(speeds) if speeds else 1.0
         return job.runtime_s / speed, "finish"

@@ -11,6 +11,8 @@ from app.scheduling.fragmentation import (
     WorkloadMix,
     fragmentation_delta,
     node_fragmentation,
+    placement_cost,
+    type_pressure,
 )
 from app.scheduling.model import Device, GpuType, Node, ReplicaPlacement
 
@@ -134,3 +136,36 @@ def test_types_memory_and_shareability_are_respected():
     assert node_fragmentation(_node([0.0]), T4, big) == 1.0
     fits = WorkloadMix((MixEntry(gpus=1, gpu_share=0, cpu=1, memory_gb=1, min_gpu_memory_gb=8),))
     assert node_fragmentation(_node([0.0]), T4, fits) == 0.0
+
+
+def test_placement_cost_terms():
+    m = FragModel([IntTask(12000, 0, 1, 1000, None, 1.0)])
+    before = ((1000, 1000), 24000, 0)
+    after = ((1000, 0), 12000, 0)
+    base = placement_cost(m, "g2", before, after, 24000, 1000)
+    assert base == pytest.approx(m.frag("g2", *after) - m.frag("g2", *before))
+    # balanced (half the cards, half the CPU left): no balance charge
+    assert placement_cost(m, "g2", before, after, 24000, 1000, w_balance=1.0) == base
+    # the pod ate most of the CPU: the free card is stranded -> charged
+    hungry = ((1000, 0), 2000, 0)
+    bal = placement_cost(m, "g2", before, hungry, 24000, 1000, w_balance=0.1)
+    plain = placement_cost(m, "g2", before, hungry, 24000, 1000)
+    assert bal == pytest.approx(plain + 0.1 * abs(0.5 - 2000 / 24000) * 1000)
+    typed = placement_cost(m, "g2", before, after, 24000, 1000, w_type=2.0, pressure=0.25)
+    assert typed == pytest.approx(base + 2.0 * 0.25 * 1000)
+
+
+def test_type_pressure():
+    p = type_pressure([(("t4",), 3.0), (("t4", "v100"), 2.0), (("a100",), 1.0)],
+                      {"t4": 4.0, "v100": 2.0, "g2": 8.0})
+    assert p == {"t4": pytest.approx(1.0), "v100": pytest.approx(0.5), "g2": 0.0}
+
+
+def test_core_delta_uses_the_mix_terms():
+    node = _node([0.0, 0.0])
+    pl = ReplicaPlacement(0, "n", "t4", devices=(0,), cpu=15, memory_gb=4)
+    plain = fragmentation_delta(node, T4, pl, MIX)
+    weighted = WorkloadMix(MIX.entries, type_pressure=(("t4", 0.5),), w_balance=0.1, w_type=1.0)
+    got = fragmentation_delta(node, T4, pl, weighted)
+    # 1 of 2 cards free, 1 of 16 CPUs free -> gap 0.4375; type: 0.5 x 1000 milli
+    assert got == pytest.approx(plain + (0.1 * 0.4375 * 1000 + 0.5 * 1000) / 1000)

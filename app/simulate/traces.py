@@ -1,0 +1,93 @@
+"""Scenarios whose jobs come from a trace (``trace:`` instead of ``jobs:``).
+
+* ``format: philly``, ``path: philly.csv``, ``options: {start, hours, load,
+  max_gpus, max_runtime_s}``: the Philly builder (:mod:`app.simulate.philly`).
+  The scenario's own ``gpu_types``/``nodes``/``pools``/``teams`` are used when
+  given; otherwise the builder's three-type cluster sized for ``load``.
+* ``format: alibaba-openb``, ``nodes``/``pods`` CSVs: the pods replayed with
+  their timestamps (submit = creation time, run time = deletion - creation)
+  on the trace's GPU nodes; GPU types from the reader's model table unless
+  the scenario lists ``gpu_types``.
+
+Relative paths are relative to the scenario file.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from app.domain.config import GpuqConfig
+from app.simulate.replay import ScenarioModel
+
+
+def _path(base: Path, p: str | None, field: str) -> Path:
+    if not p:
+        raise ValueError(f"trace.{field} is required for this format")
+    q = Path(p)
+    q = q if q.is_absolute() else base / q
+    if not q.is_file():
+        raise ValueError(f"trace.{field}: file {q} not found")
+    return q
+
+
+def _merge(cfg: GpuqConfig, doc: dict[str, Any]) -> GpuqConfig:
+    """The scenario's own cluster wins; jobs come from the trace; missing teams are added."""
+    own = cfg.model_dump(exclude={"trace", "jobs"}, exclude_defaults=True)
+    out = dict(doc)
+    for key in ("gpu_types", "nodes", "pools", "teams", "priority_classes", "scheduler"):
+        if own.get(key):
+            out[key] = own[key]
+    if own.get("nodes") and not own.get("teams"):
+        pool = (out.get("pools") or [{"name": "default"}])[0]["name"]
+        out["pools"] = out.get("pools") or [{"name": pool}]
+        out["teams"] = [{"name": t, "pool": pool} for t in sorted({j["team"] for j in doc["jobs"]})]
+    out.pop("_meta", None)
+    return GpuqConfig.model_validate(out)
+
+
+def scenario_from_trace(cfg: GpuqConfig, base: Path) -> ScenarioModel:
+    tr = cfg.trace
+    if tr is None:
+        raise ValueError("trace: missing")
+    opts = dict(tr.options)
+    if tr.format == "philly":
+        from app.simulate.philly import build_scenario, read_jobs
+
+        start = datetime.fromisoformat(str(opts.get("start", "2017-10-09 00:00:00")))
+        doc = build_scenario(
+            read_jobs(_path(base, tr.path, "path")),
+            start=start,
+            hours=float(opts.get("hours", 24)),
+            load=float(opts.get("load", 0.9)),
+            max_gpus=int(opts.get("max_gpus", 16)),
+            max_runtime_s=float(opts.get("max_runtime_s", 2 * 86400)),
+        )
+        return ScenarioModel.from_config(_merge(cfg, doc))
+    if tr.format == "alibaba-openb":
+        from app.simulate.alibaba import (
+            gpu_type_configs,
+            node_configs,
+            pod_job_spec,
+            read_nodes,
+            read_pods,
+        )
+
+        nodes = read_nodes(_path(base, tr.nodes, "nodes"))
+        pods = read_pods(_path(base, tr.pods, "pods"))
+        t0 = min((p.creation_time or 0.0 for p in pods), default=0.0)
+        specs = []
+        for p in pods:
+            js = pod_job_spec(p, team="openb", pool="default")
+            js = js.model_copy(update={"submit_at_s": (p.creation_time or t0) - t0})
+            specs.append(js.model_dump(exclude_none=True))
+        doc = {
+            "gpu_types": [t.model_dump() for t in gpu_type_configs({n.model for n in nodes})],
+            "nodes": [n.model_dump(exclude_none=True) for n in node_configs(nodes)],
+            "pools": [{"name": "default"}],
+            "teams": [{"name": "openb", "pool": "default"}],
+            "jobs": specs,
+        }
+        return ScenarioModel.from_config(_merge(cfg, doc))
+    raise ValueError(f"trace.format {tr.format!r} is not supported")
