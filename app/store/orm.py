@@ -190,6 +190,9 @@ class JobRow(Base):
     )
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     idempotency_hash: Mapped[str | None] = mapped_column(String(64))
+    # id of the transaction that last took a revision for this row (set by the
+    # jobs_xact trigger, migration 0002): what incremental refreshes key on
+    xact: Mapped[int | None] = mapped_column(BigInteger, index=True)
 
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job",
