@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, text
+from sqlalchemy import insert, select, text
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain.errors import Conflict, InputError, NotFound
@@ -45,9 +45,12 @@ def spec_hash(spec: JobSpec) -> str:
 
 
 def resolve_references(
-    session: Session, spec: JobSpec
+    session: Session, spec: JobSpec, types: dict[str, GpuTypeRow] | None = None
 ) -> tuple[TeamRow, PoolRow, PriorityClassRow]:
-    """Team, pool and priority of a spec; every unknown name is an :class:`InputError`."""
+    """Team, pool and priority of a spec; every unknown name is an :class:`InputError`.
+
+    ``types`` (every GPU type, by name) saves re-reading them for each spec of a batch.
+    """
     team = session.get(TeamRow, spec.team)
     if team is None:
         raise InputError(f"unknown team {spec.team!r}", "team")
@@ -65,7 +68,8 @@ def resolve_references(
     if prio is None:
         raise InputError(f"unknown priority class {prio_name!r}", "priority")
     r = spec.resources
-    types = {t.name: t for t in session.scalars(select(GpuTypeRow))}
+    if types is None:
+        types = {t.name: t for t in session.scalars(select(GpuTypeRow))}
     for fld, names in (
         ("resources.gpu_types", r.gpu_types),
         ("resources.avoid_gpu_types", r.avoid_gpu_types),
@@ -85,7 +89,9 @@ def resolve_references(
     return team, pool, prio
 
 
-def requested_units(session: Session, spec: JobSpec) -> float | None:
+def requested_units(
+    session: Session, spec: JobSpec, types: dict[str, GpuTypeRow] | None = None
+) -> float | None:
     """CU a pending job asks for, when the spec pins it down."""
     r = spec.resources
     if r.gpu_units is not None:
@@ -93,7 +99,8 @@ def requested_units(session: Session, spec: JobSpec) -> float | None:
     if r.gpus is not None and r.gpus == 0:
         return 0.0
     if r.gpus is not None and len(r.gpu_types) == 1:
-        t = session.get(GpuTypeRow, r.gpu_types[0])
+        t = types.get(r.gpu_types[0]) if types is not None else None
+        t = t or session.get(GpuTypeRow, r.gpu_types[0])
         return t.weight * r.gpus * spec.replica_count if t else None
     return None
 
@@ -116,7 +123,8 @@ def submit_job(
                     "this key was already used with a different job body", "Idempotency-Key"
                 )
             return Submitted(existing, False)
-    team, pool, prio = resolve_references(session, spec)
+    types = {t.name: t for t in session.scalars(select(GpuTypeRow))}
+    team, pool, prio = resolve_references(session, spec, types)
     job = JobRow(
         name=spec.name,
         team=team.name,
@@ -124,19 +132,76 @@ def submit_job(
         priority=prio.name,
         status="pending",
         spec=spec.model_dump(mode="json", exclude_none=True),
-        units=requested_units(session, spec),
+        units=requested_units(session, spec, types),
         submitted_at=now,
         queued_at=now,
         waited_s=0.0,
         preemption_count=0,
         idempotency_key=idempotency_key,
         idempotency_hash=h if idempotency_key else None,
+        allocations=[],  # known empty: reading it never costs a query
     )
     session.add(job)
     session.flush()
     record_event(session, job, "submitted", now=now)
     session.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
     return Submitted(job, True)
+
+
+def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> list[int]:
+    """Insert many pending jobs: one multi-row INSERT for the jobs, one for their
+    ``submitted`` events, one NOTIFY. All or nothing: the first bad spec is an
+    :class:`InputError` naming its index, and nothing is inserted."""
+    if not specs:
+        return []
+    types = {t.name: t for t in session.scalars(select(GpuTypeRow))}
+    rows = []
+    for i, spec in enumerate(specs):
+        try:
+            team, pool, prio = resolve_references(session, spec, types)
+        except InputError as e:
+            msg = e.detail.split(": ", 1)[1] if e.field else e.detail
+            raise InputError(msg, f"jobs[{i}].{e.field}" if e.field else f"jobs[{i}]") from None
+        rows.append(
+            {
+                "name": spec.name,
+                "team": team.name,
+                "pool": pool.name,
+                "priority": prio.name,
+                "status": "pending",
+                "spec": spec.model_dump(mode="json", exclude_none=True),
+                "units": requested_units(session, spec, types),
+                "submitted_at": now,
+                "queued_at": now,
+                "waited_s": 0.0,
+                "preemption_count": 0,
+            }
+        )
+    jobs = JobRow.__table__
+    conn = session.connection()
+    ids = list(
+        conn.execute(
+            insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows
+        ).scalars()
+    )
+    events = JobEventRow.__table__
+    conn.execute(
+        insert(events),
+        [
+            {
+                "job_id": i,
+                "at": now,
+                "type": "submitted",
+                "from_status": None,
+                "to_status": "pending",
+                "reason": None,
+                "data": {},
+            }
+            for i in ids
+        ],
+    )
+    conn.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
+    return ids
 
 
 def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRow | None:
