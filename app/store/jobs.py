@@ -155,6 +155,13 @@ def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> lis
     if not specs:
         return []
     types = {t.name: t for t in session.scalars(select(GpuTypeRow))}
+    # held so that resolve_references' session.get() finds them in the identity map
+    # (it holds only weak references) instead of asking the database for every spec
+    catalog = [
+        *session.scalars(select(TeamRow)),
+        *session.scalars(select(PoolRow)),
+        *session.scalars(select(PriorityClassRow)),
+    ]
     rows = []
     for i, spec in enumerate(specs):
         try:
@@ -201,6 +208,7 @@ def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> lis
         ],
     )
     conn.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
+    del catalog
     return ids
 
 
