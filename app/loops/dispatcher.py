@@ -52,21 +52,20 @@ from app.scheduling.model import (
     Snapshot,
 )
 from app.scheduling.policies import get_policy
-from app.store import batch_states
+from app.store import batch_states, queue_order
 from app.store.batch_states import AdmittedRow
 from app.store.orm import AllocationRow, JobRow, LeaseRow
 
 ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
 
-_WRITE_QUEUE = text(
+_WRITE_REASONS = text(
     """
-    UPDATE jobs AS j SET reason = v.reason, queue_position = v.pos
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:revs AS bigint[]), CAST(:reasons AS text[]),
-                CAST(:pos AS integer[])) AS v(id, rev, reason, pos)
+    UPDATE jobs AS j SET reason = v.reason
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:revs AS bigint[]), CAST(:reasons AS text[]))
+        AS v(id, rev, reason)
     WHERE j.id = v.id AND j.revision = v.rev AND j.status = 'pending'
     """
 )
-
 Decide = Callable[[Snapshot], CycleResult]
 
 
@@ -125,6 +124,7 @@ class Dispatcher(LoopService):
         # transitions as batches; False is the full-reload ORM path (a baseline)
         self.picture: QueuePicture | None = QueuePicture() if incremental else None
         self.timings: dict[str, float] = {}  # seconds per step of the last pass
+        self._order_written: list[int] | None = None
         self.elector = elector
         self.max_retries = max_retries  # a failed run is requeued this many times
         if elector is not None:
@@ -391,6 +391,7 @@ class Dispatcher(LoopService):
 
     def _plan_and_commit(self, decide: Decide | None) -> Plan:
         plan = Plan()
+        self._order_written = None
         timings = self.timings = {}
         with self.session_factory() as session:
             now = self.clock()
@@ -461,19 +462,43 @@ class Dispatcher(LoopService):
                 queue_rows = self._write_queue(session, ctx, result, decided)
             session.commit()
             if self.picture is not None:
-                self.picture.queue_written(queue_rows)
+                self.picture.queue_written(queue_rows, self._order_written)
             timings["write"] = time.perf_counter() - t2
         return plan
 
     def _write_queue(
         self, session: Session, ctx: SnapshotContext, result: CycleResult, decided: set[str]
     ) -> list[dict[str, Any]]:
-        """Reasons and dispatch order of jobs left pending, in one batched UPDATE.
+        """Reasons of jobs left pending, and the dispatch order.
 
-        Only rows whose reason or position changed are written, and only if
-        the job is still pending at the revision the snapshot saw.
+        The order is one array row (``queue_order``); reasons are written only
+        where they changed, in one statement, and only if the job is still
+        pending at the revision the snapshot saw. (The full-reload baseline
+        also renumbers ``jobs.queue_position``, as it always did.)
         """
         still_pending = [j for j in result.order if j not in decided]
+        order = [int(j) for j in still_pending if j.isdigit()]
+        conn = session.connection()
+        if self.picture is None or self.picture.written_order != order:
+            queue_order.write_order(conn, order)
+        if self.picture is not None:
+            rows = [
+                {"b_id": int(job_id), "b_rev": ctx.revisions[job_id], "b_reason": new_reason}
+                for job_id, (reason, _) in ctx.pending_meta.items()
+                if job_id not in decided
+                and (new_reason := result.reasons.get(job_id, reason)) != reason
+            ]
+            if rows:
+                conn.execute(
+                    _WRITE_REASONS,
+                    {
+                        "ids": [r["b_id"] for r in rows],
+                        "revs": [r["b_rev"] for r in rows],
+                        "reasons": [r["b_reason"] for r in rows],
+                    },
+                )
+            self._order_written = order
+            return rows
         position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
         rows = []
         for job_id, (reason, old_pos) in ctx.pending_meta.items():
@@ -491,17 +516,6 @@ class Dispatcher(LoopService):
                     }
                 )
         if not rows:
-            return rows
-        if self.picture is not None:  # one statement for the whole batch
-            session.connection().execute(
-                _WRITE_QUEUE,
-                {
-                    "ids": [r["b_id"] for r in rows],
-                    "revs": [r["b_rev"] for r in rows],
-                    "reasons": [r["b_reason"] for r in rows],
-                    "pos": [r["b_pos"] for r in rows],
-                },
-            )
             return rows
         jobs = JobRow.__table__
         stmt = (

@@ -116,10 +116,12 @@ class QueuePicture:
         self._last_full = 0.0
         self._catalog: tuple[dict[str, PoolInfo], dict[str, PriorityInfo]] | None = None
         self.last = RefreshStats()
+        self.written_order: list[int] | None = None  # queue_order as last committed
 
     def invalidate(self) -> None:
         """Forget everything; the next refresh reads every live job."""
         self.watermark = None
+        self.written_order = None
 
     # reading ---------------------------------------------------------------
 
@@ -253,10 +255,12 @@ class QueuePicture:
 
     # after a commit ------------------------------------------------------------
 
-    def queue_written(self, rows: list[dict[str, Any]]) -> None:
-        """Reasons and positions the dispatcher committed (they take no revision,
+    def queue_written(self, rows: list[dict[str, Any]], order: list[int] | None) -> None:
+        """Reasons and the order the dispatcher committed (they take no revision,
         so the next refresh would not re-read them)."""
         for r in rows:
             e = self.entries.get(int(r["b_id"]))
             if e is not None and e.revision == r["b_rev"]:
-                e.reason, e.position = r["b_reason"], r["b_pos"]
+                e.reason = r["b_reason"]
+        if order is not None:
+            self.written_order = order

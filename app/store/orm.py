@@ -31,7 +31,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -272,4 +272,24 @@ ALL_TABLES = [
     "pools",
     "priority_classes",
     "gpu_types",
+    "queue_order",
 ]
+
+
+class CatalogRevisionRow(Base):
+    """One row; its number grows with every write to the catalog tables
+    (statement triggers, migration 0002), so caches of them know when to reload."""
+
+    __tablename__ = "catalog_revision"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger)
+
+
+class QueueOrderRow(Base):
+    """One row: the pending jobs in the dispatch order of the last cycle."""
+
+    __tablename__ = "queue_order"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))

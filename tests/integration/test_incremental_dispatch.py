@@ -270,3 +270,46 @@ def test_batch_submit_endpoint(client, admin, team_token):
     )
     assert r.status_code in (403, 404), r.text
     assert len(client.get("/v1/jobs", headers=admin).json()["items"]) == before
+
+
+def test_submit_follows_catalog_changes(client, admin):
+    """The submit path caches the catalog; every change must show at the next submit."""
+    body = job_body(name="v", team="vision", resources={"gpus": 1})
+    r = client.post("/v1/jobs", json=body, headers=admin)
+    assert r.status_code == 422 and "team" in r.json()["detail"]
+    team = {"name": "vision", "pool": "inference", "default_priority": "P1"}
+    assert client.post("/v1/teams", json=team, headers=admin).status_code == 201
+    r = client.post("/v1/jobs", json=body, headers=admin)
+    assert r.status_code == 201, r.text
+    assert r.json()["priority"] == "P1" and r.json()["pool"] == "inference"
+    r = client.patch("/v1/teams/vision", json={"default_priority": "P2"}, headers=admin)
+    assert r.status_code == 200, r.text
+    r = client.post("/v1/jobs", json=body, headers=admin)
+    assert r.status_code == 201 and r.json()["priority"] == "P2"
+    r = client.post("/v1/jobs", json={**body, "pool": "mixed"}, headers=admin)
+    assert r.status_code == 422 and "pool" in r.json()["detail"]
+    r = client.patch("/v1/teams/vision", json={"allowed_pools": ["mixed"]}, headers=admin)
+    assert r.status_code == 200, r.text
+    r = client.post("/v1/jobs", json={**body, "pool": "mixed"}, headers=admin)
+    assert r.status_code == 201 and r.json()["pool"] == "mixed"
+
+
+def test_queue_order_and_positions(client, admin, dispatcher, clock):
+    filler = _submit(client, admin, name="filler", resources={"gpus": 8, "gpu_types": ["v100-16g"]})
+    filler2 = _submit(client, admin, name="f2", resources={"gpus": 8, "gpu_types": ["v100-16g"]})
+    dispatcher.run_once()
+    assert {_status(client, admin, filler), _status(client, admin, filler2)} == {"running"}
+    waiting = [
+        _submit(client, admin, name=f"q{i}", resources={"gpus": 4, "gpu_types": ["v100-16g"]})
+        for i in range(3)
+    ]
+    dispatcher.run_once()
+    q = client.get("/v1/queue", headers=admin).json()
+    assert [i["id"] for i in q] == waiting and [i["position"] for i in q] == [1, 2, 3]
+    for pos, jid in enumerate(waiting, start=1):
+        assert client.get(f"/v1/jobs/{jid}", headers=admin).json()["queue_position"] == pos
+    # the head leaves the queue: the others move up at once, before the next cycle
+    assert client.post(f"/v1/jobs/{waiting[0]}/cancel", headers=admin).status_code == 200
+    assert client.get(f"/v1/jobs/{waiting[2]}", headers=admin).json()["queue_position"] == 2
+    page = client.get("/v1/jobs", params={"status": "pending"}, headers=admin).json()["items"]
+    assert {i["id"]: i["queue_position"] for i in page} == {waiting[1]: 1, waiting[2]: 2}
