@@ -178,7 +178,15 @@ class QueuePicture:
             old = self.entries.get(r.id)
             if old is not None and old.revision == r.revision:
                 continue  # seen already (a re-read near the watermark)
-            req = job_request(r, priorities, pools)
+            if (
+                old is not None
+                and old.request.preemption_count == r.preemption_count
+                and old.request.priority == r.priority
+                and old.request.pool == r.pool
+            ):
+                req = old.request  # same spec, same job: skip re-validating it
+            else:
+                req = job_request(r, priorities, pools)
             entry = JobEntry(r.status, r.revision, r.reason, r.queue_position, req)
             if r.status in ACTIVE:
                 start = r.started_at or r.admitted_at or r.submitted_at
