@@ -479,8 +479,10 @@ class Dispatcher(LoopService):
         still_pending = [j for j in result.order if j not in decided]
         order = [int(j) for j in still_pending if j.isdigit()]
         conn = session.connection()
-        if self.picture is None or self.picture.written_order != order:
+        if self.picture is None:
             queue_order.write_order(conn, order)
+        elif self.picture.written_order != order:
+            queue_order.write_order(conn, order, self.picture.owner)
         if self.picture is not None:
             rows = [
                 {"b_id": int(job_id), "b_rev": ctx.revisions[job_id], "b_reason": new_reason}

@@ -27,6 +27,7 @@ leader) and every ``full_reload_s`` as a safety net.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -69,6 +70,7 @@ from app.store.orm import (
     PriorityClassRow,
     TeamRow,
 )
+from app.store.queue_order import last_writer
 
 LIVE = ("pending", *sorted(ACTIVE))
 XMIN = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
@@ -117,6 +119,7 @@ class QueuePicture:
         self._catalog: tuple[dict[str, PoolInfo], dict[str, PriorityInfo]] | None = None
         self.last = RefreshStats()
         self.written_order: list[int] | None = None  # queue_order as last committed
+        self.owner = uuid.uuid4().hex  # written into queue_order.writer
 
     def invalidate(self) -> None:
         """Forget everything; the next refresh reads every live job."""
@@ -138,8 +141,11 @@ class QueuePicture:
             for r in session.scalars(select(PriorityClassRow))
         }
         config = SchedulerConfig.from_mapping(scheduler_knobs(session))
+        # another dispatcher wrote the queue since we did: its reasons are not in here
+        foreign = self.written_order is not None and last_writer(conn) != self.owner
         full = (
-            self.watermark is None
+            foreign
+            or self.watermark is None
             or self._catalog != (pools, priorities)
             or time.monotonic() - self._last_full > self.full_reload_s
         )
@@ -152,6 +158,7 @@ class QueuePicture:
         rows = conn.execute(q).all()
         if full:
             self.entries = {}
+            self.written_order = None
             self._last_full = time.monotonic()
         self._apply(session, rows, full, pools, priorities)
         self.watermark = xmin

@@ -293,3 +293,6 @@ class QueueOrderRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    # the dispatcher that wrote it: another one's write means the reasons it wrote
+    # (which take no job revision) are unknown to this one's picture
+    writer: Mapped[str | None] = mapped_column(String(64))

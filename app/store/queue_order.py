@@ -15,9 +15,10 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 _WRITE = text(
-    "INSERT INTO queue_order (id, job_ids) VALUES (1, CAST(:ids AS bigint[])) "
-    "ON CONFLICT (id) DO UPDATE SET job_ids = EXCLUDED.job_ids"
+    "INSERT INTO queue_order (id, job_ids, writer) VALUES (1, CAST(:ids AS bigint[]), :writer) "
+    "ON CONFLICT (id) DO UPDATE SET job_ids = EXCLUDED.job_ids, writer = EXCLUDED.writer"
 )
+_WRITER = text("SELECT writer FROM queue_order WHERE id = 1")
 _POSITIONS = text(
     """
     SELECT u.id, u.ord FROM queue_order AS q,
@@ -27,8 +28,12 @@ _POSITIONS = text(
 )
 
 
-def write_order(conn: Connection, job_ids: Sequence[int]) -> None:
-    conn.execute(_WRITE, {"ids": list(job_ids)})
+def write_order(conn: Connection, job_ids: Sequence[int], writer: str | None = None) -> None:
+    conn.execute(_WRITE, {"ids": list(job_ids), "writer": writer})
+
+
+def last_writer(conn: Connection) -> str | None:
+    return conn.scalar(_WRITER)
 
 
 def order_ranks(session: Session, job_ids: Iterable[int]) -> dict[int, int]:

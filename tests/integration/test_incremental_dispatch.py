@@ -313,3 +313,22 @@ def test_queue_order_and_positions(client, admin, dispatcher, clock):
     assert client.get(f"/v1/jobs/{waiting[2]}", headers=admin).json()["queue_position"] == 2
     page = client.get("/v1/jobs", params={"status": "pending"}, headers=admin).json()["items"]
     assert {i["id"]: i["queue_position"] for i in page} == {waiting[1]: 1, waiting[2]: 2}
+
+
+def test_a_pass_by_another_dispatcher_makes_the_picture_reload(
+    client, admin, session_factory, cluster, clock
+):
+    """Reasons take no revision, so a picture cannot see another dispatcher's;
+    once another one has written the queue, the next pass starts afresh."""
+    a = Dispatcher(session_factory, cluster, clock=clock)
+    b = Dispatcher(session_factory, cluster, clock=clock)
+    for i in range(3):
+        _submit(client, admin, name=f"big{i}", resources={"gpus": 8, "gpu_types": ["v100-16g"]})
+    a.run_once()
+    a.run_once()
+    assert not a.picture.last.full
+    b.run_once()
+    a.run_once()
+    assert a.picture.last.full
+    a.run_once()
+    assert not a.picture.last.full

@@ -75,6 +75,7 @@ def upgrade() -> None:
         "queue_order",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("job_ids", postgresql.ARRAY(sa.BigInteger()), nullable=False),
+        sa.Column("writer", sa.String(length=64), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_queue_order")),
     )
     op.execute("INSERT INTO queue_order (id, job_ids) VALUES (1, '{}')")
