@@ -42,6 +42,9 @@ class SimulatedCluster:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self.pods: dict[str, SimPod] = {}
+        # (node, device or slice) -> job, kept with the pods: a bind checks its own
+        # placements against it instead of re-walking every pod (O(1), not O(pods))
+        self._held: dict[tuple, str] = {}
         self._events: list[JobStatusEvent] = []
         self._fail_at_end: dict[str, str] = {}
         self._fail_bind: dict[str, str] = {}
@@ -92,12 +95,15 @@ class SimulatedCluster:
                 ends_at=now + duration,
                 fail_message=self._fail_at_end.get(req.job_id),
             )
+            for p in req.placements:
+                for key in _holds(p):
+                    self._held[key] = req.job_id
             self._events.append(JobStatusEvent(req.job_id, "running", "started"))
 
     def stop(self, job_id: str, reason: str, grace_seconds: float = 30.0) -> None:
         with self._lock:
             self.stop_calls[job_id] += 1
-            self.pods.pop(job_id, None)
+            self._release(self.pods.pop(job_id, None))
 
     def poll_events(self) -> list[JobStatusEvent]:
         with self._lock:
@@ -106,6 +112,7 @@ class SimulatedCluster:
             for job_id, pod in list(self.pods.items()):
                 if now >= pod.ends_at:
                     del self.pods[job_id]
+                    self._release(pod)
                     if pod.fail_message:
                         out.append(JobStatusEvent(job_id, "failed", pod.fail_message))
                     else:
@@ -119,12 +126,15 @@ class SimulatedCluster:
     # -- helpers
 
     def _taken(self) -> dict[tuple, str]:
-        taken: dict[tuple, str] = {}
-        for pod in self.pods.values():
-            for p in pod.placements:
-                for key in _holds(p):
-                    taken[key] = pod.job_id
-        return taken
+        return self._held
+
+    def _release(self, pod: SimPod | None) -> None:
+        if pod is None:
+            return
+        for p in pod.placements:
+            for key in _holds(p):
+                if self._held.get(key) == pod.job_id:
+                    del self._held[key]
 
 
 def _holds(p: ReplicaPlacement) -> list[tuple]:
