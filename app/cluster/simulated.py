@@ -46,6 +46,9 @@ class SimulatedCluster:
         self._lock = threading.Lock()
         self.pods: dict[str, SimPod] = {}
         self.stopping: dict[str, list[tuple[SimPod, float]]] = {}  # job -> (pod, gone at)
+        # (node, device or slice) -> job, kept with the pods (stopping ones too): a
+        # bind checks its own placements against it instead of re-walking every pod
+        self._held: dict[tuple, str] = {}
         self._events: list[JobStatusEvent] = []
         self._fail_at_end: dict[str, str] = {}
         self._fail_bind: dict[str, str] = {}
@@ -96,6 +99,9 @@ class SimulatedCluster:
                 ends_at=now + duration,
                 fail_message=self._fail_at_end.get(req.job_id),
             )
+            for p in req.placements:
+                for key in _holds(p):
+                    self._held[key] = req.job_id
             self._events.append(JobStatusEvent(req.job_id, "running", "started"))
 
     def stop(self, job_id: str, reason: str, grace_seconds: float = 30.0) -> None:
@@ -103,8 +109,11 @@ class SimulatedCluster:
             self.stop_calls[job_id] += 1
             pod = self.pods.pop(job_id, None)
             if pod is not None and self.stop_delay_s > 0:
+                # the pod keeps its devices (still in _held) until it is gone
                 gone_at = to_epoch(self.clock()) + self.stop_delay_s
                 self.stopping.setdefault(job_id, []).append((pod, gone_at))
+            else:
+                self._release(pod)
 
     def poll_events(self) -> list[JobStatusEvent]:
         with self._lock:
@@ -113,6 +122,7 @@ class SimulatedCluster:
             for job_id, pod in list(self.pods.items()):
                 if now >= pod.ends_at:
                     del self.pods[job_id]
+                    self._release(pod)
                     if pod.fail_message:
                         out.append(JobStatusEvent(job_id, "failed", pod.fail_message))
                     else:
@@ -133,6 +143,9 @@ class SimulatedCluster:
         now = to_epoch(self.clock())
         for job_id, pods in list(self.stopping.items()):
             left = [(p, t) for p, t in pods if t > now]
+            for p, t in pods:
+                if t <= now:
+                    self._release(p)
             if left:
                 self.stopping[job_id] = left
             else:
@@ -141,14 +154,16 @@ class SimulatedCluster:
     # -- helpers
 
     def _taken(self) -> dict[tuple, str]:
-        taken: dict[tuple, str] = {}
         self._expire_stopping()
-        stopping = [p for pods in self.stopping.values() for p, _ in pods]
-        for pod in [*self.pods.values(), *stopping]:
-            for p in pod.placements:
-                for key in _holds(p):
-                    taken[key] = pod.job_id
-        return taken
+        return self._held
+
+    def _release(self, pod: SimPod | None) -> None:
+        if pod is None:
+            return
+        for p in pod.placements:
+            for key in _holds(p):
+                if self._held.get(key) == pod.job_id:
+                    del self._held[key]
 
 
 def _holds(p: ReplicaPlacement) -> list[tuple]:

@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from app.cluster.base import BindRequest, Cluster
 from app.domain.states import ACTIVE
+from app.loops.snapshot import SnapshotContext
 from app.scheduling.model import Node, ReplicaPlacement, Snapshot
 from app.scheduling.state import EPS, copy_node
 from app.store.orm import AllocationRow, JobRow, NodeRow
@@ -123,6 +124,13 @@ def hold_releasing(
                     dev.whole_used = True
         out.append(n)
     return out
+
+
+def hold_releasing_in_context(session: Session, ctx: SnapshotContext) -> None:
+    """For a snapshot not made by build_snapshot (the dispatcher's incremental
+    picture): read the releasing rows and mark them used."""
+    ctx.releasing = [p for _job, p in releasing_placements(session)]
+    hold_in_snapshot(ctx.snapshot, ctx.releasing)
 
 
 def hold_in_snapshot(snap: Snapshot, releasing: Iterable[ReplicaPlacement]) -> None:

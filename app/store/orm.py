@@ -31,7 +31,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -190,6 +190,9 @@ class JobRow(Base):
     )
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     idempotency_hash: Mapped[str | None] = mapped_column(String(64))
+    # id of the transaction that last took a revision for this row (set by the
+    # jobs_xact trigger, migration 0002): what incremental refreshes key on
+    xact: Mapped[int | None] = mapped_column(BigInteger, index=True)
 
     # Live allocations only: rows of stopped Pods still draining
     # (``releasing_since`` set) are not the job's capacity any more.
@@ -290,4 +293,27 @@ ALL_TABLES = [
     "pools",
     "priority_classes",
     "gpu_types",
+    "queue_order",
 ]
+
+
+class CatalogRevisionRow(Base):
+    """One row; its number grows with every write to the catalog tables
+    (statement triggers, migration 0002), so caches of them know when to reload."""
+
+    __tablename__ = "catalog_revision"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger)
+
+
+class QueueOrderRow(Base):
+    """One row: the pending jobs in the dispatch order of the last cycle."""
+
+    __tablename__ = "queue_order"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    # the dispatcher that wrote it: another one's write means the reasons it wrote
+    # (which take no job revision) are unknown to this one's picture
+    writer: Mapped[str | None] = mapped_column(String(64))

@@ -9,6 +9,7 @@ would show up as a ``bind_failed`` event.
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import select
 
 from app.loops.dispatcher import Dispatcher
@@ -109,11 +110,13 @@ def test_cancelled_job_keeps_its_gpus_until_its_pods_stop(
     assert [(r[0], r[3]) for r in _rows(session_factory)] == [(b, False)]
 
 
+@pytest.mark.parametrize("incremental", [True, False])
 def test_preemptor_is_admitted_but_bound_only_after_the_victims_pods_stop(
-    client, admin, cluster, clock, session_factory
+    client, admin, cluster, clock, session_factory, incremental
 ):
+    """Both snapshot paths: the incremental picture and the full build_snapshot."""
     cluster.stop_delay_s = 30
-    d = Dispatcher(session_factory, cluster, clock=clock)
+    d = Dispatcher(session_factory, cluster, clock=clock, incremental=incremental)
     low = _submit(client, admin, "low", priority="P2")
     d.run_once()
     high = _submit(client, admin, "high", priority="P0")
@@ -200,12 +203,13 @@ def test_crash_after_stop_before_release(client, admin, cluster, clock, session_
     assert [(r[0], r[3]) for r in _rows(session_factory)] == [(b, False)]
 
 
+@pytest.mark.parametrize("incremental", [True, False])
 def test_requeued_job_is_not_readmitted_onto_its_own_releasing_cards(
-    client, admin, cluster, clock, session_factory
+    client, admin, cluster, clock, session_factory, incremental
 ):
     """A preempted job whose pods still stop cannot come back onto those cards."""
     cluster.stop_delay_s = 30
-    d = Dispatcher(session_factory, cluster, clock=clock)
+    d = Dispatcher(session_factory, cluster, clock=clock, incremental=incremental)
     a = _submit(client, admin, "a", priority="P2")
     d.run_once()
     d.run_with(

@@ -9,7 +9,7 @@ grace period). Only live rows (``releasing_since IS NULL``) are unique per
 still drain.
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 """
 
 from collections.abc import Sequence
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003"
-down_revision: str | None = "0001"
+down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
