@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +37,12 @@ from app.cluster import k8s_labels as L
 from app.cluster import k8s_metrics as M
 from app.cluster.base import BindError, BindRequest, InvalidPodError, JobStatusEvent
 from app.cluster.k8s_nodes import NodeView, node_views, pod_holds_resources
-from app.cluster.k8s_pods import build_pod, job_phase
+from app.cluster.k8s_pods import build_pod, job_phase, placement_key, pod_placement_key
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.k8s_watch import Informer
 from app.domain.config import GpuTypeConfig
 from app.scheduling.from_config import gpu_type_from_config
-from app.scheduling.model import Node
+from app.scheduling.model import Node, ReplicaPlacement
 
 log = logging.getLogger(__name__)
 
@@ -438,7 +438,12 @@ class KubernetesCluster:
                     out.add(job_id)
             return out
 
-    def reconcile(self, active_job_ids: set[str]) -> ReconcileReport:
+    def reconcile(
+        self,
+        active_job_ids: set[str],
+        placements: Mapping[str, Sequence[ReplicaPlacement]] | None = None,
+        grace_seconds: float = 30.0,
+    ) -> ReconcileReport:
         """After a restart or failover: square the database with the Pods.
 
         * active job with its whole gang bound -> adopted (its phase is
@@ -447,7 +452,11 @@ class KubernetesCluster:
           crash came mid-bind) -> its Pods are removed, it is ``missing`` and
           the caller requeues it;
         * Pods holding resources for a job the database does not run ->
-          orphans, removed.
+          orphans, removed;
+        * active job whose Pods sit elsewhere than ``placements[job]`` says
+          (it was moved, and the process died before stopping the old Pods)
+          -> the old Pods are evicted with the grace period, the job is
+          ``missing`` and its new placement gets bound.
         """
         report = ReconcileReport()
         by_job: dict[str, list[dict]] = {}
@@ -474,6 +483,13 @@ class KubernetesCluster:
             if not whole:
                 if pods:
                     self.stop(job_id, "incomplete gang after restart; requeued", 0)
+                report.missing.add(job_id)
+                continue
+            want = (placements or {}).get(job_id)
+            if want is not None and {pod_placement_key(p) for p in pods} != {
+                placement_key(x) for x in want
+            }:
+                self.stop(job_id, "pods of an earlier placement (moved); rebinding", grace_seconds)
                 report.missing.add(job_id)
                 continue
             report.adopted.add(job_id)

@@ -50,6 +50,7 @@ from app.loops.releasing import (
     finalise,
     hold_in_snapshot,
     hold_releasing_in_context,
+    moved_placements,
 )
 from app.loops.snapshot import SnapshotContext, build_snapshot
 from app.scheduling.model import (
@@ -231,7 +232,10 @@ class Dispatcher(LoopService):
                     str(j)
                     for j in session.scalars(select(JobRow.id).where(JobRow.status.in_(ACTIVE)))
                 }
-                report = self.cluster.reconcile(active)
+                # a moved job's old Pods are not its current attempt
+                report = self.cluster.reconcile(
+                    active, moved_placements(session), self.grace_seconds
+                )
                 self.log.info(
                     "reconciled with the cluster: %d adopted, %d to rebind or requeue, "
                     "%d orphans removed",

@@ -55,6 +55,34 @@ def releasing_placements(session: Session) -> list[tuple[str, ReplicaPlacement]]
     return [(str(r.job_id), placement_of(r)) for r in rows]
 
 
+def moved_placements(session: Session) -> dict[str, list[ReplicaPlacement]]:
+    """Live placements of active jobs that also have releasing rows: jobs moved
+    (preempted and admitted anew in one cycle). After a restart the cluster
+    must not adopt their old Pods as the current attempt."""
+    from app.loops.snapshot import placement_of
+
+    moved = (
+        select(AllocationRow.job_id)
+        .where(AllocationRow.releasing_since.is_not(None))
+        .distinct()
+        .scalar_subquery()
+    )
+    rows = session.scalars(
+        select(AllocationRow)
+        .join(JobRow, JobRow.id == AllocationRow.job_id)
+        .where(
+            AllocationRow.releasing_since.is_(None),
+            JobRow.status.in_(ACTIVE),
+            AllocationRow.job_id.in_(moved),
+        )
+        .order_by(AllocationRow.job_id, AllocationRow.replica)
+    )
+    out: dict[str, list[ReplicaPlacement]] = defaultdict(list)
+    for r in rows:
+        out[str(r.job_id)].append(placement_of(r))
+    return dict(out)
+
+
 # -- snapshot ---------------------------------------------------------------
 
 

@@ -170,3 +170,99 @@ def test_preemptor_waits_for_the_victims_pod_then_binds(kube, env):  # noqa: F81
     assert pod["spec"]["nodeName"] == "a100-0"
     assert _rows(sf) == [(high, False)]
     assert not pod["metadata"].get("deletionTimestamp")
+
+
+class _Killed(BaseException):
+    """Stands for the process dying (not an Exception: nothing catches it)."""
+
+
+class _DiesAtStop:
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def stop(self, job_id, reason, grace_seconds=30.0):
+        raise _Killed()
+
+
+def test_crash_after_a_move_before_the_old_pods_stop(kube, db_url):  # noqa: F811
+    """The descheduler moved a job (preempted and admitted anew elsewhere in one
+    cycle), and the process died before stopping the old Pods. The next leader
+    must not adopt them as the job's current attempt: it evicts them (grace
+    period), binds the new placement, and keeps the old cards held until the
+    old Pods are deleted."""
+    from dataclasses import replace
+
+    from app.scheduling.model import Admission, CycleResult, Preemption
+
+    kube.honour_grace = True
+    kube.add_node(article_a100("a100-0"))
+    kube.add_node(article_a100("a100-1"))
+    engine = make_engine(db_url, pool_size=4)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        types = gpu_type_configs(s)
+    clock = ManualClock()
+    c1 = make_cluster(kube)
+    c1.set_gpu_types(types)
+    c1.start(wait_s=10)
+    c2 = None
+    try:
+        d1 = Dispatcher(sf, c1, clock=clock, grace_seconds=30)
+        j = _submit(sf, clock, "moved")
+        d1.run_once()
+        (old,) = _pods_of(kube, j)
+        src = old["spec"]["nodeName"]
+        dst = "a100-1" if src == "a100-0" else "a100-0"
+        kube.set_pod_phase("gpuq-jobs", old["metadata"]["name"], "Running")
+        wait_until(lambda: d1.run_once() or _status(sf, j) == "running")
+
+        def move(snap):
+            (held,) = [r for r in snap.running if r.request.id == str(j)]
+            there = tuple(replace(p, node=dst) for p in held.placements)
+            return CycleResult(
+                preemptions=[Preemption(str(j), "defragment")],
+                admissions=[Admission(str(j), there)],
+            )
+
+        dying = Dispatcher(sf, _DiesAtStop(c1), clock=clock, grace_seconds=30)
+        with pytest.raises(_Killed):
+            dying.run_with(move)
+        c1.close()
+        with sf() as s:
+            rows = sorted((r.node, r.releasing_since is not None)
+                          for r in s.scalars(select(AllocationRow)))
+        assert rows == sorted([(src, True), (dst, False)])
+
+        c2 = make_cluster(kube)
+        c2.set_gpu_types(types)
+        c2.start(wait_s=10)
+        d2 = Dispatcher(sf, c2, clock=clock, grace_seconds=30)
+        d2.run_once()
+        # the old Pod is evicted with the grace period, the new placement bound
+        assert (old["metadata"]["name"], 30) in [(n, g) for (_, n, g) in kube.evictions]
+        by_node = {p["spec"]["nodeName"]: p for p in _pods_of(kube, j)}
+        assert set(by_node) == {src, dst}
+        assert by_node[src]["metadata"].get("deletionTimestamp")
+        assert not by_node[dst]["metadata"].get("deletionTimestamp")
+        # the old cards stay held while the old Pod terminates
+        other = _submit(sf, clock, "other")
+        wait_until(lambda: str(j) in c2.draining_job_ids())
+        d2.run_once()
+        assert _status(sf, other) == "pending" and _pods_of(kube, other) == []
+        kube.finish_terminating()
+        wait_until(lambda: str(j) not in c2.draining_job_ids())
+        d2.run_once()
+        (po,) = _pods_of(kube, other)
+        assert po["spec"]["nodeName"] == src
+        with sf() as s:
+            rows = sorted((r.job_id, r.node, r.releasing_since is not None)
+                          for r in s.scalars(select(AllocationRow)))
+        assert rows == sorted([(j, dst, False), (other, src, False)])
+    finally:
+        c1.close()
+        if c2 is not None:
+            c2.close()
+        engine.dispose()
