@@ -20,6 +20,7 @@ from app.domain.spec import JobSpec
 from app.domain.states import CANCELLABLE, STATUSES, TERMINAL, change_state
 from app.store.catalog_cache import CatalogView, NameRef, TeamRef, current_catalog
 from app.store.orm import (
+    AllocationRow,
     JobEventRow,
     JobRow,
     LeaseRow,
@@ -291,9 +292,29 @@ def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
 
 
 def released_placements(session: Session, job: JobRow) -> list[dict]:
-    """What a finished job held (its allocation rows are freed when it ends)."""
-    if job.status not in TERMINAL or job.allocations:
+    """What a stopped job held: a finished job's from its last admission event
+    (its allocation rows are gone), a requeued job's from its rows still
+    releasing while its old pods stop (app/loops/releasing.py)."""
+    if job.allocations:
         return []
+    if job.status not in TERMINAL:
+        return [
+            {
+                "replica": r.replica,
+                "node": r.node,
+                "gpu_type": r.gpu_type,
+                "gpus": [int(d) for d in r.devices] if not r.mig else [],
+                "mig": [list(m) for m in r.mig],
+                "units": r.units,
+                "cpu": r.cpu,
+                "memory_gb": r.memory_gb,
+            }
+            for r in session.scalars(
+                select(AllocationRow)
+                .where(AllocationRow.job_id == job.id, AllocationRow.releasing_since.is_not(None))
+                .order_by(AllocationRow.replica, AllocationRow.id)
+            )
+        ]
     ev = session.scalar(
         select(JobEventRow)
         .where(JobEventRow.job_id == job.id, JobEventRow.type == "admitted")

@@ -127,6 +127,14 @@ def test_preemptor_is_admitted_but_bound_only_after_the_victims_pods_stop(
     rows = _rows(session_factory)
     assert [(r[0], r[3]) for r in rows] == sorted([(low, True), (high, False)])
     assert rows[0][1:3] == rows[1][1:3]  # the same node and cards
+    # the requeued job shows what it still holds; the node shows both, nothing free
+    (was,) = _job(client, admin, low)["allocations"]
+    assert was["released"] is True and was["node"] == rows[0][1]
+    n = client.get(f"/v1/nodes/{rows[0][1]}", headers=admin).json()
+    assert sorted((a["job_id"], a["releasing"]) for a in n["allocations"]) == sorted(
+        [(low, True), (high, False)]
+    )
+    assert n["free"]["gpus"] == 0
     clock.advance(10)
     d.run_once()
     assert cluster.bind_calls[high] == 0 and _job(client, admin, low)["status"] == "pending"
