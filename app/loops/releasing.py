@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.cluster.base import BindRequest, Cluster
@@ -53,6 +53,18 @@ def releasing_placements(session: Session) -> list[tuple[str, ReplicaPlacement]]
         .order_by(AllocationRow.id)
     )
     return [(str(r.job_id), placement_of(r)) for r in rows]
+
+
+def releasing_units(session: Session) -> dict[str, float]:
+    """CU held by stopping pods, by GPU type (the ``gpuq_releasing_units`` gauge)."""
+    return {
+        t: float(cu or 0)
+        for t, cu in session.execute(
+            select(AllocationRow.gpu_type, func.sum(AllocationRow.units))
+            .where(AllocationRow.releasing_since.is_not(None), AllocationRow.gpu_type.is_not(None))
+            .group_by(AllocationRow.gpu_type)
+        )
+    }
 
 
 def moved_placements(session: Session) -> dict[str, list[ReplicaPlacement]]:

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from app.loops.dispatcher import Dispatcher
+from app.loops.releasing import releasing_units
 from app.loops.snapshot import build_snapshot
 from app.scheduling.model import Admission, CycleResult, Preemption
 from app.store.orm import AllocationRow
@@ -135,6 +136,8 @@ def test_preemptor_is_admitted_but_bound_only_after_the_victims_pods_stop(
         [(low, True), (high, False)]
     )
     assert n["free"]["gpus"] == 0
+    with session_factory() as s:
+        assert releasing_units(s) == {"a100-80g": 80.0}
     clock.advance(10)
     d.run_once()
     assert cluster.bind_calls[high] == 0 and _job(client, admin, low)["status"] == "pending"
