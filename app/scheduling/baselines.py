@@ -14,6 +14,14 @@
   memory-aware: only allowed types whose memory suffices, shares and MIG
   slices as requested (the core's demands and device pickers).
 
+* ``random`` and ``bestfit``: the FGD paper simulator's Random and BestFit
+  node choice (the fill protocol's definitions, :mod:`app.simulate.fill`) on
+  the same type-aware FIFO queue: a uniformly random feasible node, or the
+  feasible node with the least ``0.5 free CPU / max node CPU + 0.5 free GPUs
+  / max node cards`` left after the placement (ties by name). Random draws
+  from a generator seeded by the snapshot time and the job id, so a run is
+  deterministic.
+
 A job that does not fit is skipped, not waited for: later jobs may go
 first (the default scheduler has no head-of-line blocking). Replicas are
 placed all-or-nothing (``min_available``).
@@ -22,6 +30,8 @@ placed all-or-nothing (``min_available``).
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Callable
 
 from app.scheduling.demands import Demand, replica_options
 from app.scheduling.filters import (
@@ -118,7 +128,12 @@ def _typed_demands(job: JobRequest, snap: Snapshot) -> list[Demand]:
     return replica_options(job, types)
 
 
-def _fifo_policy(snap: Snapshot, typed: bool) -> CycleResult:
+Chooser = Callable[[JobRequest, list[ReplicaPlacement], ClusterState], ReplicaPlacement]
+
+
+def _fifo_policy(snap: Snapshot, typed: bool, choose: Chooser | None = None) -> CycleResult:
+    """FIFO over the pending jobs; each replica on the first feasible node by name,
+    or on the node ``choose`` picks among all feasible ones."""
     result = CycleResult()
     state = ClusterState.from_snapshot(snap)
     names = sorted(n.name for n in snap.nodes)  # by name: decisions never depend on input order
@@ -132,7 +147,7 @@ def _fifo_policy(snap: Snapshot, typed: bool) -> CycleResult:
         need = 1 if job.mode == "gpu_units" else job.min_available
         placed: list[ReplicaPlacement] = []
         for r in range(replicas):
-            got = None
+            options: list[ReplicaPlacement] = []
             for name in names:
                 node = state.nodes[name]
                 got = (
@@ -141,9 +156,12 @@ def _fifo_policy(snap: Snapshot, typed: bool) -> CycleResult:
                     else _place_count(job, node, snap, r)
                 )
                 if got is not None:
-                    break
-            if got is None:
+                    options.append(got)
+                    if choose is None:
+                        break
+            if not options:
                 break
+            got = options[0] if choose is None else choose(job, options, state)
             state.reserve(got)
             placed.append(got)
         if len(placed) >= need:
@@ -153,6 +171,35 @@ def _fifo_policy(snap: Snapshot, typed: bool) -> CycleResult:
                 state.unreserve(p)
             result.reasons[job.id] = "no node has the free capacity (first fit)"
     return result
+
+
+def random_fit(snap: Snapshot) -> CycleResult:
+    """The paper's Random: a uniformly random feasible node (seeded by time and job id)."""
+
+    def choose(job: JobRequest, options: list[ReplicaPlacement], _s: ClusterState):
+        rng = random.Random(f"{snap.now!r}:{job.id}:{len(options)}")
+        return options[rng.randrange(len(options))]
+
+    return _fifo_policy(snap, typed=True, choose=choose)
+
+
+def best_fit(snap: Snapshot) -> CycleResult:
+    """The paper's BestFit: the feasible node with the least CPU and GPU left after."""
+    max_cpu = max((n.cpu for n in snap.nodes), default=1.0) or 1.0
+    max_cards = max((len(n.devices) for n in snap.nodes), default=1) or 1
+
+    def left(p: ReplicaPlacement, state: ClusterState) -> tuple[float, str]:
+        node = state.nodes[p.node]
+        free = sum(1.0 - d.share_used for d in node.devices
+                   if not (d.whole_used or d.mig_layout or d.external))
+        taken = len(p.devices) if p.share <= 0 else p.share
+        cpu_after = node.cpu_free - p.cpu
+        return (0.5 * cpu_after / max_cpu + 0.5 * (free - taken) / max_cards, p.node)
+
+    def choose(job: JobRequest, options: list[ReplicaPlacement], state: ClusterState):
+        return min(options, key=lambda p: left(p, state))
+
+    return _fifo_policy(snap, typed=True, choose=choose)
 
 
 def fifo_count(snap: Snapshot) -> CycleResult:

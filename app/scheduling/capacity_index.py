@@ -88,14 +88,16 @@ class CapacityIndex:
         self.cpu_nodes: dict[str, None] = {}
 
     # -- maintenance ---------------------------------------------------
-    def add(self, node: Node) -> None:
+    def add(self, node: Node, cap: NodeCapacity | None = None) -> None:
+        """File a node; ``cap`` is its summary when already known (never mutated)."""
         if not node.schedulable:
             return
         t = node.gpu_type if node.devices else None
         self.node_type[node.name] = t
         if t is None:
             self.cpu_nodes[node.name] = None
-        cap = measure(node, self.gpu_types.get(t) if t else None)
+        if cap is None:
+            cap = measure(node, self.gpu_types.get(t) if t else None)
         self.caps[node.name] = cap
         self._file(node.name, t, cap)
 

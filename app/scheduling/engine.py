@@ -37,6 +37,7 @@ from app.scheduling.ordering import FairOrder
 from app.scheduling.placement import place_job, try_place
 from app.scheduling.pool_steps import charge, may_preempt_anyone, preempt_for, reclaim_expired
 from app.scheduling.pools import PoolLedger
+from app.scheduling.preemption import VictimPool
 from app.scheduling.quota import QuotaLedger, units_by_type
 from app.scheduling.reasons import StaticCapacity, capacity_reason, never_fits
 from app.scheduling.reservations import add_holds, reserve_for
@@ -65,10 +66,11 @@ class Cycle:
         self.state = ClusterState.from_snapshot(snap)
         self.ledger = QuotaLedger.from_snapshot(snap)
         self.ctx = PlacementContext.from_snapshot(snap)
-        self.static = StaticCapacity.of(snap.nodes)
+        self.static = static_capacity(snap)
         self.never_memo: dict[tuple, str | None] = {}
         self.fail_memo: dict[tuple, tuple[int, str]] = {}
         self.min_units_memo: dict[tuple, float] = {}
+        self.no_reservation: dict[tuple, int] = {}  # shape -> release epoch it failed at
         self.reservations = 0
         self.admitted = 0
         self.max_admissions = snap.config.max_cycle_admissions
@@ -84,6 +86,7 @@ class Cycle:
         self.lowest_victim = min(preemptible, default=10**9)
         self.any_lease = any(r.leases for r in snap.running if r.request.preemptible)
         self.preempt_memo: dict[tuple, int] = {}  # failed searches, by release epoch
+        self.victim_pool: VictimPool | None = None  # built at the first preemption
 
     def _stop(self, r: RunningJob) -> None:
         """Take a running job out of the state and both ledgers."""
@@ -145,7 +148,7 @@ class Cycle:
             preempted = self.try_preempt(job)
             if preempted:
                 return
-            reason = capacity_reason(job, self.state.index, self.ctx)
+            reason = self._held_reason(job) or capacity_reason(job, self.state.index, self.ctx)
             self.fail_memo[fkey] = (self.state.release_epoch, reason)
             res.reasons[job.id] = reason
             self._maybe_reserve(job)
@@ -185,9 +188,11 @@ class Cycle:
         def team_ok(placements) -> bool:
             return self.ledger.check(job, units_by_type(placements)) is None
 
+        if self.victim_pool is None:
+            self.victim_pool = VictimPool(self.snap.running, self.snap.now)
         done = preempt_for(
             job, self.snap, self.state, self.pools, place, self.gone, names,
-            self._stop, self._unstop, team_ok,
+            self._stop, self._unstop, team_ok, self.victim_pool,
         )
         if done is None:
             self.preempt_memo[key] = self.state.release_epoch
@@ -222,6 +227,27 @@ class Cycle:
             )
         return None
 
+    def _held_reason(self, job: JobRequest) -> str | None:
+        """If only reservations stand in the way, say whose and how to backfill."""
+        holds = self.ctx.holds
+        if not holds:
+            return None
+        self.ctx.holds = {}
+        try:
+            fits = try_place(job, self.state, self.ctx) is not None
+        finally:
+            self.ctx.holds = holds
+        if not fits:
+            return None
+        first = min(holds.values(), key=lambda h: h.start)
+        wait = max(0.0, first.start - self.snap.now)
+        owners = sorted({h.job_id for h in holds.values()})
+        return (
+            f"free capacity is held for job(s) {', '.join(owners[:3])} (reservation, expected "
+            f"start in {wait:.0f}s); a job whose duration_estimate_s ends before then may "
+            "use it"
+        )
+
     def _hold_class(self, job: JobRequest) -> int:
         d = job.duration_estimate_s
         if d is None:
@@ -234,8 +260,12 @@ class Cycle:
             return
         if self.reservations >= self.snap.config.max_reservations:
             return
+        key = shape_key(job)
+        if self.no_reservation.get(key) == self.state.release_epoch:
+            return  # this shape could not be given a reservation this cycle
         r = reserve_for(job, self.state, self.ctx, self.snap.running)
         if r is None:
+            self.no_reservation[key] = self.state.release_epoch
             return
         self.reservations += 1
         add_holds(self.ctx, r)
@@ -251,8 +281,28 @@ class Cycle:
         self.build()  # 1
         self.result.preemptions.extend(self.reclaim_leases())  # 2
         order = self.result.order
+        reasons = self.result.reasons
+        never_memo, fail_memo, state = self.never_memo, self.fail_memo, self.state
+        capped, ctx = self.capped_teams, self.ctx
+        young, max_res = self.reserve_before, self.snap.config.max_reservations
+        no_res = self.no_reservation
         for job in self.order():  # 3
             order.append(job.id)
+            # fast path (same outcome as admit's memo hit): a shape that already failed
+            # for capacity this cycle, for a job that cannot take a reservation now
+            if not ctx.holds and job.team not in capped:
+                key = shape_key(job)
+                if never_memo.get(key, False) is None and (
+                    job.submitted_at > young
+                    or self.reservations >= max_res
+                    or no_res.get(key) == state.release_epoch
+                ):
+                    failed = fail_memo.get((key, job.priority_value, job.team, 0))
+                    if failed is not None and failed[0] == state.release_epoch and (
+                        self.admitted < self.max_admissions
+                    ):
+                        reasons[job.id] = failed[1]
+                        continue
             self.admit(job)  # 4 (5: reasons are written as jobs are passed over)
         return self.result
 
@@ -265,6 +315,21 @@ def min_units(job: JobRequest, ctx: PlacementContext) -> float:
     if not opts:
         return 0.0
     return min(d.units for d in opts) * job.min_available
+
+
+def static_capacity(snap: Snapshot) -> StaticCapacity:
+    """The empty cluster's capacity; reused across cycles through ``snap.static_cache``."""
+    cache = snap.static_cache
+    if cache is None:
+        return StaticCapacity.of(snap.nodes)
+    if cache.get("nodes") is not snap.nodes:  # ClusterState.from_snapshot resets it first
+        cache.clear()
+        cache["nodes"] = snap.nodes
+        cache["idle_caps"] = {}
+    got = cache.get("static")
+    if got is None:
+        got = cache["static"] = StaticCapacity.of(snap.nodes)
+    return got
 
 
 def schedule(snap: Snapshot) -> CycleResult:

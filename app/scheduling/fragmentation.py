@@ -348,3 +348,32 @@ def fragmentation_delta(
         w_balance=mix.w_balance, w_type=mix.w_type, pressure=pressure,
     )
     return cost / MILLI
+
+
+
+def with_gpuq_terms(
+    mix: WorkloadMix,
+    capacity_cards: Mapping[str, float],
+    *,
+    w_balance: float = 0.1,
+    w_type: float = 1.0,
+) -> WorkloadMix:
+    """``mix`` with gpuq's balance and type terms switched on (the tuned defaults).
+
+    The type pressure comes from the mix itself: the cards wanted by entries
+    restricted to some types (weight x cards, split over their types) over
+    each type's card count (``capacity_cards``). For the live core: build the
+    mix from the queue (``mix_from_jobs``), then pass it through this.
+    """
+    demands = [
+        (e.gpu_types, e.weight * (e.gpus if e.gpus > 0 else e.gpu_share))
+        for e in mix.entries
+        if e.gpu_types and (e.gpus > 0 or e.gpu_share > 0)
+    ]
+    pressure = type_pressure(demands, capacity_cards)
+    return WorkloadMix(
+        entries=mix.entries,
+        type_pressure=tuple(sorted(pressure.items())),
+        w_balance=w_balance,
+        w_type=w_type,
+    )

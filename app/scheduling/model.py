@@ -267,6 +267,10 @@ class Snapshot:
     running: list[RunningJob]
     pending: list[JobRequest]
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # Optional, owned by the caller: a dict the core may keep node-capacity
+    # summaries in between cycles. Pass the same dict only while ``nodes`` is the
+    # same list of unchanged Node objects (the simulator does; None = no reuse).
+    static_cache: dict | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,13 +69,31 @@ class FairOrder:
         heap = [(self._key(q[0]), team, 0) for team, q in self.queues.items()]
         heapq.heapify(heap)
         queues = self.queues
-        key = self._key
+        ledger = self.ledger
+        shares, belows = self._share, self._below
+        aging, oldest = self.aging_s, self.now - self.aging_s
+        replace, pop = heapq.heapreplace, heapq.heappop
         while heap:
             _, team, pos = heap[0]
             q = queues[team]
             yield q[pos]  # the caller admits (or not) before we read the ledger again
             pos += 1
             if pos < len(q):
-                heapq.heapreplace(heap, (key(q[pos]), team, pos))
+                # _key, inlined: this runs once per pending job
+                j = q[pos]
+                v = ledger.version
+                if aging > 0 and j.submitted_at <= oldest:
+                    share = -1.0
+                else:
+                    c = shares.get(team)
+                    if c is None or c[0] != v:
+                        c = (v, ledger.dominant_share(team))
+                        shares[team] = c
+                    share = c[1]
+                b = belows.get(j.pool)
+                if b is None or b[0] != v:
+                    b = (v, 0 if ledger.pool_below_guarantee(j.pool) else 1)
+                    belows[j.pool] = b
+                replace(heap, ((-j.priority_value, b[1], share, j.submitted_at, j.id), team, pos))
             else:
-                heapq.heappop(heap)
+                pop(heap)

@@ -249,10 +249,10 @@ def _candidates(
     memory, same standing towards the gang) are scored once: in a large
     cluster most nodes are identical, and scoring a thousand empty nodes
     tells nothing the first did not. After the first feasible node, the
-    walk looks at no more than ``3 x candidates_per_replica`` nodes.
+    walk looks at no more than ``2 x candidates_per_replica`` nodes.
     """
     limit = ctx.config.candidates_per_replica
-    budget = 3 * limit
+    budget = 2 * limit
     spread = job.placement == "spread"
     out: list[tuple[float, ReplicaPlacement]] = []
     seen: set[str] = set()

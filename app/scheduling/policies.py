@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.scheduling.baselines import fifo_count, fifo_typed
+from app.scheduling.baselines import best_fit, fifo_count, fifo_typed, random_fit
 from app.scheduling.engine import schedule
 from app.scheduling.model import CycleResult, Snapshot
 
@@ -14,6 +14,8 @@ POLICIES: dict[str, Policy] = {
     "gpuq": schedule,
     "fifo-count": fifo_count,
     "fifo-typed": fifo_typed,
+    "random": random_fit,
+    "bestfit": best_fit,
 }
 
 

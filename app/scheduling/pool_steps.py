@@ -21,7 +21,14 @@ from app.scheduling.model import (
     Snapshot,
 )
 from app.scheduling.pools import Charge, PoolLedger, lease_grants
-from app.scheduling.preemption import PlaceFn, candidates, find_victims, make_fits, to_preemptions
+from app.scheduling.preemption import (
+    PlaceFn,
+    VictimPool,
+    WhatIf,
+    candidates,
+    find_victims,
+    to_preemptions,
+)
 from app.scheduling.quota import units_by_type
 from app.scheduling.state import ClusterState
 
@@ -88,17 +95,18 @@ def preempt_for(
     stop: StopFn,
     unstop: StopFn,
     accept: AcceptFn | None = None,
+    victims_pool: VictimPool | None = None,
 ) -> tuple[list[Preemption], Admission] | None:
     """Step 4c: stop the cheapest minimal victim set and admit ``job`` in
     their place (placements reserved on ``state``, charged to ``pools``), or
     change nothing and return None. ``accept`` adds the caller's own checks
     (team quota) to the what-if."""
-    running = [r for r in snap.running if r.request.id not in gone]
-    cands = candidates(job, snap, running, type_names, exclude=gone)
+    pool = victims_pool if victims_pool is not None else VictimPool(snap.running, snap.now)
+    cands = candidates(job, snap, pool, type_names, exclude=gone)
     if not cands:
         return None
-    fits = make_fits(job, state, pools, _accepting(place, accept), may_borrow(job, snap))
-    victims = find_victims(cands, fits)
+    w = WhatIf(job, state, pools, _accepting(place, accept), may_borrow(job, snap))
+    victims = find_victims(job, cands, w)
     if not victims:
         return None
     for v in victims:

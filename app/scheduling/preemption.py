@@ -21,17 +21,24 @@ the job would not fit even with every candidate gone, nobody is preempted.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from app.scheduling.leases import reclaimable_lease
-from app.scheduling.model import JobRequest, Preemption, ReplicaPlacement, RunningJob, Snapshot
+from app.scheduling.model import (
+    JobRequest,
+    LeaseInfo,
+    Preemption,
+    ReplicaPlacement,
+    RunningJob,
+    Snapshot,
+)
 from app.scheduling.pools import Charge, PoolLedger
 from app.scheduling.quota import units_by_type
 from app.scheduling.state import ClusterState
 
-FitFn = Callable[[Sequence[RunningJob]], bool]
 # Where a job would go on the state, leaving the state unchanged (None: no fit),
 # the contract of placement.place_job.
 PlaceFn = Callable[[JobRequest, ClusterState], "list[ReplicaPlacement] | None"]
@@ -41,12 +48,29 @@ PlaceFn = Callable[[JobRequest, ClusterState], "list[ReplicaPlacement] | None"]
 class Candidate:
     job: RunningJob
     kind: Literal["preempt", "reclaim"]
-    reason: str
     cost: float  # CU-seconds of work lost if stopped now
+    by: JobRequest | None = None  # the preemptor (for the reason)
+    lease: LeaseInfo | None = None  # the expired lease, for a reclaim
+    cards: tuple[tuple[str, int], ...] = ()  # whole cards it holds, per node
 
     @property
     def id(self) -> str:
         return self.job.request.id
+
+    @property
+    def reason(self) -> str:
+        """Built only for the chosen victims (there may be thousands of candidates)."""
+        by = self.by
+        x = self.lease
+        if self.kind == "reclaim" and x is not None:
+            who = f" for job {by.id} of pool {by.pool}" if by is not None else ""
+            return (
+                f"lease {x.id} ({x.units:g} CU of {x.gpu_type} from pool {x.lender}) "
+                f"expired at t={x.expires_at:g}; reclaimed{who}"
+            )
+        if by is None:
+            return "preempted"
+        return f"preempted by job {by.id} ({by.priority} > {self.job.request.priority})"
 
     def sort_key(self) -> tuple[int, int, float, str]:
         return (
@@ -70,10 +94,36 @@ def thrash_blocked(job: JobRequest, victim: RunningJob, now: float, window: floa
     )
 
 
+class VictimPool:
+    """The preemptible running jobs of one cycle, sorted once by (priority,
+    lost work), so each preemptor walks only the lower tiers and pays no
+    sort or cost computation per candidate."""
+
+    def __init__(self, running: Sequence[RunningJob], now: float) -> None:
+        recs = [
+            (r.request.priority_value, lost_work(r, now), r.request.id, r,
+             frozenset(p.gpu_type for p in r.placements), _cards(r))
+            for r in running
+            if r.request.preemptible
+        ]
+        recs.sort(key=lambda x: (x[0], x[1], x[2]))
+        self.recs = recs
+        self.prios = [x[0] for x in recs]
+        self.leased = [x for x in recs if x[3].leases]
+
+
+def _cards(r: RunningJob) -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    for p in r.placements:
+        whole = len(p.devices) if not p.mig and p.share <= 0 else 0
+        out[p.node] = out.get(p.node, 0) + whole
+    return tuple(out.items())
+
+
 def candidates(
     job: JobRequest,
     snap: Snapshot,
-    running: Sequence[RunningJob],
+    running: Sequence[RunningJob] | VictimPool,
     type_names: Collection[str] | None = None,
     exclude: Collection[str] = (),
 ) -> list[Candidate]:
@@ -81,88 +131,180 @@ def candidates(
 
     ``type_names``: GPU types the job may use (None: any, e.g. CPU-only work),
     so jobs holding only other types are not considered."""
-    out: list[Candidate] = []
+    pool = running if isinstance(running, VictimPool) else VictimPool(running, snap.now)
     cfg = snap.config
-    for r in running:
-        req = r.request
-        if req.id == job.id or req.id in exclude or not req.preemptible:
-            continue
-        if type_names is not None and not any(p.gpu_type in type_names for p in r.placements):
+    now = snap.now
+    names = None if type_names is None else set(type_names)
+
+    reclaim: list[Candidate] = []
+    taken: set[str] = set()
+    for _prio, cost, jid, r, types, cards in pool.leased:
+        if jid == job.id or jid in exclude or (names is not None and names.isdisjoint(types)):
             continue
         lease = reclaimable_lease(r, job, snap)
         if lease is not None:
-            out.append(
-                Candidate(
-                    r,
-                    "reclaim",
-                    f"lease {lease.id} ({lease.units:g} CU of {lease.gpu_type} from pool "
-                    f"{lease.lender}) expired at t={lease.expires_at:g}; reclaimed for job "
-                    f"{job.id} of pool {job.pool}",
-                    lost_work(r, snap.now),
-                )
-            )
+            reclaim.append(Candidate(r, "reclaim", cost, job, lease, cards))
+            taken.add(jid)
+    out: list[Candidate] = []
+    min_start = now - cfg.min_run_time_s
+    thrash = (
+        job.last_preempted_by
+        if job.last_preempted_at is not None and now - job.last_preempted_at < cfg.thrash_window_s
+        else None
+    )
+    hi = bisect_left(pool.prios, job.priority_value)
+    for i in range(hi):
+        _prio, cost, jid, r, types, cards = pool.recs[i]
+        if (
+            r.started_at > min_start
+            or jid in exclude
+            or jid in taken
+            or jid == thrash
+            or (names is not None and names.isdisjoint(types))
+        ):
             continue
-        if req.priority_value >= job.priority_value:
-            continue
-        if snap.now - r.started_at < cfg.min_run_time_s:
-            continue
-        if thrash_blocked(job, r, snap.now, cfg.thrash_window_s):
-            continue
-        out.append(
-            Candidate(
-                r,
-                "preempt",
-                f"preempted by job {job.id} ({job.priority} > {req.priority})",
-                lost_work(r, snap.now),
-            )
-        )
-    out.sort(key=Candidate.sort_key)
+        out.append(Candidate(r, "preempt", cost, job, None, cards))
+    if reclaim:
+        out.extend(reclaim)
+        out.sort(key=Candidate.sort_key)
     return out
 
 
-def find_victims(cands: Sequence[Candidate], fits: FitFn) -> list[Candidate] | None:
-    """The minimal cheap victim set that makes ``fits`` true, or None.
+class WhatIf:
+    """Remove running jobs from the working state and pool ledger one at a
+    time (not all over again per question, which costs O(k^2) on a big
+    candidate list), ask whether the job fits, and put everything back.
 
-    ``cands`` must be in preference order (see :func:`candidates`). Shortest
-    fitting prefix by bisection, then drop unnecessary victims starting from
-    the most valuable ones."""
-    if fits([]):
-        return []
-    if not cands or not fits([c.job for c in cands]):
+    ``fits`` asks: does the job place, and does its pool pay for it, with
+    the removed jobs gone? (``place`` may add the caller's own checks.)"""
+
+    def __init__(
+        self,
+        job: JobRequest,
+        state: ClusterState,
+        ledger: PoolLedger,
+        place: PlaceFn,
+        may_borrow: bool = True,
+    ) -> None:
+        self.job, self.state, self.ledger, self.place = job, state, ledger, place
+        self.may_borrow = may_borrow
+        self.removed: dict[str, RunningJob] = {}
+        self.epoch = state.release_epoch
+
+    def remove(self, r: RunningJob) -> None:
+        jid = r.request.id
+        if jid in self.removed:
+            return
+        self.removed[jid] = r
+        for p in r.placements:
+            if p.node in self.state.nodes:
+                self.state.unreserve(p)
+        self.ledger.remove(jid)
+
+    def restore(self, r: RunningJob) -> None:
+        if self.removed.pop(r.request.id, None) is None:
+            return
+        for p in r.placements:
+            if p.node in self.state.nodes:
+                self.state.reserve(p)
+        self.ledger.add_running(r)
+
+    def restore_all(self) -> None:
+        for r in reversed(list(self.removed.values())):
+            self.restore(r)
+        self.state.release_epoch = self.epoch  # a what-if is not a release
+
+    def fits(self) -> bool:
+        placed = self.place(self.job, self.state)
+        if placed is None:
+            return False
+        plan = self.ledger.plan(self.job, units_by_type(placed), self.may_borrow)
+        return isinstance(plan, Charge)
+
+
+def find_victims(
+    job: JobRequest, cands: Sequence[Candidate], w: WhatIf, max_nodes: int = 16
+) -> list[Candidate] | None:
+    """The minimal cheap victim set that makes the job fit, or None.
+
+    ``cands`` in preference order (see :func:`candidates`). First node by
+    node, the way kube-scheduler preempts: for a single-replica job, the
+    nodes whose candidates could free enough cards are ranked by the
+    highest tier they would lose, then by CU-seconds; the first node where
+    the job then fits wins. Otherwise (gangs, quota-only shortfalls) the
+    global list is removed in doubling batches until the job fits. Either
+    way every victim that turns out unnecessary is put back (most valuable
+    first), so the set is minimal. State and ledger are left unchanged."""
+    try:
+        if w.fits():
+            return []
+        if not cands:
+            return None
+        if job.replicas == 1 or job.min_available == 1:
+            for group in _node_groups(job, cands, w.state)[:max_nodes]:
+                for c in group:
+                    w.remove(c.job)
+                if w.fits():
+                    return _minimize(group, w)
+                w.restore_all()
+        removed: list[Candidate] = []
+        step, i = 1, 0
+        while i < len(cands):
+            for c in cands[i : i + step]:
+                w.remove(c.job)
+                removed.append(c)
+            i += step
+            step *= 2
+            if w.fits():
+                return _minimize(removed, w)
         return None
-    lo, hi = 1, len(cands)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits([c.job for c in cands[:mid]]):
-            hi = mid
+    finally:
+        w.restore_all()
+
+
+def _minimize(chosen: list[Candidate], w: WhatIf) -> list[Candidate]:
+    """Put back every victim the job can do without, most valuable first."""
+    keep = list(chosen)
+    for c in sorted(chosen, key=Candidate.sort_key, reverse=True):
+        w.restore(c.job)
+        if w.fits():
+            keep.remove(c)
         else:
-            lo = mid + 1
-    chosen = list(cands[:lo])
-    for c in reversed(list(chosen)):
-        trial = [x for x in chosen if x is not c]
-        if trial and fits([x.job for x in trial]):
-            chosen = trial
-    return chosen
+            w.remove(c.job)
+    return keep
 
 
-def make_fits(
-    job: JobRequest, state: ClusterState, ledger: PoolLedger, place: PlaceFn,
-    may_borrow: bool = True,
-) -> FitFn:
-    """A what-if check: with the victims gone, does the job place and does its
-    pool pay for it? Leaves state and ledger exactly as they were."""
-
-    def fits(victims: Sequence[RunningJob]) -> bool:
-        with (
-            state.simulate_remove(victims),
-            ledger.simulate_remove([v.request.id for v in victims]),
-        ):
-            placed = place(job, state)
-            if placed is None:
-                return False
-            return isinstance(ledger.plan(job, units_by_type(placed), may_borrow), Charge)
-
-    return fits
+def _node_groups(
+    job: JobRequest, cands: Sequence[Candidate], state: ClusterState
+) -> list[list[Candidate]]:
+    """Per node, the cheapest prefix of its candidates that could free enough
+    whole cards (all of them for other request modes), best node first."""
+    by_node: dict[str, list[tuple[Candidate, int]]] = {}
+    for c in cands:
+        for name, n in c.cards or _cards(c.job):
+            by_node.setdefault(name, []).append((c, n))
+    need = (job.gpus or 0) if job.mode == "gpus" else 0
+    ranked = []
+    for name, held in by_node.items():
+        node = state.nodes.get(name)
+        if node is None:
+            continue
+        if need:
+            have = len(node.free_whole_devices())
+            group: list[Candidate] = []
+            for c, n in held:
+                if have >= need:
+                    break
+                group.append(c)
+                have += n
+            if have < need:
+                continue
+        else:
+            group = [c for c, _n in held]
+        tier = max((c.job.request.priority_value for c in group), default=-1)
+        ranked.append((tier, sum(c.cost for c in group), name, group))
+    ranked.sort(key=lambda x: (x[0], x[1], x[2]))
+    return [g for _t, _c, _n, g in ranked]
 
 
 def to_preemptions(job: JobRequest, victims: Sequence[Candidate]) -> list[Preemption]:

@@ -133,7 +133,16 @@ def never_fits(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) -
                 return None
             if d.kind == "whole" and tc.cards > 0:
                 return None
-        return f"no node has a free-able {job.mig} slice of {', '.join(names)}"
+        if job.mig == "auto":
+            return (
+                f"no node has a MIG slice or whole card of {', '.join(names)} with "
+                f">= {job.min_gpu_memory_gb:g} GB"
+            )
+        having = [t.name for t in types if job.mig in t.mig_profiles] or names
+        return (
+            f"no node's MIG layout has a {job.mig} slice (types defining it: "
+            f"{', '.join(having)}); ask for mig: auto or another profile"
+        )
     if mode == "gpu_share":
         if not any(t.shareable for t in types):
             return (
@@ -166,7 +175,7 @@ def capacity_reason(job: JobRequest, index: CapacityIndex, ctx: PlacementContext
     """What is missing now, from the index (cheap: no node scan)."""
     types = allowed_types(job, ctx.gpu_types, ctx.pools)
     mem = f" (>= {job.min_gpu_memory_gb:g} GB)" if job.min_gpu_memory_gb else ""
-    gang = f"{job.min_available} x " if job.min_available > 1 else ""
+    gang = f"{job.min_available} replicas x " if job.min_available > 1 else ""
     topo = f", topology {job.topology}" if job.topology != "none" and job.min_available > 1 else ""
     mode = job.mode
     if mode == "gpus" and not job.gpus:

@@ -57,6 +57,7 @@ class ClusterState:
         self._owned: set[str] = set()
         self.gpu_types: Mapping[str, GpuType] = gpu_types or {}
         self._index: CapacityIndex | None = None
+        self._idle_caps: dict | None = None  # name -> NodeCapacity of the untouched node
         # bumped whenever capacity is released for good (not a rollback), so
         # "this shape does not fit" memos of a cycle know when to forget.
         self.release_epoch = 0
@@ -69,6 +70,14 @@ class ClusterState:
                 if p.node in state.nodes:
                     state._apply(p, +1)
         state.release_epoch = 0
+        cache = snap.static_cache
+        if cache is not None:
+            # summaries of the idle nodes, reused from earlier cycles (see Snapshot)
+            if cache.get("nodes") is not snap.nodes:
+                cache.clear()
+                cache["nodes"] = snap.nodes
+                cache["idle_caps"] = {}
+            state._idle_caps = cache["idle_caps"]
         return state
 
     # -- index -----------------------------------------------------------
@@ -76,8 +85,16 @@ class ClusterState:
     def index(self) -> CapacityIndex:
         if self._index is None:
             idx = CapacityIndex(self.gpu_types)
-            for n in self.nodes.values():
-                idx.add(n)
+            idle = self._idle_caps
+            owned = self._owned
+            for name, n in self.nodes.items():
+                if idle is None or name in owned:
+                    idx.add(n)
+                else:  # untouched this cycle: its summary is the idle one
+                    cap = idle.get(name)
+                    idx.add(n, cap)
+                    if cap is None:
+                        idle[name] = idx.caps.get(name)
             self._index = idx
         return self._index
 

@@ -55,12 +55,13 @@ def run_simulate(
         print(f"cannot read scenario {scenario}: {e}", file=sys.stderr)
         return 2
     if cfg.trace is not None:
+        from app.simulate.traces import scenario_from_trace
+
         try:
-            from app.simulate.traces import scenario_from_trace  # type: ignore[import-not-found]
-        except ImportError:
-            print("trace scenarios are not available in this build", file=sys.stderr)
+            model = scenario_from_trace(cfg, base=path.parent)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"cannot read the trace of {scenario}: {e}", file=sys.stderr)
             return 2
-        model = scenario_from_trace(cfg, base=path.parent)
     else:
         model = ScenarioModel.from_config(cfg)
     sim = Simulator(model, POLICIES[policy], policy, seed)

@@ -595,7 +595,9 @@ class CorePolicy:
 
     Pods become JobRequests (gpu_milli -> gpu_share, gpu_spec -> gpu_types),
     nodes core Nodes of the default GPU types; the context's workload mix is
-    the trace's pod shapes weighted by count, as for the ``gpuq`` policy.
+    the trace's pod shapes weighted by count with the same balance and type
+    terms as the ``gpuq`` policy (``fill_*`` knobs); the core's other score
+    weights come from ``scheduler:`` as in a live config.
     """
 
     name = "gpuq-core"
@@ -608,7 +610,7 @@ class CorePolicy:
         **_: Any,
     ) -> None:
         from app.scheduling.context import PlacementContext
-        from app.scheduling.fragmentation import MixEntry, WorkloadMix
+        from app.scheduling.fragmentation import MixEntry, WorkloadMix, with_gpuq_terms
         from app.scheduling.model import Device, GpuType, Node, SchedulerConfig
         from app.scheduling.state import ClusterState
         from app.simulate.alibaba import GPU_MODELS, MIB_TO_GB
@@ -634,18 +636,23 @@ class CorePolicy:
         for p in pods:
             key = (p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec)
             counts[key] = counts.get(key, 0) + 1
-        mix = WorkloadMix(
-            tuple(
-                MixEntry(
-                    gpus=num if milli >= MILLI else 0,
-                    gpu_share=milli / MILLI if 0 < milli < MILLI else 0.0,
-                    cpu=cpu / MILLI,
-                    memory_gb=mem * MIB_TO_GB,
-                    gpu_types=tuple(self.type_of[s] for s in spec if s in self.type_of),
-                    weight=float(w),
-                )
-                for (num, milli, cpu, mem, spec), w in counts.items()
+        knobs = GpuqFillKnobs.from_mapping(scheduler)
+        entries = tuple(
+            MixEntry(
+                gpus=num if milli >= MILLI else 0,
+                gpu_share=milli / MILLI if 0 < milli < MILLI else 0.0,
+                cpu=cpu / MILLI,
+                memory_gb=mem * MIB_TO_GB,
+                gpu_types=tuple(self.type_of[s] for s in spec if s in self.type_of),
+                weight=float(w),
             )
+            for (num, milli, cpu, mem, spec), w in counts.items()
+        )
+        cards: dict[str, float] = {}
+        for n in core_nodes:
+            cards[n.gpu_type or ""] = cards.get(n.gpu_type or "", 0.0) + len(n.devices)
+        mix = with_gpuq_terms(
+            WorkloadMix(entries), cards, w_balance=knobs.w_balance, w_type=knobs.w_type
         )
         self.ctx = PlacementContext(
             gpu_types=self.types, config=SchedulerConfig.from_mapping(scheduler), mix=mix

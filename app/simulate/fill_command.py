@@ -58,7 +58,7 @@ def fill_result(
     pods = read_pods(pods_path)
     runs = []
     for seed in seeds:
-        progress = _progress_bar(f"{policy} seed {seed}") if show_progress else None
+        progress = _ProgressBar(f"{policy} seed {seed}") if show_progress else None
         try:
             run = run_fill(
                 nodes,
@@ -83,7 +83,7 @@ def fill_result(
     return result
 
 
-class _progress_bar:
+class _ProgressBar:
     """A small rich progress bar on stderr (only when stderr is a terminal)."""
 
     def __init__(self, label: str) -> None:

@@ -16,7 +16,9 @@ rule (also in the README's Evaluation section):
   ``gpu_share: 0.5`` (on the shareable 4090s); other 1-GPU jobs may run
   anywhere;
 * jobs above ``max_gpus`` (default 16) are left out (counted in the file
-  header), run times are capped at ``max_runtime_s`` (default 2 days).
+  header), run times are capped at ``max_runtime_s`` (default 2 days);
+* with ``estimate_factor`` f > 0 each job declares ``duration_estimate_s`` =
+  f x its run time (users' estimates; backfill needs them); default none.
 
 Cluster sizing: nodes of 8 cards in groups of 1 A100 + 1 V100 + 2 RTX 4090
 nodes (41.6 speed-weighted cards per group); the number of groups is
@@ -78,7 +80,9 @@ def read_jobs(path: str | Path) -> list[PhillyJob]:
     return out
 
 
-def job_spec(j: PhillyJob, name: str, submit_s: float, max_runtime_s: float) -> dict[str, Any]:
+def job_spec(
+    j: PhillyJob, name: str, submit_s: float, max_runtime_s: float, estimate_factor: float = 0.0
+) -> dict[str, Any]:
     """One trace job as a scenario job, by the rule in the module docstring."""
     runtime = max(1.0, min(j.duration, max_runtime_s))
     spec: dict[str, Any] = {
@@ -88,6 +92,8 @@ def job_spec(j: PhillyJob, name: str, submit_s: float, max_runtime_s: float) -> 
         "runtime_s": runtime,
         "speed": dict(SPEED),
     }
+    if estimate_factor > 0:
+        spec["duration_estimate_s"] = min(365 * 86400.0, runtime * estimate_factor)
     if j.gpus >= CARDS_PER_NODE:
         reps = math.ceil(j.gpus / CARDS_PER_NODE)
         spec["replicas"] = reps
@@ -112,6 +118,7 @@ def build_scenario(
     load: float = 0.9,
     max_gpus: int = 16,
     max_runtime_s: float = 2 * 86400,
+    estimate_factor: float = 0.0,
 ) -> dict[str, Any]:
     """A scenario dict (config + jobs) for the window [start, start + hours)."""
     if not 0 < load <= 5:
@@ -123,7 +130,7 @@ def build_scenario(
     picked = [j for j in jobs if 0 <= j.submit.timestamp() - t0 < window_s]
     kept = [j for j in picked if 0 < j.gpus <= max_gpus]
     specs = [
-        job_spec(j, f"j{i:06d}", j.submit.timestamp() - t0, max_runtime_s)
+        job_spec(j, f"j{i:06d}", j.submit.timestamp() - t0, max_runtime_s, estimate_factor)
         for i, j in enumerate(kept)
     ]
     work = sum(j.gpus * min(j.duration, max_runtime_s) for j in kept)  # GPU-seconds at speed 1
@@ -175,11 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--load", type=float, default=0.9)
     ap.add_argument("--max-gpus", type=int, default=16)
+    ap.add_argument("--estimate-factor", type=float, default=0.0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     start = datetime.fromisoformat(a.start)
     doc = build_scenario(read_jobs(a.trace), start=start, hours=a.hours, load=a.load,
-                         max_gpus=a.max_gpus)
+                         max_gpus=a.max_gpus, estimate_factor=a.estimate_factor)
     write_scenario(doc, a.out)
     meta = doc["_meta"]
     print(f"{len(doc['jobs'])} jobs ({meta['jobs_left_out']} left out), "

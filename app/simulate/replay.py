@@ -196,6 +196,7 @@ class Simulator:
         self.busy: dict[str, float] = defaultdict(float)
         self.cycles = 0
         self.lease_seq = 0
+        self.static_cache: dict = {}  # the nodes never change during a replay
         self._dirty = False  # something arrived or ended since the last cycle
         self._lease_due = False  # a lease expired: cycle even with nothing pending
 
@@ -312,6 +313,7 @@ class Simulator:
             now=self.now, gpu_types=c.gpu_types, nodes=c.nodes, pools=c.pools, teams=c.teams,
             priorities=c.priorities, running=running,
             pending=[j.request for j in self.pending.values()], config=c.scheduler,
+            static_cache=self.static_cache,
         )
 
     def cycle(self) -> bool:

@@ -174,20 +174,24 @@ def write_replay_report(docs: list[dict[str, Any]], out_dir: str | Path) -> Path
     out.mkdir(parents=True, exist_ok=True)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for d in docs:
+    teams = sorted({j["team"] for d in docs for j in d.get("jobs", [])})
+    colors = plt.get_cmap("tab10")
+    styles = ["-", "--", ":", "-."]
+    for k, d in enumerate(docs):
         by_team: dict[str, list[float]] = defaultdict(list)
         for j in d.get("jobs", []):
             if j.get("start_s") is not None:
                 by_team[j["team"]].append(max(1.0, float(j["wait_s"])))
         for team, waits in sorted(by_team.items()):
             xs, ys = _cdf(waits)
-            ax.step(xs, ys, where="post", label=f"{d.get('policy', '?')} / {team}")
+            ax.step(xs, ys, where="post", color=colors(teams.index(team) % 10),
+                    linestyle=styles[k % len(styles)], label=f"{d.get('policy', '?')} / {team}")
     ax.set_xscale("log")
     ax.set_xlabel("wait (s, log; 0 shown as 1)")
     ax.set_ylabel("fraction of jobs")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
-    ax.set_title("Wait CDF per team and policy")
+    ax.set_title("Wait CDF per team (colour) and policy (line style)")
     fig.tight_layout()
     fig.savefig(out / "wait_cdf.png", dpi=110)
     plt.close(fig)

@@ -1,7 +1,7 @@
 """Scenarios whose jobs come from a trace (``trace:`` instead of ``jobs:``).
 
 * ``format: philly``, ``path: philly.csv``, ``options: {start, hours, load,
-  max_gpus, max_runtime_s}``: the Philly builder (:mod:`app.simulate.philly`).
+  max_gpus, max_runtime_s, estimate_factor}``: the Philly builder (:mod:`app.simulate.philly`).
   The scenario's own ``gpu_types``/``nodes``/``pools``/``teams`` are used when
   given; otherwise the builder's three-type cluster sized for ``load``.
 * ``format: alibaba-openb``, ``nodes``/``pods`` CSVs: the pods replayed with
@@ -63,6 +63,7 @@ def scenario_from_trace(cfg: GpuqConfig, base: Path) -> ScenarioModel:
             load=float(opts.get("load", 0.9)),
             max_gpus=int(opts.get("max_gpus", 16)),
             max_runtime_s=float(opts.get("max_runtime_s", 2 * 86400)),
+            estimate_factor=float(opts.get("estimate_factor", 0.0)),
         )
         return ScenarioModel.from_config(_merge(cfg, doc))
     if tr.format == "alibaba-openb":

@@ -117,3 +117,23 @@ def test_no_over_allocation_and_deterministic_for_every_policy():
             b = to_json(Simulator(_model(text), policy, name, seed).run())
             assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True), name
             assert a["summary"]["jobs"] == 25
+
+
+def test_bestfit_packs_and_random_is_seeded():
+    text = SCENARIO.split("nodes:")[0] + """nodes:
+  - {name: a, count: 3, gpu_type: a100-80g, gpus: 4, cpu: 32, memory_gb: 256}
+pools:
+  - {name: p}
+teams:
+  - {name: x, pool: p}
+jobs:
+""" + "".join(
+        f"  - {{name: j{i}, team: x, submit_at_s: {i}, runtime_s: 1000, resources: {{gpus: 1}}}}\n"
+        for i in range(4)
+    )
+    doc = to_json(Simulator(_model(text), POLICIES["bestfit"], "bestfit").run())
+    assert {a["node"] for j in doc["jobs"] for a in j["allocations"]} == {"a-0"}  # packed
+    runs = [to_json(Simulator(_model(text), POLICIES["random"], "random").run()) for _ in range(2)]
+    assert runs[0] == runs[1]
+    nodes = {a["node"] for j in runs[0]["jobs"] for a in j["allocations"]}
+    assert len(nodes) > 1  # spread at random over the three nodes

@@ -109,7 +109,8 @@ def test_long_waiting_job_gets_reservation_and_blocks_unknown_duration_backfill(
     assert admitted(res) == []
     assert res.reasons["big"].startswith("waiting for reservation")
     assert "n0" in res.reasons["big"] and "expected start in 50s" in res.reasons["big"]
-    assert "reserved" in res.reasons["small"]
+    assert res.reasons["small"].startswith("free capacity is held for job(s) big")
+    assert "expected start in 50s" in res.reasons["small"]
 
 
 def test_short_job_may_backfill_into_reservation() -> None:

@@ -307,3 +307,19 @@ def test_fragmentation_score_keeps_room_for_the_expected_mix() -> None:
     assert where(0.0) == "b"
     # with the fragmentation score, a keeps 4 and b keeps 4: two 4-card jobs still fit
     assert where(1.0) == "a"
+
+
+def test_gpu_units_multi_node_fast_network_only_on_ib() -> None:
+    eth = [node(f"e{i}", "rtx4090-24g", 4, network="eth") for i in range(4)]
+    res = schedule(snap(eth, [job("u", gpu_units=16, topology="fast_network")]))
+    assert placed(res, "u") is None  # 8 cards need two 1 GbE nodes
+    ib = [node(f"i{i}", "rtx4090-24g", 4, network="ib") for i in range(2)]
+    ps = placed(schedule(snap(eth + ib, [job("u", gpu_units=16, topology="fast_network")])),
+                "u")
+    assert {p.node for p in ps} == {"i0", "i1"}
+
+
+def test_gpu_units_single_node_when_one_can_hold_it() -> None:
+    nodes = [node("small", "rtx4090-24g", 4), node("big", "rtx4090-24g", 8)]
+    ps = placed(schedule(snap(nodes, [job("u", gpu_units=12)])), "u")
+    assert [(p.node, len(p.devices)) for p in ps] == [("big", 6)]

@@ -41,18 +41,11 @@ def clusters(draw):
                 lay = draw(st.sampled_from(LAYOUTS))
                 if lay:
                     mig[d] = lay
-        nodes.append(
-            node(
-                f"n{i}",
-                t,
-                gpus,
-                cpu=draw(st.sampled_from([8, 32, 64])),
-                mem=draw(st.sampled_from([32, 256])),
-                network=draw(st.sampled_from(["eth", "ib"])),
-                rack=draw(st.sampled_from(["r1", "r2", None])),
-                mig=mig,
-            )
-        )
+        nodes.append(node(
+            f"n{i}", t, gpus, cpu=draw(st.sampled_from([8, 32, 64])),
+            mem=draw(st.sampled_from([32, 256])), network=draw(st.sampled_from(["eth", "ib"])),
+            rack=draw(st.sampled_from(["r1", "r2", None])), mig=mig,
+        ))
     return nodes
 
 
@@ -72,20 +65,13 @@ def jobs(draw, idx):
     replicas = 1 if mode == "gpu_units" else draw(st.integers(1, 3))
     team = draw(st.sampled_from(["x", "y"]))
     return JobRequest(
-        id=f"j{idx}",
-        name=f"j{idx}",
-        team=team,
-        pool=draw(st.sampled_from(["p", "q"])),
-        priority="P1",
-        priority_value=draw(st.sampled_from([100, 500, 1000])),
-        preemptible=True,
-        submitted_at=float(idx),
-        replicas=replicas,
+        id=f"j{idx}", name=f"j{idx}", team=team, pool=draw(st.sampled_from(["p", "q"])),
+        priority="P1", priority_value=draw(st.sampled_from([100, 500, 1000])), preemptible=True,
+        submitted_at=float(idx), replicas=replicas,
         min_available=draw(st.integers(1, replicas)),
         min_gpu_memory_gb=draw(st.sampled_from([0, 8, 18, 30, 60])),
         gpu_types=draw(st.sampled_from([(), ("a100-80g",), ("v100-16g", "rtx4090-24g")])),
-        cpu=draw(st.sampled_from([0.5, 4, 16, 40])),
-        memory_gb=draw(st.sampled_from([1, 16, 100])),
+        cpu=draw(st.sampled_from([0.5, 4, 16, 40])), memory_gb=draw(st.sampled_from([1, 16, 100])),
         placement=draw(st.sampled_from(["binpack", "spread"])),
         topology=draw(st.sampled_from(["none", "same_node", "same_rack", "fast_network"])),
         duration_estimate_s=draw(st.sampled_from([None, 60.0, 5000.0])),
@@ -97,10 +83,8 @@ TEAMS = {
     "x": TeamInfo("x", "p", quota_units=60, quota_by_type={"a100-80g": 40}),
     "y": TeamInfo("y", "p", weight=2, quota_units=None),
 }
-POOLS = {
-    "p": PoolInfo("p"),
-    "q": PoolInfo("q", gpu_types=("rtx4090-24g", "v100-16g"), guaranteed={"v100-16g": 8}),
-}
+POOLS = {"p": PoolInfo("p"), "q": PoolInfo("q", gpu_types=("rtx4090-24g", "v100-16g"),
+                                                guaranteed={"v100-16g": 8})}
 
 
 def check(nodes, running: list[RunningJob]) -> None:
@@ -190,25 +174,16 @@ def test_cycles_never_overallocate(data) -> None:
         for _ in range(data.draw(st.integers(1, 8))):
             pending.append(data.draw(jobs(idx)))
             idx += 1
-        snap = Snapshot(
-            now,
-            TYPES,
-            nodes,
-            POOLS,
-            TEAMS,
-            PRIOS,
-            list(running),
-            list(pending),
-            SchedulerConfig(reservation_after_s=data.draw(st.sampled_from([0, 1e9]))),
-        )
+        snap = Snapshot(now, TYPES, nodes, POOLS, TEAMS, PRIOS, list(running), list(pending),
+                        SchedulerConfig(reservation_after_s=data.draw(st.sampled_from([0, 1e9]))))
         res = schedule(snap)
         # preempted jobs leave the cluster and are requeued (as the dispatcher does)
         stopped = {p.job_id for p in res.preemptions}
-        assert stopped <= {r.request.id for r in running}
-        requeued = [r.request for r in running if r.request.id in stopped]
+        requeued = [r for r in running if r.request.id in stopped]
         running = [r for r in running if r.request.id not in stopped]
         by_id = {j.id: j for j in pending}
         assert not (set(a.job_id for a in res.admissions) & set(res.unschedulable))
+        assert {r.request.id for r in requeued} == stopped  # only running jobs are stopped
         for a in res.admissions:
             running.append(RunningJob(by_id[a.job_id], a.placements, now))
         done = {a.job_id for a in res.admissions}
@@ -216,7 +191,7 @@ def test_cycles_never_overallocate(data) -> None:
             if j.id not in done:
                 assert res.reasons.get(j.id) or res.unschedulable.get(j.id)
         pending = [j for j in pending if j.id not in done and j.id not in res.unschedulable]
-        pending += requeued
+        pending += [r.request for r in requeued]
         check(nodes, running)
         # some running jobs finish
         keep = data.draw(st.lists(st.booleans(), min_size=len(running), max_size=len(running)))

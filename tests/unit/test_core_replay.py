@@ -124,3 +124,22 @@ def test_simulate_command_bad_input(tmp_path, capsys) -> None:
     assert run_simulate(str(bad)) == 2
     assert run_simulate(str(bad), policy="nope") == 2
     assert "unknown policy" in capsys.readouterr().err
+
+
+def test_static_cache_changes_no_decision() -> None:
+    class NoCache(Simulator):
+        def snapshot(self) -> Snapshot:
+            snap = super().snapshot()
+            snap.static_cache = None
+            return snap
+
+    text = SCENARIO + "".join(
+        f"  - {{name: extra{i}, team: {'xy'[i % 2]}, submit_at_s: {i * 7}, runtime_s: "
+        f"{40 + i % 5 * 30}, resources: {{gpus: {1 + i % 3}}}}}\n"
+        for i in range(40)
+    )
+    m = ScenarioModel.from_config(load_config_text(text))
+    cached = to_json(Simulator(m, schedule).run())
+    plain = to_json(NoCache(m, schedule).run())
+    assert cached == plain
+    assert cached["summary"]["finished"] > 40

@@ -13,6 +13,7 @@ from app.scheduling.fragmentation import (
     node_fragmentation,
     placement_cost,
     type_pressure,
+    with_gpuq_terms,
 )
 from app.scheduling.model import Device, GpuType, Node, ReplicaPlacement
 
@@ -169,3 +170,15 @@ def test_core_delta_uses_the_mix_terms():
     got = fragmentation_delta(node, T4, pl, weighted)
     # 1 of 2 cards free, 1 of 16 CPUs free -> gap 0.4375; type: 0.5 x 1000 milli
     assert got == pytest.approx(plain + (0.1 * 0.4375 * 1000 + 0.5 * 1000) / 1000)
+
+
+def test_with_gpuq_terms_derives_pressure_from_the_mix():
+    mix = WorkloadMix((
+        MixEntry(gpus=2, gpu_share=0, cpu=1, memory_gb=1, gpu_types=("t4",), weight=3),
+        MixEntry(gpus=0, gpu_share=0.5, cpu=1, memory_gb=1, gpu_types=("t4", "v100"), weight=4),
+        MixEntry(gpus=1, gpu_share=0, cpu=1, memory_gb=1, weight=10),  # unrestricted
+    ))
+    out = with_gpuq_terms(mix, {"t4": 8.0, "v100": 2.0, "g2": 16.0}, w_balance=0.2, w_type=3.0)
+    # t4: 3 x 2 cards + 4 x 0.5 / 2 = 7 of 8; v100: 1 of 2; g2: nothing restricted
+    assert dict(out.type_pressure) == pytest.approx({"t4": 7 / 8, "v100": 0.5, "g2": 0.0})
+    assert out.entries == mix.entries and out.w_balance == 0.2 and out.w_type == 3.0

@@ -5,7 +5,7 @@ from app.scheduling.engine import schedule
 from app.scheduling.model import LeaseInfo, PoolInfo, ReplicaPlacement, RunningJob
 from app.scheduling.placement import place_job
 from app.scheduling.pools import PoolLedger
-from app.scheduling.preemption import candidates, find_victims, make_fits
+from app.scheduling.preemption import WhatIf, candidates, find_victims
 from app.scheduling.state import ClusterState
 from tests.unit.quota_sim import Sim, job, node, running, snapshot
 
@@ -137,12 +137,22 @@ def test_victim_set_is_minimal() -> None:
     def place(jb, st):
         return place_job(jb, st, ctx)
 
-    fits = make_fits(j, state, ledger, place)
-    chosen = find_victims(candidates(j, snap, snap.running, {"a100"}), fits)
+    w = WhatIf(j, state, ledger, place)
+
+    def fits(victims) -> bool:
+        for v in victims:
+            w.remove(v.job)
+        try:
+            return w.fits()
+        finally:
+            w.restore_all()
+
+    chosen = find_victims(j, candidates(j, snap, snap.running, {"a100"}), w)
     assert chosen is not None and len(chosen) == 2
     for c in chosen:
-        assert not fits([x.job for x in chosen if x is not c])
-    assert fits([x.job for x in chosen])
+        assert not fits([x for x in chosen if x is not c])
+    assert fits(chosen)
+    assert not fits([])
 
 
 def test_thrash_guard_refuses_preempting_back() -> None:
