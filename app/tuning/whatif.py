@@ -10,7 +10,9 @@ waits is the effect of the change.
 
 It is a small discrete-event loop over the same ``schedule(snapshot)``
 the dispatcher calls (a policy callable, so tests can pass any), bounded
-by ``max_cycles``. No clock, no I/O, deterministic.
+by ``max_cycles``. No clock, no I/O, deterministic. (``app/simulate``
+replays a scenario from an empty cluster; the tuner needs the live state
+with its running placements as the starting point, hence this loop.)
 """
 
 from __future__ import annotations

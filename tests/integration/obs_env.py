@@ -1,22 +1,25 @@
 """A seeded gpuq for the observability tests: own database, manual clock, simulated cluster.
 
 Each test module gets a uniquely named database on ``TEST_DATABASE_URL``
-(several engineers run tests at once), migrated to head and dropped at
-the end. Nothing is mocked: the API, the dispatcher, the store and the
-simulated cluster are the real ones.
+(or on an embedded PostgreSQL when it is unset; several engineers run tests
+at once), migrated to head and dropped at the end. Nothing is mocked: the
+API, the dispatcher, the store and the simulated cluster are the real ones.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -64,13 +67,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_EMBEDDED: list = []
+
+
 def base_url() -> str:
+    """TEST_DATABASE_URL, else one embedded PostgreSQL for this test process (as the
+    shared fixtures do), stopped and deleted at exit."""
     url = os.environ.get("TEST_DATABASE_URL")
-    if not url:
-        pytest.skip(
-            "TEST_DATABASE_URL is not set (e.g. postgresql+psycopg://postgres@127.0.0.1/test)"
-        )
-    return normalize_url(url)
+    if url:
+        return normalize_url(url)
+    if not _EMBEDDED:
+        from app.store.embedded import start_embedded
+
+        tmp = Path(tempfile.mkdtemp(prefix="gpuq-obs-test-"))
+        emb = start_embedded(tmp, database="gpuq_obs", delete_on_stop=True)
+        _EMBEDDED.append(emb)
+
+        def _stop() -> None:
+            emb.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+        atexit.register(_stop)
+    return normalize_url(_EMBEDDED[0].url)
 
 
 @contextmanager

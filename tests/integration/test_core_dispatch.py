@@ -17,21 +17,11 @@ def _job(client, admin, job_id):
 
 
 def test_mig_units_and_share_jobs_are_admitted_and_persisted(client, admin, dispatcher):
-    mig = _submit(
-        client,
-        admin,
-        name="infer-mig",
-        team="recsys",
-        resources={"mig": "auto", "min_gpu_memory_gb": 18, "gpu_types": ["a100-80g"]},
-    )
+    mig = _submit(client, admin, name="infer-mig", team="recsys",
+                  resources={"mig": "auto", "min_gpu_memory_gb": 18, "gpu_types": ["a100-80g"]})
     units = _submit(client, admin, name="units", team="nlp", resources={"gpu_units": 20})
-    share = _submit(
-        client,
-        admin,
-        name="share",
-        team="recsys",
-        resources={"gpu_share": 0.5, "min_gpu_memory_gb": 8},
-    )
+    share = _submit(client, admin, name="share", team="recsys",
+                    resources={"gpu_share": 0.5, "min_gpu_memory_gb": 8})
     dispatcher.run_once()
     m = _job(client, admin, mig)
     assert m["status"] == "running", m

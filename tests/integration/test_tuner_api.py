@@ -56,7 +56,9 @@ def test_tuner_recommend_cooldown_then_auto_applies_through_the_store():
         assert d["gate"]["passed"] is True
         assert d["gate"]["after"]["wait_p99_s"] < d["gate"]["before"]["wait_p99_s"]
         assert {x["gpu_type"]: x["new"] for x in d["changes"]}["v100"] == 3.2
-        assert env.get("/v1/tuning")["weights"]["v100"] == 4.0
+        got = env.get("/v1/tuning")
+        assert got["weights"]["v100"] == 4.0
+        assert got["last_proposal"]["at"] == d["at"] and got["last_change"] is None
         hist = env.get("/v1/tuning/history")["items"]
         assert [h["action"] for h in hist] == ["proposed"]
 
@@ -73,7 +75,8 @@ def test_tuner_recommend_cooldown_then_auto_applies_through_the_store():
         d = c.post("/v1/tuning/evaluate", headers=AUTH).json()
         assert d["action"] == "applied", d["message"]
         assert env.get("/v1/gpu-types/v100")["weight"] == 3.2
-        assert env.get("/v1/tuning")["base_weights"]["v100"] == 4.0
+        got = env.get("/v1/tuning")
+        assert got["base_weights"]["v100"] == 4.0 and got["last_change"]["at"] == d["at"]
         hist = env.get("/v1/tuning/history")["items"]
         assert [h["action"] for h in hist] == ["applied", "proposed"]
         assert hist[0]["triggers"] and hist[0]["gate"]["before"]["jobs"] > 0

@@ -18,9 +18,7 @@ from app.scheduling.model import (
 )
 
 A100 = GpuType(
-    "a100-80g",
-    80,
-    10,
+    "a100-80g", 80, 10,
     mig_profiles={
         "3g.40gb": MigProfile("3g.40gb", 40, 0.4286),
         "2g.20gb": MigProfile("2g.20gb", 20, 0.2857),
@@ -38,36 +36,19 @@ PRIOS = {
 
 
 def node(
-    name: str,
-    t: str | None,
-    gpus: int,
-    *,
-    cpu: float = 64,
-    mem: float = 512,
-    network: str = "eth",
-    rack: str | None = None,
-    mig: dict[int, tuple[str, ...]] | None = None,
+    name: str, t: str | None, gpus: int, *, cpu: float = 64, mem: float = 512,
+    network: str = "eth", rack: str | None = None, mig: dict[int, tuple[str, ...]] | None = None,
 ) -> Node:
     mig = mig or {}
     return Node(
-        name,
-        t,
-        [Device(i, mig_layout=mig.get(i, ())) for i in range(gpus)],
-        cpu=cpu,
-        memory_gb=mem,
-        network=network,
-        rack=rack,
+        name, t, [Device(i, mig_layout=mig.get(i, ())) for i in range(gpus)], cpu=cpu,
+        memory_gb=mem, network=network, rack=rack,
     )
 
 
 def job(id: str, **kw) -> JobRequest:
     base: dict = dict(
-        name=id,
-        team="t",
-        pool="p",
-        priority="P1",
-        priority_value=500,
-        preemptible=True,
+        name=id, team="t", pool="p", priority="P1", priority_value=500, preemptible=True,
         submitted_at=0.0,
     )
     if not any(k in kw for k in ("gpus", "gpu_units", "mig", "gpu_share")):
@@ -79,15 +60,8 @@ def job(id: str, **kw) -> JobRequest:
 
 
 def snap(
-    nodes,
-    pending,
-    *,
-    running=(),
-    teams=None,
-    pools=None,
-    now: float = 0.0,
-    config: SchedulerConfig | None = None,
-    types=None,
+    nodes, pending, *, running=(), teams=None, pools=None, now: float = 0.0,
+    config: SchedulerConfig | None = None, types=None,
 ) -> Snapshot:
     return Snapshot(
         now=now,
@@ -106,9 +80,7 @@ def running(j: JobRequest, *placements: ReplicaPlacement, started_at: float = 0.
     return RunningJob(j, tuple(placements), started_at)
 
 
-def whole(
-    node: str, t: str, devs: tuple[int, ...], *, cpu: float = 1, mem: float = 1, replica: int = 0
-) -> ReplicaPlacement:
-    return ReplicaPlacement(
-        replica, node, t, devs, units=TYPES[t].weight * len(devs), cpu=cpu, memory_gb=mem
-    )
+def whole(node: str, t: str, devs: tuple[int, ...], *, cpu: float = 1, mem: float = 1,
+          replica: int = 0) -> ReplicaPlacement:
+    return ReplicaPlacement(replica, node, t, devs, units=TYPES[t].weight * len(devs), cpu=cpu,
+                            memory_gb=mem)

@@ -25,12 +25,8 @@ def write_pods(path: Path, rows: list[tuple], header: str = POD_HEADER) -> Path:
 def random_trace(tmp: Path, seed: int, n_nodes: int = 12, n_pods: int = 80) -> tuple[Path, Path]:
     """A small heterogeneous cluster and a pod mix like openb's (shares, whole, multi, CPU)."""
     rng = random.Random(seed)
-    models = [
-        ("G2", 8, 96000, 393216),
-        ("T4", 2, 104000, 524288),
-        ("P100", 2, 16000, 122880),
-        ("V100M16", 4, 32000, 131072),
-    ]
+    models = [("G2", 8, 96000, 393216), ("T4", 2, 104000, 524288), ("P100", 2, 16000, 122880),
+              ("V100M16", 4, 32000, 131072)]
     nodes = []
     for i in range(n_nodes):
         m, g, c, mem = rng.choice(models)

@@ -44,52 +44,30 @@ def node(name: str, t: str | None, gpus: int, cpu: float = 64, mem: float = 512)
 def job(id: str, pool: str = "p", prio: str = "P1", team: str | None = None, **kw) -> JobRequest:
     pi = PRIO[prio]
     base = dict(
-        name=id,
-        team=team or pool,
-        pool=pool,
-        priority=pi.name,
-        priority_value=pi.value,
-        preemptible=pi.preemptible,
-        submitted_at=0.0,
-        gpus=1,
-        cpu=1,
-        memory_gb=1,
+        name=id, team=team or pool, pool=pool, priority=pi.name, priority_value=pi.value,
+        preemptible=pi.preemptible, submitted_at=0.0, gpus=1, cpu=1, memory_gb=1,
     )
     base.update(kw)
     return JobRequest(id=id, **base)
 
 
-def running(
-    req: JobRequest,
-    node_name: str,
-    t: str,
-    devices: tuple[int, ...],
-    started_at: float = 0.0,
-    leases: tuple[LeaseInfo, ...] = (),
-) -> RunningJob:
+def running(req: JobRequest, node_name: str, t: str, devices: tuple[int, ...],
+            started_at: float = 0.0, leases: tuple[LeaseInfo, ...] = ()) -> RunningJob:
     from app.scheduling.model import ReplicaPlacement
 
     w = TYPES[t].weight
-    p = ReplicaPlacement(
-        0, node_name, t, devices, units=w * len(devices), cpu=req.cpu, memory_gb=req.memory_gb
-    )
+    p = ReplicaPlacement(0, node_name, t, devices, units=w * len(devices), cpu=req.cpu,
+                         memory_gb=req.memory_gb)
     return RunningJob(req, (p,), started_at, leases)
 
 
-def snapshot(
-    nodes, pools, pending=(), run=(), now=0.0, teams=None, types=None, priorities=None, **cfg
-) -> Snapshot:
+def snapshot(nodes, pools, pending=(), run=(), now=0.0, teams=None, types=None,
+             priorities=None, **cfg) -> Snapshot:
     pools_map = {p.name: p for p in pools}
     teams = teams or {p.name: TeamInfo(p.name, p.name) for p in pools}
     return Snapshot(
-        now=now,
-        gpu_types=types or TYPES,
-        nodes=list(nodes),
-        pools=pools_map,
-        teams=teams,
-        priorities=priorities or PRIO,
-        running=list(run),
-        pending=list(pending),
+        now=now, gpu_types=types or TYPES, nodes=list(nodes), pools=pools_map, teams=teams,
+        priorities=priorities or PRIO, running=list(run), pending=list(pending),
         config=SchedulerConfig(**cfg),
     )
 
@@ -117,16 +95,8 @@ class Sim:
         self.runtime[req.id] = runtime
 
     def snap(self) -> Snapshot:
-        return snapshot(
-            self.nodes,
-            self.pools,
-            self.pending.values(),
-            self.running.values(),
-            now=self.now,
-            teams=self.teams,
-            types=self.types,
-            **self.config,
-        )
+        return snapshot(self.nodes, self.pools, self.pending.values(), self.running.values(),
+                        now=self.now, teams=self.teams, types=self.types, **self.config)
 
     def cycle(self):
         self.last_snap = self.snap()
@@ -135,42 +105,23 @@ class Sim:
             r = self.running.pop(pr.job_id)
             for x in r.leases:
                 self.events.append((self.now, "lease_end", pr.job_id, {"lease": x.id}))
-            self.events.append(
-                (self.now, pr.kind, pr.job_id, {"by": pr.by_job, "reason": pr.reason})
-            )
+            self.events.append((self.now, pr.kind, pr.job_id, {"by": pr.by_job,
+                                                               "reason": pr.reason}))
             self.pending[pr.job_id] = replace(
-                r.request,
-                preemption_count=r.request.preemption_count + 1,
-                last_preempted_at=self.now,
-                last_preempted_by=pr.by_job,
-                last_reclaimed_at=self.now if pr.kind == "reclaim" else r.request.last_reclaimed_at,
-            )
+                r.request, preemption_count=r.request.preemption_count + 1,
+                last_preempted_at=self.now, last_preempted_by=pr.by_job,
+                last_reclaimed_at=self.now if pr.kind == "reclaim" else
+                r.request.last_reclaimed_at)
         for a in res.admissions:
             req = self.pending.pop(a.job_id)
             leases = []
             for g in a.leases:
                 self.lease_seq += 1
                 lid = f"L{self.lease_seq}"
-                leases.append(
-                    LeaseInfo(
-                        lid,
-                        g.borrower,
-                        g.lender,
-                        g.gpu_type,
-                        g.units,
-                        a.job_id,
-                        self.now,
-                        g.expires_at,
-                    )
-                )
-                self.events.append(
-                    (
-                        self.now,
-                        "lease_start",
-                        a.job_id,
-                        {"lease": lid, "lender": g.lender, "expires": g.expires_at},
-                    )
-                )
+                leases.append(LeaseInfo(lid, g.borrower, g.lender, g.gpu_type, g.units,
+                                        a.job_id, self.now, g.expires_at))
+                self.events.append((self.now, "lease_start", a.job_id,
+                                    {"lease": lid, "lender": g.lender, "expires": g.expires_at}))
             self.running[a.job_id] = RunningJob(req, a.placements, self.now, tuple(leases))
             self.events.append((self.now, "admit", a.job_id, {"notes": a.notes}))
         return res

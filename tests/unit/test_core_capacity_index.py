@@ -15,11 +15,10 @@ from tests.unit.test_core_properties import clusters, jobs
 
 
 def snapshot_of(idx: CapacityIndex) -> tuple:
-    caps = {
-        n: (c.free_whole, round(c.used_frac, 9), dict(c.mig_free), round(c.share_free, 9))
-        for n, c in idx.caps.items()
-    }
-    per_node_whole = {(t, k, n) for t, bs in idx.whole.items() for k, b in enumerate(bs) for n in b}
+    caps = {n: (c.free_whole, round(c.used_frac, 9), dict(c.mig_free), round(c.share_free, 9))
+            for n, c in idx.caps.items()}
+    per_node_whole = {(t, k, n) for t, bs in idx.whole.items() for k, b in enumerate(bs)
+                      for n in b}
     mig = {(t, p, n, c) for t, ps in idx.mig.items() for p, d in ps.items() for n, c in d.items()}
     share = {(t, n, round(v, 9)) for t, d in idx.share.items() for n, v in d.items()}
     return caps, per_node_whole, mig, share

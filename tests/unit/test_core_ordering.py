@@ -33,19 +33,10 @@ def test_lowest_dominant_share_first() -> None:
 def test_team_weight_divides_share() -> None:
     teams = {"x": TeamInfo("x", "p", weight=4), "y": TeamInfo("y", "p", weight=1)}
     nodes = [node("a", "a100-80g", 4)]
-    run = [
-        running(job("bx", team="x"), whole("a", "a100-80g", (0, 1))),  # 20 CU / 4 = 5
-        running(job("by", team="y"), whole("a", "a100-80g", (2,))),
-    ]  # 10 CU / 1 = 10
-    res = schedule(
-        snap(
-            nodes,
-            [job("jy", team="y"), job("jx", team="x", submitted_at=5)],
-            running=run,
-            teams=teams,
-            now=10,
-        )
-    )
+    run = [running(job("bx", team="x"), whole("a", "a100-80g", (0, 1))),  # 20 CU / 4 = 5
+           running(job("by", team="y"), whole("a", "a100-80g", (2,)))]  # 10 CU / 1 = 10
+    res = schedule(snap(nodes, [job("jy", team="y"), job("jx", team="x", submitted_at=5)],
+                        running=run, teams=teams, now=10))
     assert admitted(res) == ["jx"]
 
 
@@ -63,15 +54,9 @@ def test_pool_below_guarantee_first() -> None:
     pools = {"p": PoolInfo("p"), "g": PoolInfo("g", guaranteed={"a100-80g": 20})}
     teams = {"t": TeamInfo("t", "p"), "u": TeamInfo("u", "g")}
     nodes = [node("a", "a100-80g", 1)]
-    res = schedule(
-        snap(
-            nodes,
-            [job("jp", submitted_at=0), job("jg", team="u", pool="g", submitted_at=50)],
-            pools=pools,
-            teams=teams,
-            now=60,
-        )
-    )
+    res = schedule(snap(nodes, [job("jp", submitted_at=0),
+                                job("jg", team="u", pool="g", submitted_at=50)],
+                        pools=pools, teams=teams, now=60))
     assert admitted(res) == ["jg"]
 
 
@@ -79,14 +64,8 @@ def test_fifo_within_team_and_backfill_past_a_big_job() -> None:
     nodes = [node("a", "a100-80g", 4)]
     big = job("big", gpus=8, submitted_at=0)
     small = job("small", gpus=2, submitted_at=1)
-    res = schedule(
-        snap(
-            nodes + [node("b", "a100-80g", 8)],
-            [big, small],
-            running=[running(job("r"), whole("b", "a100-80g", (0,)))],
-            now=10,
-        )
-    )
+    res = schedule(snap(nodes + [node("b", "a100-80g", 8)], [big, small],
+                        running=[running(job("r"), whole("b", "a100-80g", (0,)))], now=10))
     assert admitted(res) == ["small"]
     assert "needs 8 x a100-80g" in res.reasons["big"]
 
@@ -95,10 +74,8 @@ def _reservation_case(small, now=2000.0):
     nodes = [node("n0", "a100-80g", 8), node("n1", "a100-80g", 8)]
     r1 = job("r1", gpus=4, duration_estimate_s=100)
     r2 = job("r2", gpus=6, duration_estimate_s=5000)
-    run = [
-        running(r1, whole("n0", "a100-80g", (0, 1, 2, 3)), started_at=1950),
-        running(r2, whole("n1", "a100-80g", (0, 1, 2, 3, 4, 5)), started_at=1000),
-    ]
+    run = [running(r1, whole("n0", "a100-80g", (0, 1, 2, 3)), started_at=1950),
+           running(r2, whole("n1", "a100-80g", (0, 1, 2, 3, 4, 5)), started_at=1000)]
     big = job("big", gpus=8, submitted_at=0)
     cfg = SchedulerConfig(reservation_after_s=1800)
     return schedule(snap(nodes, [big, small], running=run, now=now, config=cfg))
@@ -132,13 +109,9 @@ def test_no_reservation_before_threshold() -> None:
 
 def test_team_quota_blocks_and_explains() -> None:
     teams = {"t": TeamInfo("t", "p", quota_units=30)}
-    res = schedule(
-        snap(
-            [node("a", "a100-80g", 8)],
-            [job("x", gpus=2), job("y", gpus=2, submitted_at=1)],
-            teams=teams,
-        )
-    )
+    res = schedule(snap([node("a", "a100-80g", 8)], [job("x", gpus=2), job("y", gpus=2,
+                                                                         submitted_at=1)],
+                        teams=teams))
     assert admitted(res) == ["x"]
     assert res.reasons["y"].startswith("team t at quota 20/30 CU")
 

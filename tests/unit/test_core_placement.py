@@ -96,9 +96,8 @@ def test_mig_auto_18gb_takes_2g20gb_slice() -> None:
 def test_mig_auto_falls_back_to_cheapest_whole_card() -> None:
     layout = {0: ("2g.20gb",)}
     nodes = [node("a", "a100-80g", 2, mig=layout), node("v", "v100-16g", 2)]
-    busy = running(
-        job("b"), ReplicaPlacement(0, "a", "a100-80g", (), mig=((0, 0, "2g.20gb"),), units=2.857)
-    )
+    busy = running(job("b"), ReplicaPlacement(0, "a", "a100-80g", (), mig=((0, 0, "2g.20gb"),),
+                                              units=2.857))
     res = schedule(snap(nodes, [job("m", mig="auto", min_gpu_memory_gb=12)], running=[busy]))
     (p,) = placed(res, "m")
     assert p.gpu_type == "v100-16g"  # 4 CU whole V100 beats a 10 CU A100
@@ -121,10 +120,8 @@ def test_shares_never_exceed_one_card() -> None:
 
 def test_share_memory_never_exceeds_card() -> None:
     nodes = [node("r", "rtx4090-24g", 1)]
-    jobs = [
-        job("s0", gpu_share=0.3, min_gpu_memory_gb=14),
-        job("s1", gpu_share=0.3, min_gpu_memory_gb=14, submitted_at=1),
-    ]
+    jobs = [job("s0", gpu_share=0.3, min_gpu_memory_gb=14),
+            job("s1", gpu_share=0.3, min_gpu_memory_gb=14, submitted_at=1)]
     res = schedule(snap(nodes, jobs))
     assert [a.job_id for a in res.admissions] == ["s0"]
 
@@ -150,16 +147,15 @@ def test_binpack_gang_uses_fewest_nodes() -> None:
 
 def test_spread_puts_replicas_on_distinct_nodes() -> None:
     nodes = [node(f"n{i}", "a100-80g", 8) for i in range(4)]
-    ps = placed(
-        schedule(snap(nodes, [job("s", gpus=1, replicas=3, min_available=3, placement="spread")])),
-        "s",
-    )
+    ps = placed(schedule(snap(nodes, [job("s", gpus=1, replicas=3, min_available=3,
+                                              placement="spread")])), "s")
     assert len({p.node for p in ps}) == 3
 
 
 def test_spread_gang_waits_when_too_few_nodes() -> None:
     nodes = [node(f"n{i}", "a100-80g", 8) for i in range(2)]
-    res = schedule(snap(nodes, [job("s", gpus=1, replicas=3, min_available=3, placement="spread")]))
+    res = schedule(snap(nodes, [job("s", gpus=1, replicas=3, min_available=3,
+                                    placement="spread")]))
     assert placed(res, "s") is None
 
 
@@ -190,11 +186,8 @@ def test_gang_never_mixes_types_unless_allowed() -> None:
 
 
 def test_same_rack_gang_stays_in_one_rack() -> None:
-    nodes = [
-        node("x0", "a100-80g", 4, rack="r1"),
-        node("y0", "a100-80g", 8, rack="r2"),
-        node("y1", "a100-80g", 8, rack="r2"),
-    ]
+    nodes = [node("x0", "a100-80g", 4, rack="r1"), node("y0", "a100-80g", 8, rack="r2"),
+             node("y1", "a100-80g", 8, rack="r2")]
     g = job("g", gpus=4, replicas=3, min_available=3, topology="same_rack")
     ps = placed(schedule(snap(nodes, [g])), "g")
     assert {p.node for p in ps} <= {"y0", "y1"}
@@ -202,9 +195,8 @@ def test_same_rack_gang_stays_in_one_rack() -> None:
 
 def test_same_node_gang_needs_one_node() -> None:
     nodes = [node("n0", "a100-80g", 4), node("n1", "a100-80g", 4)]
-    res = schedule(
-        snap(nodes, [job("g", gpus=4, replicas=2, min_available=2, topology="same_node")])
-    )
+    res = schedule(snap(nodes, [job("g", gpus=4, replicas=2, min_available=2,
+                                    topology="same_node")]))
     assert "g" in res.unschedulable
 
 
@@ -290,10 +282,8 @@ def test_fragmentation_score_keeps_room_for_the_expected_mix() -> None:
     from app.scheduling.model import SchedulerConfig
 
     nodes = [node("a", "a100-80g", 8), node("b", "a100-80g", 8)]
-    run = [
-        running(job("ra"), whole("a", "a100-80g", (0, 1, 2))),
-        running(job("rb"), whole("b", "a100-80g", (0, 1, 2, 3))),
-    ]
+    run = [running(job("ra"), whole("a", "a100-80g", (0, 1, 2))),
+           running(job("rb"), whole("b", "a100-80g", (0, 1, 2, 3)))]
     s = snap(nodes, [], running=run)
     mix = WorkloadMix((MixEntry(gpus=4, gpu_share=0.0, cpu=1, memory_gb=1, weight=10),))
 

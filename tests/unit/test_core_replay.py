@@ -44,8 +44,7 @@ def test_replay_timeline_and_result_shape() -> None:
     assert jobs["second"]["start_s"] == 100 and jobs["second"]["end_s"] == 125
     assert jobs["second"]["wait_s"] == 90
     assert jobs["small"]["start_s"] == 10 and jobs["small"]["allocations"][0]["gpu_type"] == (
-        "v100-16g"
-    )
+        "v100-16g")
     assert jobs["huge"]["status"] == "unschedulable"
     s = doc["summary"]
     assert s["jobs"] == 4 and s["finished"] == 3 and s["makespan_s"] == 125
@@ -56,19 +55,8 @@ def test_replay_timeline_and_result_shape() -> None:
     types = [e["type"] for e in doc["events"]]
     assert types.count("admit") == 3 and types.count("finish") == 3
     for j in doc["jobs"]:
-        assert {
-            "name",
-            "team",
-            "pool",
-            "priority",
-            "submit_s",
-            "start_s",
-            "end_s",
-            "wait_s",
-            "status",
-            "allocations",
-            "preemptions",
-        } <= set(j)
+        assert {"name", "team", "pool", "priority", "submit_s", "start_s", "end_s", "wait_s",
+                "status", "allocations", "preemptions"} <= set(j)
 
 
 def test_preemption_requeues_with_original_submit_and_counts_wait() -> None:

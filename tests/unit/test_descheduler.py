@@ -12,7 +12,8 @@ def test_p0_room_evicts_p2_before_p1() -> None:
         running(job("p1", prio="P1", gpus=4), "a0", "a100", (0, 1, 2, 3), started_at=0),
         running(job("p2", prio="P2", gpus=4), "a0", "a100", (4, 5, 6, 7), started_at=0),
     ]
-    snap = snapshot([node("a0", "a100", 8)], POOLS, [job("rec", prio="P0", gpus=4)], run, now=1000)
+    snap = snapshot([node("a0", "a100", 8)], POOLS, [job("rec", prio="P0", gpus=4)], run,
+                    now=1000)
     res = deschedule(snap)
     assert [(p.job_id, p.by_job) for p in res.preemptions] == [("p2", "rec")]
     assert res.preemptions[0].reason.startswith("descheduler: room for P0 job rec")
@@ -21,7 +22,8 @@ def test_p0_room_evicts_p2_before_p1() -> None:
 
 def test_nothing_to_do_without_pending_p0() -> None:
     run = [running(job("p2", prio="P2", gpus=8), "a0", "a100", tuple(range(8)), started_at=0)]
-    snap = snapshot([node("a0", "a100", 8)], POOLS, [job("p1", prio="P1", gpus=2)], run, now=1000)
+    snap = snapshot([node("a0", "a100", 8)], POOLS, [job("p1", prio="P1", gpus=2)], run,
+                    now=1000)
     res = deschedule(snap)
     assert res.preemptions == [] and res.admissions == []
 
@@ -30,16 +32,10 @@ def two_fragmented_nodes(per_node: int, pending_prio: str = "P1", **kw):
     run = []
     for n in ("a0", "a1"):
         for d in range(per_node):
-            run.append(
-                running(job(f"{n}-s{d}", prio="P2", gpus=1, **kw), n, "a100", (d,), started_at=0)
-            )
-    return snapshot(
-        [node("a0", "a100", 8), node("a1", "a100", 8)],
-        POOLS,
-        [job("big", prio=pending_prio, gpus=8)],
-        run,
-        now=1000,
-    )
+            run.append(running(job(f"{n}-s{d}", prio="P2", gpus=1, **kw), n, "a100", (d,),
+                               started_at=0))
+    return snapshot([node("a0", "a100", 8), node("a1", "a100", 8)], POOLS,
+                    [job("big", prio=pending_prio, gpus=8)], run, now=1000)
 
 
 def test_defragment_moves_small_jobs_when_all_fit_elsewhere() -> None:

@@ -56,10 +56,7 @@ def test_hand_checked_arithmetic(tmp_path, policy):
     assert run.unallocated_pct_at_100 == pytest.approx(100 / 6, abs=1e-3)
     assert run.dropped == 1
     assert [(p["pod"], p["node"], p["gpu_milli"]) for p in run.placements] == [
-        ("p1", "a", 1000),
-        ("p2", "b", 500),
-        ("p4", "b", 500),
-    ]
+        ("p1", "a", 1000), ("p2", "b", 500), ("p4", "b", 500)]
     assert run.placements[0]["gpus"] == [0, 1] and run.placements[1]["gpus"] == [0]
     assert check_placements(nodes, pods, run.placements) == []
 
@@ -116,21 +113,13 @@ def test_cluster_refuses_over_allocation(tmp_path):
 
 
 def test_bestfit_and_gpuq_prefer_the_partly_used_card(tmp_path):
-    nodes = read_nodes(
-        write_nodes(
-            tmp_path / "n.csv", [("a", 64000, 10**6, 2, "G2"), ("b", 64000, 10**6, 2, "G2")]
-        )
-    )
-    pods = read_pods(
-        write_pods(
-            tmp_path / "p.csv",
-            [
-                ("w", 1000, 10, 1, 1000, "", "", "", 0, 0, 0),
-                ("s1", 1000, 10, 1, 500, "", "", "", 0, 0, 0),
-                ("s2", 1000, 10, 1, 500, "", "", "", 0, 0, 0),
-            ],
-        )
-    )
+    nodes = read_nodes(write_nodes(tmp_path / "n.csv", [("a", 64000, 10**6, 2, "G2"),
+                                                        ("b", 64000, 10**6, 2, "G2")]))
+    pods = read_pods(write_pods(tmp_path / "p.csv", [
+        ("w", 1000, 10, 1, 1000, "", "", "", 0, 0, 0),
+        ("s1", 1000, 10, 1, 500, "", "", "", 0, 0, 0),
+        ("s2", 1000, 10, 1, 500, "", "", "", 0, 0, 0),
+    ]))
     for policy in ("bestfit", "gpuq", "fgd"):
         cl = FillCluster(nodes)
         pol = make_policy(policy, random.Random(0), pods, nodes, {})
@@ -144,15 +133,12 @@ def test_bestfit_and_gpuq_prefer_the_partly_used_card(tmp_path):
 def test_summarize_takes_medians():
     runs = []
     for seed, alloc in ((1, 90.0), (2, 96.0), (3, 94.0)):
-        runs.append(
-            FillRun(seed=seed, policy="gpuq", total_gpus=10, curve=[(99, alloc - 1), (100, alloc)])
-        )
+        runs.append(FillRun(seed=seed, policy="gpuq", total_gpus=10,
+                            curve=[(99, alloc - 1), (100, alloc)]))
     doc = summarize(runs)
     assert doc["unallocated_pct_at_100"] == 6.0
-    assert doc["curve"] == [
-        {"arrived_pct": 99, "allocation_pct": 93.0},
-        {"arrived_pct": 100, "allocation_pct": 94.0},
-    ]
+    assert doc["curve"] == [{"arrived_pct": 99, "allocation_pct": 93.0},
+                            {"arrived_pct": 100, "allocation_pct": 94.0}]
     assert [s["seed"] for s in doc["per_seed"]] == [1, 2, 3]
 
 
@@ -169,15 +155,8 @@ def test_command_writes_api_result_and_report(tmp_path):
     scen = tmp_path / "s.yaml"
     scen.write_text(f"trace: {{format: alibaba-openb, nodes: {np.name}, pods: {pp.name}}}\n")
     out = tmp_path / "r.json"
-    rc = run_fill_command(
-        str(scen),
-        policy="gpuq",
-        seed=1,
-        seeds="1..3",
-        inflate=1.3,
-        out=str(out),
-        report=str(tmp_path / "rep"),
-    )
+    rc = run_fill_command(str(scen), policy="gpuq", seed=1, seeds="1..3", inflate=1.3,
+                          out=str(out), report=str(tmp_path / "rep"))
     assert rc == 0
     doc = json.loads(out.read_text())
     assert doc["protocol"] == "fill" and doc["policy"] == "gpuq" and doc["seeds"] == [1, 2, 3]
@@ -192,22 +171,10 @@ def test_command_writes_api_result_and_report(tmp_path):
 def test_command_rejects_bad_input(tmp_path, capsys):
     scen = tmp_path / "s.yaml"
     scen.write_text("trace: {format: alibaba-openb, nodes: nope.csv, pods: nope.csv}\n")
-    assert (
-        run_fill_command(
-            str(scen), policy="gpuq", seed=1, seeds=None, inflate=1.3, out=None, report=None
-        )
-        == 2
-    )
+    assert run_fill_command(str(scen), policy="gpuq", seed=1, seeds=None, inflate=1.3,
+                            out=None, report=None) == 2
     assert "trace.nodes" in capsys.readouterr().err
-    assert (
-        run_fill_command(
-            str(scen), policy="nope", seed=1, seeds=None, inflate=1.3, out=None, report=None
-        )
-        == 2
-    )
-    assert (
-        run_fill_command(
-            str(scen), policy="gpuq", seed=1, seeds="9..1", inflate=1.3, out=None, report=None
-        )
-        == 2
-    )
+    assert run_fill_command(str(scen), policy="nope", seed=1, seeds=None, inflate=1.3,
+                            out=None, report=None) == 2
+    assert run_fill_command(str(scen), policy="gpuq", seed=1, seeds="9..1", inflate=1.3,
+                            out=None, report=None) == 2

@@ -60,11 +60,8 @@ task_st = st.builds(
     milli=st.sampled_from([100, 250, 500, 810, 1000]),
     types=st.sampled_from([None, frozenset({"t4"}), frozenset({"g2"}), frozenset({"t4", "g2"})]),
     weight=st.floats(0.1, 10),
-).map(
-    lambda t: IntTask(
-        t.cpu, t.mem, t.num, 1000 if t.num > 1 else t.milli if t.num else 0, t.types, t.weight
-    )
-)
+).map(lambda t: IntTask(t.cpu, t.mem, t.num, 1000 if t.num > 1 else t.milli if t.num else 0,
+                        t.types, t.weight))
 
 
 @settings(max_examples=150, deadline=None)
@@ -89,12 +86,10 @@ def _node(shares, cpu_used=0.0):
     return Node("n", "t4", devs, cpu=16, memory_gb=64, cpu_used=cpu_used)
 
 
-MIX = WorkloadMix(
-    (
-        MixEntry(gpus=1, gpu_share=0, cpu=2, memory_gb=4, weight=1),
-        MixEntry(gpus=0, gpu_share=0.5, cpu=2, memory_gb=4, weight=1),
-    )
-)
+MIX = WorkloadMix((
+    MixEntry(gpus=1, gpu_share=0, cpu=2, memory_gb=4, weight=1),
+    MixEntry(gpus=0, gpu_share=0.5, cpu=2, memory_gb=4, weight=1),
+))
 
 
 def test_core_interface_values_in_cards():
@@ -117,20 +112,9 @@ def test_delta_prefers_the_partly_used_card():
 
 def test_types_memory_and_shareability_are_respected():
     v100 = GpuType("v100", 16, 3, shareable=False)
-    mix = WorkloadMix(
-        (
-            MixEntry(gpus=0, gpu_share=0.5, cpu=1, memory_gb=1, weight=1),
-            MixEntry(
-                gpus=1,
-                gpu_share=0,
-                cpu=1,
-                memory_gb=1,
-                gpu_types=("t4",),
-                min_gpu_memory_gb=0,
-                weight=1,
-            ),
-        )
-    )
+    mix = WorkloadMix((MixEntry(gpus=0, gpu_share=0.5, cpu=1, memory_gb=1, weight=1),
+                       MixEntry(gpus=1, gpu_share=0, cpu=1, memory_gb=1, gpu_types=("t4",),
+                                min_gpu_memory_gb=0, weight=1)))
     # on a non-shareable v100 neither kind can run: all free capacity is fragmented
     assert node_fragmentation(Node("n", "v100", [Device(0)], cpu=8, memory_gb=8), v100, mix) == 1
     big = WorkloadMix((MixEntry(gpus=1, gpu_share=0, cpu=1, memory_gb=1, min_gpu_memory_gb=40),))

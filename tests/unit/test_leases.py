@@ -9,10 +9,8 @@ def borrowing_sim(reclaim: str = "always", max_s: float = 1800) -> Sim:
     """p (guarantee 80) runs 8 cards on its guarantee, then y borrows 2 from q."""
     s = Sim(
         nodes=[node("a0", "a100", 8), node("a1", "a100", 8)],
-        pools=[
-            PoolInfo("p", guaranteed={"a100": 80}, reclaim=reclaim, max_borrow_seconds=max_s),
-            PoolInfo("q", guaranteed={"a100": 80}, reclaim=reclaim, max_borrow_seconds=max_s),
-        ],
+        pools=[PoolInfo("p", guaranteed={"a100": 80}, reclaim=reclaim, max_borrow_seconds=max_s),
+               PoolInfo("q", guaranteed={"a100": 80}, reclaim=reclaim, max_borrow_seconds=max_s)],
     )
     s.submit(job("x", gpus=8))
     s.cycle()

@@ -29,11 +29,8 @@ jobs:
 
 
 def events(doc, job=None, kind=None):
-    return [
-        e
-        for e in doc["events"]
-        if (job is None or e["job"] == job) and (kind is None or e["type"] == kind)
-    ]
+    return [e for e in doc["events"]
+            if (job is None or e["job"] == job) and (kind is None or e["type"] == kind)]
 
 
 def run_doc() -> dict:
@@ -47,9 +44,8 @@ def test_lease_reclaim_and_preempt_events_with_times() -> None:
     assert start["t"] == 10 and start["lender"] == "infer" and start["units"] == 20
     assert start["expires_at"] == 610
     # reclaim: always, exactly at expiry, the lease ends as the job is reclaimed
-    assert [
-        (e["type"], e["t"]) for e in events(doc, "borrow") if e["type"] in ("lease_end", "reclaim")
-    ] == [("lease_end", 610), ("reclaim", 610)]
+    assert [(e["type"], e["t"]) for e in events(doc, "borrow")
+            if e["type"] in ("lease_end", "reclaim")] == [("lease_end", 610), ("reclaim", 610)]
     # P0 takes its pool's guarantee back from the P2 job of the same pool
     (pre,) = events(doc, "scav", "preempt")
     assert pre["t"] == 900 and pre["by"] == "urgent" and "P0 > P2" in pre["reason"]

@@ -31,10 +31,8 @@ def test_lease_created_above_guarantee_names_lender() -> None:
 
 
 def test_lease_expiry_is_stricter_of_both_pools() -> None:
-    pools = [
-        PoolInfo("p", guaranteed={"a100": 80}, max_borrow_seconds=3000),
-        PoolInfo("q", guaranteed={"a100": 80}, max_borrow_seconds=600),
-    ]
+    pools = [PoolInfo("p", guaranteed={"a100": 80}, max_borrow_seconds=3000),
+             PoolInfo("q", guaranteed={"a100": 80}, max_borrow_seconds=600)]
     x = job("x", gpus=8)
     full = [running(x, "a0", "a100", tuple(range(8)))]
     res = schedule(snapshot(A, pools, [job("y", gpus=1)], full))
@@ -60,10 +58,8 @@ def test_shared_capacity_split_by_weight_among_active_pools() -> None:
 
 
 def test_lend_limit_caps_lending() -> None:
-    pools = [
-        PoolInfo("p", guaranteed={"a100": 80}),
-        PoolInfo("q", guaranteed={"a100": 80}, lend_limit={"a100": 20}),
-    ]
+    pools = [PoolInfo("p", guaranteed={"a100": 80}),
+             PoolInfo("q", guaranteed={"a100": 80}, lend_limit={"a100": 20})]
     x = job("x", gpus=8)
     lg = ledger(pools, run=[running(x, "a0", "a100", tuple(range(8)))])
     assert lg.lendable("q", "a100") == 20
@@ -73,10 +69,8 @@ def test_lend_limit_caps_lending() -> None:
 
 
 def test_borrow_limit_caps_borrowing() -> None:
-    pools = [
-        PoolInfo("p", guaranteed={"a100": 80}, borrow_limit=10),
-        PoolInfo("q", guaranteed={"a100": 80}),
-    ]
+    pools = [PoolInfo("p", guaranteed={"a100": 80}, borrow_limit=10),
+             PoolInfo("q", guaranteed={"a100": 80})]
     x = job("x", gpus=8)
     lg = ledger(pools, run=[running(x, "a0", "a100", tuple(range(8)))])
     assert isinstance(lg.plan(job("y"), {"a100": 10}), Charge)
@@ -96,13 +90,8 @@ def test_usage_borrowed_and_lent() -> None:
     x = job("x", gpus=8)
     y = job("y", gpus=2)
     lease = LeaseInfo("L1", "p", "q", "a100", 20, "y", 0, 1800)
-    lg = ledger(
-        pools,
-        run=[
-            running(x, "a0", "a100", tuple(range(8))),
-            running(y, "a1", "a100", (0, 1), leases=(lease,)),
-        ],
-    )
+    lg = ledger(pools, run=[running(x, "a0", "a100", tuple(range(8))),
+                            running(y, "a1", "a100", (0, 1), leases=(lease,))])
     p, q = lg.usage("p")["a100"], lg.usage("q")["a100"]
     assert (p.guaranteed, p.used, p.borrowed, p.lent, p.idle) == (80, 100, 20, 0, 0)
     assert (q.guaranteed, q.used, q.borrowed, q.lent, q.idle) == (80, 0, 0, 20, 60)

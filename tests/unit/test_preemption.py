@@ -60,33 +60,22 @@ def test_cheapest_victim_by_lost_cu_seconds() -> None:
 def test_min_run_time_protects_fresh_jobs() -> None:
     snap = one_node_full(
         (job("fresh", prio="P2", gpus=8), tuple(range(8)), 990.0),
-        pending=[job("j", prio="P0", gpus=8)],
-        min_run_time_s=60,
+        pending=[job("j", prio="P0", gpus=8)], min_run_time_s=60,
     )
     res = schedule(snap)
     assert res.preemptions == [] and "j" in res.reasons
 
 
 def test_min_run_time_does_not_protect_against_lease_reclaim() -> None:
-    pools = [
-        PoolInfo("p", guaranteed={"a100": 40}, reclaim="when_needed"),
-        PoolInfo("q", guaranteed={"a100": 40}, reclaim="when_needed"),
-    ]
+    pools = [PoolInfo("p", guaranteed={"a100": 40}, reclaim="when_needed"),
+             PoolInfo("q", guaranteed={"a100": 40}, reclaim="when_needed")]
     b = job("b", gpus=4)
     lease = LeaseInfo("L1", "p", "q", "a100", 40, "b", 0, 10)
     mine = job("mine", gpus=4)
-    run = [
-        running(mine, "a0", "a100", (0, 1, 2, 3), started_at=0),
-        running(b, "a0", "a100", (4, 5, 6, 7), started_at=5, leases=(lease,)),
-    ]
-    snap = snapshot(
-        [node("a0", "a100", 8)],
-        pools,
-        [job("z", pool="q", gpus=4)],
-        run,
-        now=20,
-        min_run_time_s=600,
-    )
+    run = [running(mine, "a0", "a100", (0, 1, 2, 3), started_at=0),
+           running(b, "a0", "a100", (4, 5, 6, 7), started_at=5, leases=(lease,))]
+    snap = snapshot([node("a0", "a100", 8)], pools, [job("z", pool="q", gpus=4)], run,
+                    now=20, min_run_time_s=600)
     res = schedule(snap)
     assert [(p.job_id, p.kind) for p in res.preemptions] == [("b", "reclaim")]
 
@@ -103,21 +92,12 @@ def test_never_preempt_when_it_would_not_fit_even_after() -> None:
 
 def test_whole_gang_is_the_victim() -> None:
     gang = job("gang", prio="P2", gpus=4, replicas=2, min_available=2)
-    r = RunningJob(
-        gang,
-        (
-            ReplicaPlacement(0, "a0", "a100", (0, 1, 2, 3), units=40, cpu=1, memory_gb=1),
-            ReplicaPlacement(1, "a1", "a100", (0, 1, 2, 3), units=40, cpu=1, memory_gb=1),
-        ),
-        0.0,
-    )
-    snap = snapshot(
-        [node("a0", "a100", 4), node("a1", "a100", 4)],
-        POOLS,
-        [job("p0", prio="P0", gpus=4)],
-        [r],
-        now=1000,
-    )
+    r = RunningJob(gang, (
+        ReplicaPlacement(0, "a0", "a100", (0, 1, 2, 3), units=40, cpu=1, memory_gb=1),
+        ReplicaPlacement(1, "a1", "a100", (0, 1, 2, 3), units=40, cpu=1, memory_gb=1),
+    ), 0.0)
+    snap = snapshot([node("a0", "a100", 4), node("a1", "a100", 4)], POOLS,
+                    [job("p0", prio="P0", gpus=4)], [r], now=1000)
     res = schedule(snap)
     assert victims(res) == ["gang"]
     assert res.admissions[0].job_id == "p0"
@@ -160,7 +140,8 @@ def test_thrash_guard_refuses_preempting_back() -> None:
     b = job("b", prio="P1", gpus=8, last_preempted_by="a", last_preempted_at=900.0)
     snap = one_node_full((a, tuple(range(8)), 0.0), pending=[b], thrash_window_s=600)
     assert schedule(snap).preemptions == []
-    snap = one_node_full((a, tuple(range(8)), 0.0), pending=[b], now=1600.0, thrash_window_s=600)
+    snap = one_node_full((a, tuple(range(8)), 0.0), pending=[b], now=1600.0,
+                         thrash_window_s=600)
     assert victims(schedule(snap)) == ["a"]
 
 

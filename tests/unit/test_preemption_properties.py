@@ -20,43 +20,32 @@ POOL_NAMES = ["p", "q", "r"]
 
 @st.composite
 def scenarios(draw):
-    nodes = [node(f"a{i}", "a100", draw(st.integers(2, 8))) for i in range(draw(st.integers(1, 3)))]
-    nodes += [
-        node(f"v{i}", "v100", draw(st.integers(2, 8))) for i in range(draw(st.integers(0, 2)))
-    ]
+    nodes = [node(f"a{i}", "a100", draw(st.integers(2, 8)))
+             for i in range(draw(st.integers(1, 3)))]
+    nodes += [node(f"v{i}", "v100", draw(st.integers(2, 8)))
+              for i in range(draw(st.integers(0, 2)))]
     pools = []
     for name in POOL_NAMES[: draw(st.integers(2, 3))]:
-        guaranteed = {
-            t: draw(st.sampled_from([0, 20, 40, 80, 200]))
-            for t in draw(st.sets(st.sampled_from(["a100", "v100"])))
-        }
-        pools.append(
-            PoolInfo(
-                name,
-                guaranteed=guaranteed,
-                borrow_limit=draw(st.sampled_from([None, 0, 20, 60])),
-                lend_limit=draw(st.sampled_from([{}, {"a100": 10}, {"a100": 40}])),
-                max_borrow_seconds=draw(st.sampled_from([100, 300, 1800])),
-                reclaim=draw(st.sampled_from(["always", "when_needed"])),
-                weight=draw(st.sampled_from([1, 2])),
-            )
-        )
+        guaranteed = {t: draw(st.sampled_from([0, 20, 40, 80, 200]))
+                      for t in draw(st.sets(st.sampled_from(["a100", "v100"])))}
+        pools.append(PoolInfo(
+            name, guaranteed=guaranteed,
+            borrow_limit=draw(st.sampled_from([None, 0, 20, 60])),
+            lend_limit=draw(st.sampled_from([{}, {"a100": 10}, {"a100": 40}])),
+            max_borrow_seconds=draw(st.sampled_from([100, 300, 1800])),
+            reclaim=draw(st.sampled_from(["always", "when_needed"])),
+            weight=draw(st.sampled_from([1, 2])),
+        ))
     jobs = []
     for i in range(draw(st.integers(1, 25))):
-        jobs.append(
-            dict(
-                at=draw(st.integers(0, 6)),
-                req=job(
-                    f"j{i}",
-                    pool=draw(st.sampled_from([p.name for p in pools])),
+        jobs.append(dict(
+            at=draw(st.integers(0, 6)),
+            req=job(f"j{i}", pool=draw(st.sampled_from([p.name for p in pools])),
                     prio=draw(st.sampled_from(list(PRIO))),
-                    gpus=draw(st.integers(1, 8)),
-                    replicas=(n := draw(st.integers(1, 2))),
-                    min_available=n,
-                ),
-                runtime=draw(st.sampled_from([50, 200, 1000, 5000])),
-            )
-        )
+                    gpus=draw(st.integers(1, 8)), replicas=(n := draw(st.integers(1, 2))),
+                    min_available=n),
+            runtime=draw(st.sampled_from([50, 200, 1000, 5000])),
+        ))
     dt = draw(st.sampled_from([30, 100, 400]))
     return nodes, pools, jobs, dt
 

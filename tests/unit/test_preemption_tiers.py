@@ -12,36 +12,22 @@ def tiers_sim() -> Sim:
     cfg = load_config_text((files("app") / "config" / "tiers.yaml").read_text())
     m = cluster_model(cfg)
     return Sim(
-        nodes=m.nodes,
-        pools=list(m.pools.values()),
-        types=m.gpu_types,
-        teams=m.teams,
-        config={
-            "min_run_time_s": m.scheduler.min_run_time_s,
-            "thrash_window_s": m.scheduler.thrash_window_s,
-        },
+        nodes=m.nodes, pools=list(m.pools.values()), types=m.gpu_types, teams=m.teams,
+        config={"min_run_time_s": m.scheduler.min_run_time_s,
+                "thrash_window_s": m.scheduler.thrash_window_s},
     )
 
 
 def a100_cu(s: Sim, pool: str) -> float:
-    return sum(
-        p.units
-        for r in s.running.values()
-        if r.request.pool == pool
-        for p in r.placements
-        if p.gpu_type == "a100-80g"
-    )
+    return sum(p.units for r in s.running.values() if r.request.pool == pool
+               for p in r.placements if p.gpu_type == "a100-80g")
 
 
 def test_config_is_the_article_split() -> None:
     s = tiers_sim()
     pools = {p.name: p for p in s.pools}
-    total = sum(
-        t.weight * len(n.devices)
-        for n in s.nodes
-        for t in [s.types.get(n.gpu_type or "")]
-        if t and t.name == "a100-80g"
-    )
+    total = sum(t.weight * len(n.devices) for n in s.nodes for t in [s.types.get(n.gpu_type or "")]
+                if t and t.name == "a100-80g")
     assert pools["online"].guaranteed["a100-80g"] == 0.3 * total
     assert pools["finetune"].guaranteed["a100-80g"] == 0.7 * total
 
@@ -53,27 +39,19 @@ def test_p0_reservation_holds_under_load() -> None:
     for i in range(60):
         s.submit(job(f"ft{i}", pool="finetune", team="llm", gpus=1, gpu_types=a100))
     for i in range(40):
-        s.submit(
-            job(
-                f"etl{i}",
-                pool="preprocess",
-                team="etl",
-                prio="P2",
-                gpus=1,
-                gpu_types=("rtx4090-24g",),
-            )
-        )
+        s.submit(job(f"etl{i}", pool="preprocess", team="etl", prio="P2", gpus=1,
+                     gpu_types=("rtx4090-24g",)))
     s.cycle()
     assert a100_cu(s, "finetune") == 400  # all A100s busy: 280 own + 120 borrowed
     borrowers = {j for j, r in s.running.items() if r.leases}
-    assert len(borrowers) == 12 and all(
-        r.lender == "online" for j in borrowers for r in s.running[j].leases
-    )
+    assert len(borrowers) == 12 and all(r.lender == "online" for j in borrowers
+                                        for r in s.running[j].leases)
     s.advance(120)
     s.cycle()
     # P0 arrives for its whole reservation: admitted at once, only borrowers preempted
     for i in range(3):
-        s.submit(job(f"rec{i}", pool="online", team="recsys", prio="P0", gpus=4, gpu_types=a100))
+        s.submit(job(f"rec{i}", pool="online", team="recsys", prio="P0", gpus=4,
+                     gpu_types=a100))
     res = s.cycle()
     assert {a.job_id for a in res.admissions} >= {"rec0", "rec1", "rec2"}
     victims = {p.job_id for p in res.preemptions}
@@ -95,11 +73,8 @@ def test_p0_reservation_holds_under_load() -> None:
 def test_p1_preempts_p2_on_shared_v100() -> None:
     s = tiers_sim()
     for i in range(16):
-        s.submit(
-            job(
-                f"etl{i}", pool="preprocess", team="etl", prio="P2", gpus=1, gpu_types=("v100-16g",)
-            )
-        )
+        s.submit(job(f"etl{i}", pool="preprocess", team="etl", prio="P2", gpus=1,
+                     gpu_types=("v100-16g",)))
     s.cycle()
     s.advance(120)
     s.submit(job("ft-v", pool="finetune", team="llm", gpus=2, gpu_types=("v100-16g",)))

@@ -40,7 +40,17 @@ class TuningUpdate(BaseModel):
 
 def _body(session: SessionDep) -> dict[str, Any]:
     state = load_state(session)
-    return {**state, "weights": current_weights(session)}
+    history = load_history(session)
+
+    def latest(action: str) -> dict[str, Any] | None:
+        return next((e for e in reversed(history) if e["action"] == action), None)
+
+    return {
+        **state,
+        "weights": current_weights(session),
+        "last_proposal": latest("proposed"),
+        "last_change": latest("applied"),
+    }
 
 
 @router.get("")
