@@ -47,6 +47,11 @@ from app.scheduling.model import Node, ReplicaPlacement
 log = logging.getLogger(__name__)
 
 TERMINAL = ("succeeded", "failed", "gone")
+# A bind attempt stopped before the watch showed any of its Pods counts as
+# draining until the watch shows them (then their own state decides) or, should
+# that never happen (the Pods were created and deleted between two lists), for
+# at most this long.
+UNSEEN_STOPPED_S = 120.0
 
 
 @dataclass(slots=True)
@@ -59,6 +64,7 @@ class _Track:
     reported: str = "pending"
     stopped: bool = False
     seen: bool = True  # False between bind() and the watch showing its Pods
+    stopped_at: float | None = None  # monotonic time of the stop (see draining_job_ids)
 
 
 @dataclass(slots=True)
@@ -220,8 +226,9 @@ class KubernetesCluster:
         bind_id = uuid.uuid4().hex[:5]
         with self._lock:
             old = self._tracks.get(req.job_id)
-            if old is not None:
+            if old is not None and not old.stopped:
                 old.stopped = True
+                old.stopped_at = time.monotonic()
             self._tracks[req.job_id] = _Track(bind_id, len(req.placements), seen=False)
         nodes = {n["metadata"]["name"]: n for n in self.nodes.items()}
         created: list[tuple[str, str]] = []
@@ -279,6 +286,9 @@ class KubernetesCluster:
             t = self._tracks.get(job_id)
             if t is not None:
                 t.stopped = True
+                t.stopped_at = time.monotonic()
+                if not created:
+                    t.seen = True  # no Pod was made: nothing to wait for
         for ns, name in created:
             self._delete(ns, name, 0)
 
@@ -302,6 +312,8 @@ class KubernetesCluster:
         with self._lock:
             t = self._tracks.get(job_id)
             if t is not None:
+                if not t.stopped:
+                    t.stopped_at = time.monotonic()
                 t.stopped = True
             else:
                 self._tracks[job_id] = _Track("", 0, stopped=True)
@@ -368,9 +380,10 @@ class KubernetesCluster:
                     return
                 t = _Track(bind_id, int(labels.get(L.REPLICAS, "1") or 1))
                 self._tracks[job_id] = t
+            if bind_id == t.bind_id:
+                t.seen = True  # even when stopped: draining_job_ids follows its Pods now
             if t.stopped or bind_id != t.bind_id or t.reported in TERMINAL:
                 return
-            t.seen = True
             if type_ == "DELETED":
                 t.reported = "gone"
                 self._events.append(JobStatusEvent(
@@ -411,7 +424,13 @@ class KubernetesCluster:
         attempt, terminating Pods seen after a restart. Their capacity is not
         free until the watch shows them deleted or finished."""
         with self._lock:
-            out = set()
+            now = time.monotonic()
+            out = {  # stopped before the watch showed their Pods: assume they hold
+                j
+                for j, t in self._tracks.items()
+                if t.stopped and not t.seen and t.bind_id and t.stopped_at is not None
+                and now - t.stopped_at < UNSEEN_STOPPED_S
+            }
             for job_id, pods in self._by_job.items():
                 t = self._tracks.get(job_id)
                 for p in pods.values():

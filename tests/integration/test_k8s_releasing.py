@@ -266,3 +266,30 @@ def test_crash_after_a_move_before_the_old_pods_stop(kube, db_url):  # noqa: F81
         if c2 is not None:
             c2.close()
         engine.dispose()
+
+
+def test_a_stop_before_the_watch_shows_the_pods_still_counts_as_draining(kube):  # noqa: F811
+    """Stopped in the instant between bind and the watch: the cache has no Pod
+    yet, but the server does; the capacity is not released until the watch
+    shows the Pod deleted."""
+    from app.cluster.base import BindRequest
+    from app.scheduling.model import ReplicaPlacement
+
+    kube.honour_grace = True
+    kube.add_node(article_a100("a100-0"))
+    c = make_cluster(kube)  # informers driven by hand: the Pod watch lags
+    try:
+        c.nodes.step()
+        place = ReplicaPlacement(0, "a100-0", "a100-80g", (0, 1), units=20, cpu=1, memory_gb=1)
+        c.bind(BindRequest("7", "j", "nlp", "training", "P1", [place]))
+        assert "7" in c.live_job_ids() and "7" not in c.draining_job_ids()
+        c.stop("7", "cancelled", 30)
+        assert kube.terminating()  # evicted on the server, found by a direct list
+        assert "7" in c.draining_job_ids() and "7" not in c.live_job_ids()
+        c.pods.step()  # the watch catches up: a terminating Pod
+        assert "7" in c.draining_job_ids()
+        kube.finish_terminating()
+        wait_until(lambda: c.pods.step() or "7" not in c.draining_job_ids())
+        assert "7" not in c.running_job_ids()
+    finally:
+        c.close()
