@@ -6,9 +6,10 @@ Prints, in one run, with the machine and its load average:
   POST /v1/jobs:batch), and direct through the store (one transaction per
   job, and batches);
 - end to end, for each backlog size (default 5,000 and 20,000 jobs): the
-  jobs are submitted in batches, then the dispatcher runs passes (the
-  simulated cluster's manual clock moves 10 s per pass, so jobs of 5-10 s
-  finish and free their cards) until every job has been bound; jobs/s is
+  jobs are submitted in batches, then the dispatcher runs passes back to
+  back (the simulated cluster's manual clock moves 1 s per pass, the
+  dispatch interval, and jobs run 1 s, so each pass frees what the previous
+  one bound) until every job has been bound; jobs/s is
   backlog / (submit + dispatch time). Both dispatcher paths run on the same
   database size: ``incremental`` (the in-memory picture, batched writes) and
   ``full-reload`` (the previous path: every live job re-read through the
@@ -98,7 +99,7 @@ def job_specs(n: int, start: int = 0) -> list[JobSpec]:
                 "name": f"j{i}",
                 "team": teams[i % 3],
                 "resources": {"gpus": 1 + i % 2, "gpu_types": [types[teams[i % 3]]]},
-                "duration_estimate_s": 5 + i % 6,
+                "duration_estimate_s": 1,
             }
         )
         for i in range(start, start + n)
@@ -175,7 +176,7 @@ def submit_http(url: str, n_single: int, n_batch: int) -> tuple[float, float]:
     return single, batched
 
 
-def end_to_end(sf, cfg, n: int, incremental: bool, max_passes: int) -> dict:
+def end_to_end(sf, cfg, n: int, incremental: bool, max_passes: int, step_s: float) -> dict:
     clock = ManualClock()
     specs = job_specs(n)
     submit_s = submit_direct(sf, clock, specs, batch=1000)
@@ -197,7 +198,7 @@ def end_to_end(sf, cfg, n: int, incremental: bool, max_passes: int) -> dict:
             bound = s.scalar(
                 select(func.count()).select_from(JobRow).where(JobRow.admitted_at.is_not(None))
             )
-        clock.advance(10)
+        clock.advance(step_s)
     return {
         "submit_s": submit_s,
         "dispatch_s": dispatch_s,
@@ -213,6 +214,12 @@ def main() -> None:
     ap.add_argument("--nodes-scale", type=int, default=10)
     ap.add_argument("--http-jobs", type=int, default=300, help="jobs for the HTTP submit rate")
     ap.add_argument("--max-passes", type=int, default=400)
+    ap.add_argument(
+        "--step-s",
+        type=float,
+        default=1.0,
+        help="cluster seconds per pass (the dispatch interval; jobs run 1 s)",
+    )
     ap.add_argument(
         "--baseline-max-jobs",
         type=int,
@@ -255,7 +262,7 @@ def main() -> None:
                 if not incremental and jobs > args.baseline_max_jobs:
                     continue
                 clear_jobs(engine)
-                r = end_to_end(sf, cfg, jobs, incremental, args.max_passes)
+                r = end_to_end(sf, cfg, jobs, incremental, args.max_passes, args.step_s)
                 sp = r["split"]
                 total = r["submit_s"] + r["dispatch_s"]
                 print(

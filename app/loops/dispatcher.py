@@ -134,6 +134,7 @@ class Dispatcher(LoopService):
         self.picture: QueuePicture | None = QueuePicture() if incremental else None
         self.timings: dict[str, float] = {}  # seconds per step of the last pass
         self._order_written: list[int] | None = None
+        self.reason_refresh_s = 5.0  # see _write_queue
         self.elector = elector
         self.max_retries = max_retries  # a failed run is requeued this many times
         if elector is not None:
@@ -483,7 +484,7 @@ class Dispatcher(LoopService):
                 queue_rows = self._write_queue(session, ctx, result, decided)
             session.commit()
             if self.picture is not None:
-                self.picture.queue_written(queue_rows, self._order_written)
+                self.picture.queue_written(queue_rows, self._order_written, ctx.snapshot.now)
             timings["write"] = time.perf_counter() - t2
         return plan
 
@@ -505,12 +506,26 @@ class Dispatcher(LoopService):
         elif self.picture.written_order != order:
             queue_order.write_order(conn, order, self.picture.owner)
         if self.picture is not None:
-            rows = [
-                {"b_id": int(job_id), "b_rev": ctx.revisions[job_id], "b_reason": new_reason}
-                for job_id, (reason, _) in ctx.pending_meta.items()
-                if job_id not in decided
-                and (new_reason := result.reasons.get(job_id, reason)) != reason
-            ]
+            # A reason whose text changed only in its numbers ("largest free block:
+            # v100-16g 1" -> "0") is rewritten at most every reason_refresh_s per job:
+            # with a large backlog such changes otherwise rewrite thousands of rows a pass.
+            now = ctx.snapshot.now
+            rows = []
+            for job_id, (reason, _) in ctx.pending_meta.items():
+                new_reason = result.reasons.get(job_id, reason)
+                if job_id in decided or new_reason == reason:
+                    continue
+                if (
+                    reason is not None
+                    and new_reason is not None
+                    and self.picture.reason_is_fresh(
+                        job_id, reason, new_reason, now, self.reason_refresh_s
+                    )
+                ):
+                    continue
+                rows.append(
+                    {"b_id": int(job_id), "b_rev": ctx.revisions[job_id], "b_reason": new_reason}
+                )
             if rows:
                 conn.execute(
                     _WRITE_REASONS,

@@ -26,6 +26,7 @@ leader) and every ``full_reload_s`` as a safety net.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections import defaultdict
@@ -73,6 +74,7 @@ from app.store.orm import (
 from app.store.queue_order import last_writer
 
 LIVE = ("pending", *sorted(ACTIVE))
+_DIGITS = re.compile(r"\d+(\.\d+)?")
 XMIN = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
 JOBS = JobRow.__table__
 JOB_COLUMNS = (
@@ -101,6 +103,7 @@ class JobEntry:
     position: int | None
     request: JobRequest
     running: RunningJob | None = None
+    reason_at: float | None = None  # when this picture last wrote the reason (clock epoch)
 
 
 @dataclass
@@ -274,12 +277,22 @@ class QueuePicture:
 
     # after a commit ------------------------------------------------------------
 
-    def queue_written(self, rows: list[dict[str, Any]], order: list[int] | None) -> None:
+    def queue_written(
+        self, rows: list[dict[str, Any]], order: list[int] | None, at: float = 0.0
+    ) -> None:
         """Reasons and the order the dispatcher committed (they take no revision,
         so the next refresh would not re-read them)."""
         for r in rows:
             e = self.entries.get(int(r["b_id"]))
             if e is not None and e.revision == r["b_rev"]:
-                e.reason = r["b_reason"]
+                e.reason, e.reason_at = r["b_reason"], at
         if order is not None:
             self.written_order = order
+
+    def reason_is_fresh(self, job_id: str, old: str, new: str, now: float, every: float) -> bool:
+        """True when ``new`` differs from ``old`` only in its numbers and this
+        picture wrote the job's reason less than ``every`` seconds ago."""
+        e = self.entries.get(int(job_id))
+        if e is None or e.reason_at is None or now - e.reason_at >= every:
+            return False
+        return _DIGITS.sub("#", old) == _DIGITS.sub("#", new)

@@ -335,3 +335,35 @@ def test_a_pass_by_another_dispatcher_makes_the_picture_reload(
     assert a.picture.last.full
     a.run_once()
     assert not a.picture.last.full
+
+
+def test_reasons_that_change_only_in_numbers_are_rewritten_at_most_every_few_seconds(
+    client, admin, session_factory, cluster, clock, monkeypatch
+):
+    from app.scheduling import policies
+    from app.scheduling.model import CycleResult
+
+    said: dict[str, str] = {}
+
+    def waits(snap) -> CycleResult:
+        ids = [r.id for r in snap.pending]
+        return CycleResult(reasons={i: said["now"] for i in ids}, order=ids)
+
+    monkeypatch.setitem(policies.POLICIES, "test-waits", waits)
+    d = Dispatcher(session_factory, cluster, clock=clock, policy="test-waits")
+    jid = _submit(client, admin, name="w")
+
+    def reason_after(text: str, advance: float = 0.0) -> str:
+        said["now"] = text
+        clock.advance(advance)
+        d.run_once()
+        return client.get(f"/v1/jobs/{jid}", headers=admin).json()["reason"]
+
+    assert reason_after("largest free block: v100-16g 3") == "largest free block: v100-16g 3"
+    # only a number moved, 1 s later: not rewritten yet
+    assert reason_after("largest free block: v100-16g 2", 1) == "largest free block: v100-16g 3"
+    # other words: written at once
+    assert reason_after("team nlp at quota 150/150 CU", 1) == "team nlp at quota 150/150 CU"
+    assert reason_after("team nlp at quota 140/150 CU", 1) == "team nlp at quota 150/150 CU"
+    # five seconds after the last write: the new numbers are written
+    assert reason_after("team nlp at quota 130/150 CU", 5) == "team nlp at quota 130/150 CU"
