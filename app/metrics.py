@@ -134,6 +134,12 @@ class GpuqMetrics:
         self.lease_reclaims = Counter(
             "gpuq_lease_reclaims_total", "leases reclaimed, by reason", ["reason"], registry=r
         )
+        self.releasing_units = Gauge(
+            "gpuq_releasing_units",
+            "CU of stopped jobs whose pods are still terminating (held, not yet free)",
+            t,
+            registry=r,
+        )
         lease_labels = ["borrower", "lender", "gpu_type"]
         self.active_leases = Gauge(
             "gpuq_active_leases", "active borrow leases", lease_labels, registry=r
@@ -214,6 +220,11 @@ class GpuqMetrics:
             self.active_leases.labels(*key).set(n)
         for key, cu in units.items():
             self.borrowed_units.labels(*key).set(cu)
+
+    def record_releasing(self, units: Mapping[str, float]) -> None:
+        self.releasing_units.clear()
+        for gpu_type, cu in units.items():
+            self.releasing_units.labels(gpu_type).set(cu)
 
     def record_alerts(self, alerts: Iterable[Alert]) -> None:
         self.alert_head_of_line.clear()

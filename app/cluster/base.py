@@ -73,3 +73,12 @@ class Cluster(Protocol):
     def running_job_ids(self) -> set[str]:
         """Jobs that have pods on the cluster now (for reconcile after restart)."""
         ...
+
+    # Optional (looked up with getattr; app/loops/releasing.py):
+    #
+    # draining_job_ids() -> set[str]: jobs with pods of a STOPPED attempt that
+    #   still hold resources (evicted Pods in their grace period). A stopped
+    #   job's capacity is released only when it is not listed here. Absent:
+    #   stop() is synchronous (the pods are gone when it returns).
+    # live_job_ids() -> set[str]: jobs whose CURRENT attempt has pods (or was
+    #   just bound). Absent: running_job_ids() minus draining_job_ids().

@@ -209,3 +209,18 @@ def job_phase(pods: Sequence[Mapping[str, Any]], expected: int) -> tuple[PodPhas
     if any(ph in ("Running", "Succeeded") for ph in phases):
         return "running", ""
     return "pending", ""
+
+
+def placement_key(p: ReplicaPlacement) -> tuple[str, str, str]:
+    """What a replica holds, as its Pod's annotations write it (node, cards, slices)."""
+    return (
+        p.node,
+        ",".join(str(d) for d in p.devices) if not p.mig else "",
+        ";".join(f"{d}:{s}:{prof}" for d, s, prof in p.mig),
+    )
+
+
+def pod_placement_key(pod: dict) -> tuple[str, str, str]:
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    node = (pod.get("spec") or {}).get("nodeName") or ann.get(L.ANN_NODE, "")
+    return (node, ann.get(L.ANN_DEVICES, ""), ann.get(L.ANN_MIG, ""))

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,16 +37,21 @@ from app.cluster import k8s_labels as L
 from app.cluster import k8s_metrics as M
 from app.cluster.base import BindError, BindRequest, InvalidPodError, JobStatusEvent
 from app.cluster.k8s_nodes import NodeView, node_views, pod_holds_resources
-from app.cluster.k8s_pods import build_pod, job_phase
+from app.cluster.k8s_pods import build_pod, job_phase, placement_key, pod_placement_key
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.k8s_watch import Informer
 from app.domain.config import GpuTypeConfig
 from app.scheduling.from_config import gpu_type_from_config
-from app.scheduling.model import Node
+from app.scheduling.model import Node, ReplicaPlacement
 
 log = logging.getLogger(__name__)
 
 TERMINAL = ("succeeded", "failed", "gone")
+# A bind attempt stopped before the watch showed any of its Pods counts as
+# draining until the watch shows them (then their own state decides) or, should
+# that never happen (the Pods were created and deleted between two lists), for
+# at most this long.
+UNSEEN_STOPPED_S = 120.0
 
 
 @dataclass(slots=True)
@@ -59,6 +64,7 @@ class _Track:
     reported: str = "pending"
     stopped: bool = False
     seen: bool = True  # False between bind() and the watch showing its Pods
+    stopped_at: float | None = None  # monotonic time of the stop (see draining_job_ids)
 
 
 @dataclass(slots=True)
@@ -220,8 +226,9 @@ class KubernetesCluster:
         bind_id = uuid.uuid4().hex[:5]
         with self._lock:
             old = self._tracks.get(req.job_id)
-            if old is not None:
+            if old is not None and not old.stopped:
                 old.stopped = True
+                old.stopped_at = time.monotonic()
             self._tracks[req.job_id] = _Track(bind_id, len(req.placements), seen=False)
         nodes = {n["metadata"]["name"]: n for n in self.nodes.items()}
         created: list[tuple[str, str]] = []
@@ -279,6 +286,9 @@ class KubernetesCluster:
             t = self._tracks.get(job_id)
             if t is not None:
                 t.stopped = True
+                t.stopped_at = time.monotonic()
+                if not created:
+                    t.seen = True  # no Pod was made: nothing to wait for
         for ns, name in created:
             self._delete(ns, name, 0)
 
@@ -302,6 +312,8 @@ class KubernetesCluster:
         with self._lock:
             t = self._tracks.get(job_id)
             if t is not None:
+                if not t.stopped:
+                    t.stopped_at = time.monotonic()
                 t.stopped = True
             else:
                 self._tracks[job_id] = _Track("", 0, stopped=True)
@@ -368,9 +380,10 @@ class KubernetesCluster:
                     return
                 t = _Track(bind_id, int(labels.get(L.REPLICAS, "1") or 1))
                 self._tracks[job_id] = t
+            if bind_id == t.bind_id:
+                t.seen = True  # even when stopped: draining_job_ids follows its Pods now
             if t.stopped or bind_id != t.bind_id or t.reported in TERMINAL:
                 return
-            t.seen = True
             if type_ == "DELETED":
                 t.reported = "gone"
                 self._events.append(JobStatusEvent(
@@ -405,7 +418,51 @@ class KubernetesCluster:
             out.update(j for j, t in self._tracks.items() if not t.seen and not t.stopped)
             return out
 
-    def reconcile(self, active_job_ids: set[str]) -> ReconcileReport:
+    def draining_job_ids(self) -> set[str]:
+        """Jobs with Pods of a stopped attempt that still hold (or may hold)
+        resources: evicted Pods in their grace period, Pods of an earlier
+        attempt, terminating Pods seen after a restart. Their capacity is not
+        free until the watch shows them deleted or finished."""
+        with self._lock:
+            now = time.monotonic()
+            out = {  # stopped before the watch showed their Pods: assume they hold
+                j
+                for j, t in self._tracks.items()
+                if t.stopped and not t.seen and t.bind_id and t.stopped_at is not None
+                and now - t.stopped_at < UNSEEN_STOPPED_S
+            }
+            for job_id, pods in self._by_job.items():
+                t = self._tracks.get(job_id)
+                for p in pods.values():
+                    old = t is None or t.stopped or (
+                        p["metadata"]["labels"].get(L.BIND_ID, "") != t.bind_id
+                    )
+                    if old and _holds_or_will_hold(p):
+                        out.add(job_id)
+                        break
+            return out
+
+    def live_job_ids(self) -> set[str]:
+        """Jobs whose current (not stopped) attempt has Pods, or was bound a
+        moment ago and the watch has not shown its Pods yet."""
+        with self._lock:
+            out = set()
+            for job_id, t in self._tracks.items():
+                if t.stopped:
+                    continue
+                if not t.seen or any(
+                    p["metadata"]["labels"].get(L.BIND_ID, "") == t.bind_id
+                    for p in self._by_job.get(job_id, {}).values()
+                ):
+                    out.add(job_id)
+            return out
+
+    def reconcile(
+        self,
+        active_job_ids: set[str],
+        placements: Mapping[str, Sequence[ReplicaPlacement]] | None = None,
+        grace_seconds: float = 30.0,
+    ) -> ReconcileReport:
         """After a restart or failover: square the database with the Pods.
 
         * active job with its whole gang bound -> adopted (its phase is
@@ -414,7 +471,11 @@ class KubernetesCluster:
           crash came mid-bind) -> its Pods are removed, it is ``missing`` and
           the caller requeues it;
         * Pods holding resources for a job the database does not run ->
-          orphans, removed.
+          orphans, removed;
+        * active job whose Pods sit elsewhere than ``placements[job]`` says
+          (it was moved, and the process died before stopping the old Pods)
+          -> the old Pods are evicted with the grace period, the job is
+          ``missing`` and its new placement gets bound.
         """
         report = ReconcileReport()
         by_job: dict[str, list[dict]] = {}
@@ -441,6 +502,13 @@ class KubernetesCluster:
             if not whole:
                 if pods:
                     self.stop(job_id, "incomplete gang after restart; requeued", 0)
+                report.missing.add(job_id)
+                continue
+            want = (placements or {}).get(job_id)
+            if want is not None and {pod_placement_key(p) for p in pods} != {
+                placement_key(x) for x in want
+            }:
+                self.stop(job_id, "pods of an earlier placement (moved); rebinding", grace_seconds)
                 report.missing.add(job_id)
                 continue
             report.adopted.add(job_id)

@@ -38,10 +38,17 @@ class SimulatedCluster:
     clock: Callable[[], datetime] = utcnow
     speed: float = 1.0
     default_duration_s: float = DEFAULT_DURATION_S
+    # > 0: a stopped job's pods keep their devices this long (clock seconds),
+    # like evicted Pods during their grace period on Kubernetes
+    stop_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self.pods: dict[str, SimPod] = {}
+        self.stopping: dict[str, list[tuple[SimPod, float]]] = {}  # job -> (pod, gone at)
+        # (node, device or slice) -> job, kept with the pods (stopping ones too): a
+        # bind checks its own placements against it instead of re-walking every pod
+        self._held: dict[tuple, str] = {}
         self._events: list[JobStatusEvent] = []
         self._fail_at_end: dict[str, str] = {}
         self._fail_bind: dict[str, str] = {}
@@ -92,12 +99,21 @@ class SimulatedCluster:
                 ends_at=now + duration,
                 fail_message=self._fail_at_end.get(req.job_id),
             )
+            for p in req.placements:
+                for key in _holds(p):
+                    self._held[key] = req.job_id
             self._events.append(JobStatusEvent(req.job_id, "running", "started"))
 
     def stop(self, job_id: str, reason: str, grace_seconds: float = 30.0) -> None:
         with self._lock:
             self.stop_calls[job_id] += 1
-            self.pods.pop(job_id, None)
+            pod = self.pods.pop(job_id, None)
+            if pod is not None and self.stop_delay_s > 0:
+                # the pod keeps its devices (still in _held) until it is gone
+                gone_at = to_epoch(self.clock()) + self.stop_delay_s
+                self.stopping.setdefault(job_id, []).append((pod, gone_at))
+            else:
+                self._release(pod)
 
     def poll_events(self) -> list[JobStatusEvent]:
         with self._lock:
@@ -106,6 +122,7 @@ class SimulatedCluster:
             for job_id, pod in list(self.pods.items()):
                 if now >= pod.ends_at:
                     del self.pods[job_id]
+                    self._release(pod)
                     if pod.fail_message:
                         out.append(JobStatusEvent(job_id, "failed", pod.fail_message))
                     else:
@@ -116,15 +133,37 @@ class SimulatedCluster:
         with self._lock:
             return set(self.pods)
 
+    def draining_job_ids(self) -> set[str]:
+        """Jobs with stopped pods still holding devices (``stop_delay_s``)."""
+        with self._lock:
+            self._expire_stopping()
+            return set(self.stopping)
+
+    def _expire_stopping(self) -> None:
+        now = to_epoch(self.clock())
+        for job_id, pods in list(self.stopping.items()):
+            left = [(p, t) for p, t in pods if t > now]
+            for p, t in pods:
+                if t <= now:
+                    self._release(p)
+            if left:
+                self.stopping[job_id] = left
+            else:
+                del self.stopping[job_id]
+
     # -- helpers
 
     def _taken(self) -> dict[tuple, str]:
-        taken: dict[tuple, str] = {}
-        for pod in self.pods.values():
-            for p in pod.placements:
-                for key in _holds(p):
-                    taken[key] = pod.job_id
-        return taken
+        self._expire_stopping()
+        return self._held
+
+    def _release(self, pod: SimPod | None) -> None:
+        if pod is None:
+            return
+        for p in pod.placements:
+            for key in _holds(p):
+                if self._held.get(key) == pod.job_id:
+                    del self._held[key]
 
 
 def _holds(p: ReplicaPlacement) -> list[tuple]:

@@ -63,6 +63,7 @@ class Transition:
     event_type: str | None = None
     lease_state: str = "returned"
     data: dict[str, Any] = field(default_factory=dict)
+    pods_gone: bool = False
 
 
 Rule = Callable[[Session, Transition], None]
@@ -98,10 +99,29 @@ def _timestamps(session: Session, t: Transition) -> None:
 
 
 def _release_capacity(session: Session, t: Transition) -> None:
-    """Leaving admitted/running frees the job's allocations and ends its leases."""
+    """Leaving admitted/running ends the job's leases and releases its allocations.
+
+    The rows are deleted only when the cluster already reported the Pods
+    ended (``pods_gone``); otherwise they are marked releasing and keep
+    counting as used until the cluster confirms the Pods are gone
+    (app/loops/releasing.py): evicted Pods hold their GPUs for the grace
+    period.
+    """
     if t.from_status not in ACTIVE or t.to_status in ACTIVE:
         return
-    session.execute(delete(AllocationRow).where(AllocationRow.job_id == t.job.id))
+    if t.pods_gone:  # this attempt's rows; an older attempt's may still be draining
+        session.execute(
+            delete(AllocationRow).where(
+                AllocationRow.job_id == t.job.id, AllocationRow.releasing_since.is_(None)
+            )
+        )
+    else:
+        session.execute(
+            update(AllocationRow)
+            .where(AllocationRow.job_id == t.job.id, AllocationRow.releasing_since.is_(None))
+            .values(releasing_since=t.now)
+            .execution_options(synchronize_session=False)
+        )
     session.execute(
         update(LeaseRow)
         .where(LeaseRow.job_id == t.job.id, LeaseRow.state == "active")
@@ -194,13 +214,16 @@ def change_state(
     event_type: str | None = None,
     lease_state: str = "returned",
     data: dict[str, Any] | None = None,
+    pods_gone: bool = False,
 ) -> None:
     """Move ``job`` to ``to_status`` applying every rule; raise :class:`InvalidTransition`.
 
     ``event_type`` names the event when it is more specific than the new
     status (``preempted``, ``reclaimed``, ``bind_failed``, ``requeued``);
     ``lease_state`` is what the job's active leases become when it stops
-    holding capacity (``reclaimed`` for a lease reclaim, else ``returned``).
+    holding capacity (``reclaimed`` for a lease reclaim, else ``returned``);
+    ``pods_gone`` says the cluster already reported the job's Pods ended, so
+    its capacity is freed now rather than marked releasing.
     """
     t = Transition(
         job=job,
@@ -211,6 +234,7 @@ def change_state(
         event_type=event_type,
         lease_state=lease_state,
         data=data or {},
+        pods_gone=pods_gone,
     )
     for rule in RULES:
         rule(session, t)

@@ -28,11 +28,13 @@ either match a bind that will happen (step 3) or were never written.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Engine, bindparam, func, select, update
+from sqlalchemy import Engine, bindparam, func, select, text, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from app.clock import from_epoch, utcnow
@@ -40,13 +42,39 @@ from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
 from app.domain.states import ACTIVE, change_state, record_event
 from app.loops.base import LoopService
 from app.loops.leader import LeaderElector
+from app.loops.picture import QueuePicture
+from app.loops.releasing import (
+    any_releasing,
+    blocked_binds,
+    cluster_view,
+    finalise,
+    hold_in_snapshot,
+    hold_releasing_in_context,
+    moved_placements,
+)
 from app.loops.snapshot import SnapshotContext, build_snapshot
-from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement, Snapshot
+from app.scheduling.model import (
+    Admission,
+    CycleResult,
+    Preemption,
+    ReplicaPlacement,
+    Snapshot,
+)
 from app.scheduling.policies import get_policy
+from app.store import batch_states, queue_order
+from app.store.batch_states import AdmittedRow
 from app.store.orm import AllocationRow, JobRow, LeaseRow
 
 ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
 
+_WRITE_REASONS = text(
+    """
+    UPDATE jobs AS j SET reason = v.reason
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:revs AS bigint[]), CAST(:reasons AS text[]))
+        AS v(id, rev, reason)
+    WHERE j.id = v.id AND j.revision = v.rev AND j.status = 'pending'
+    """
+)
 Decide = Callable[[Snapshot], CycleResult]
 
 
@@ -60,12 +88,15 @@ class Plan:
     grace_seconds: float | None = None  # scheduler.preemption_grace_s, when set
 
 
-def bind_request(job: JobRow, placements: list[ReplicaPlacement] | None = None) -> BindRequest:
+def bind_request(
+    job: JobRow | AdmittedRow, placements: list[ReplicaPlacement] | None = None
+) -> BindRequest:
     """What the cluster needs to start ``job``: its stored allocations, or the
     placements just written for it (saves reloading them)."""
     from app.loops.snapshot import placement_of
 
     if placements is None:
+        assert isinstance(job, JobRow)
         placements = [placement_of(a) for a in job.allocations]
     spec = job.spec or {}
     return BindRequest(
@@ -95,8 +126,15 @@ class Dispatcher(LoopService):
         grace_seconds: float = 30.0,
         elector: LeaderElector | None = None,
         max_retries: int = 0,
+        incremental: bool = True,
     ) -> None:
         super().__init__(interval)
+        # incremental: keep a QueuePicture between passes and write the hot
+        # transitions as batches; False is the full-reload ORM path (a baseline)
+        self.picture: QueuePicture | None = QueuePicture() if incremental else None
+        self.timings: dict[str, float] = {}  # seconds per step of the last pass
+        self._order_written: list[int] | None = None
+        self.reason_refresh_s = 5.0  # see _write_queue
         self.elector = elector
         self.max_retries = max_retries  # a failed run is requeued this many times
         if elector is not None:
@@ -120,6 +158,8 @@ class Dispatcher(LoopService):
     def _leadership_changed(self, leader: bool) -> None:
         if leader:
             self._reconcile_cluster = True
+        if self.picture is not None:
+            self.picture.invalidate()  # another leader wrote meanwhile: start afresh
 
     def start(self, loops: int | None = None) -> None:
         try:
@@ -145,18 +185,27 @@ class Dispatcher(LoopService):
             conn.commit()
             if not leader:
                 self.log.debug("another dispatcher holds the lock; skipping this pass")
+                if self.picture is not None:
+                    self.picture.invalidate()
                 return None
             try:
+                timings: dict[str, float] = {}
+                t0 = time.perf_counter()
                 self.sync_cluster()
                 self.ingest_events()
                 plan = self.reconcile()
+                timings["ingest"] = time.perf_counter() - t0
                 cycle = self.plan_and_commit(decide)
+                timings.update(self.timings)
                 plan.stops += cycle.stops
                 plan.binds += cycle.binds
                 plan.result = cycle.result
                 plan.grace_seconds = cycle.grace_seconds
+                t0 = time.perf_counter()
                 self.perform(plan)
                 self.ingest_events()  # pods that started during perform show as running now
+                timings["perform"] = time.perf_counter() - t0
+                self.timings = timings
                 return cycle.result
             finally:
                 conn.execute(select(func.pg_advisory_unlock(ADVISORY_LOCK_KEY)))
@@ -184,7 +233,10 @@ class Dispatcher(LoopService):
                     str(j)
                     for j in session.scalars(select(JobRow.id).where(JobRow.status.in_(ACTIVE)))
                 }
-                report = self.cluster.reconcile(active)
+                # a moved job's old Pods are not its current attempt
+                report = self.cluster.reconcile(
+                    active, moved_placements(session), self.grace_seconds
+                )
                 self.log.info(
                     "reconciled with the cluster: %d adopted, %d to rebind or requeue, "
                     "%d orphans removed",
@@ -201,11 +253,36 @@ class Dispatcher(LoopService):
         if not events:
             return
         with self.session_factory() as session:
-            # one query locks every job the events name (no per-event round trips)
-            jobs = _lock_jobs(session, {ev.job_id for ev in events}, with_allocations=False)
-            for ev in events:
-                self._apply_event(session, jobs.get(ev.job_id), ev)
+            if self.picture is not None:
+                events = self._ingest_batch(session, events)
+            if events:
+                # one query locks every job the events name (no per-event round trips)
+                jobs = _lock_jobs(session, {ev.job_id for ev in events}, with_allocations=False)
+                for ev in events:
+                    self._apply_event(session, jobs.get(ev.job_id), ev)
             session.commit()
+
+    def _ingest_batch(self, session: Session, events: list[JobStatusEvent]) -> list[JobStatusEvent]:
+        """Started and finished jobs as a few set-based statements; returns the
+        events that need the per-job rules (retries, lost pods)."""
+        running: list[int] = []
+        finished: dict[int, tuple[str, str | None]] = {}
+        rest: list[JobStatusEvent] = []
+        for ev in events:
+            if not ev.job_id.isdigit():
+                continue  # not one of ours
+            jid = int(ev.job_id)
+            if ev.phase == "running":
+                running.append(jid)
+            elif ev.phase == "succeeded" or (ev.phase == "failed" and not self.max_retries):
+                finished.setdefault(jid, (ev.phase, ev.message or None))
+            else:
+                rest.append(ev)
+        now = self.clock()
+        conn = session.connection()
+        batch_states.mark_running(conn, running, now)
+        batch_states.finish_many(conn, finished, now)
+        return rest
 
     def _apply_event(self, session: Session, job: JobRow | None, ev: JobStatusEvent) -> None:
         if job is None or job.status not in ACTIVE:
@@ -222,6 +299,7 @@ class Dispatcher(LoopService):
                 now=now,
                 event_type="retried",
                 reason=f"run failed (retry {n}/{self.max_retries}): {ev.message}",
+                pods_gone=True,
             )
         elif ev.phase in ("succeeded", "failed"):
             change_state(
@@ -230,6 +308,7 @@ class Dispatcher(LoopService):
                 ev.phase,
                 now=now,
                 reason=ev.message or None,
+                pods_gone=True,
             )
         elif ev.phase == "gone":
             change_state(
@@ -239,6 +318,7 @@ class Dispatcher(LoopService):
                 now=now,
                 event_type="requeued",
                 reason=f"pods lost on the cluster: {ev.message}" if ev.message else "pods lost",
+                pods_gone=True,
             )
 
     @staticmethod
@@ -258,25 +338,50 @@ class Dispatcher(LoopService):
 
     def reconcile(self) -> Plan:
         plan = Plan()
-        on_cluster = self.cluster.running_job_ids()
+        view = cluster_view(self.cluster)
+        on_cluster = view.running
         with self.session_factory() as session:
-            active = {
-                str(j.id): j
-                for j in session.scalars(
-                    select(JobRow)
-                    .where(JobRow.status.in_(ACTIVE))
-                    .options(selectinload(JobRow.allocations))
-                )
-            }
+            if finalise(session, view):  # stopped Pods gone since the last pass
+                session.commit()
+            active: dict[str, Any]
+            if self.picture is not None:
+                # ids and states only; rows are loaded just for the few to repair
+                active = {
+                    str(i): st
+                    for i, st in session.execute(
+                        select(JobRow.id, JobRow.status).where(JobRow.status.in_(ACTIVE))
+                    )
+                }
+                missing = [
+                    int(i) for i, st in active.items() if st == "admitted" and i not in view.live
+                ]
+                if missing:
+                    for j in session.scalars(
+                        select(JobRow)
+                        .where(JobRow.id.in_(missing))
+                        .options(selectinload(JobRow.allocations))
+                    ):
+                        active[str(j.id)] = j
+            else:
+                active = {
+                    str(j.id): j
+                    for j in session.scalars(
+                        select(JobRow)
+                        .where(JobRow.status.in_(ACTIVE))
+                        .options(selectinload(JobRow.allocations))
+                    )
+                }
             for job_id in sorted(on_cluster - set(active)):
                 plan.stops.append((job_id, "job no longer holds capacity"))
             now = self.clock()
             changed = False
             for job_id, job in active.items():
-                if job_id in on_cluster:
+                if job_id in view.live:  # its current attempt has Pods
                     continue
-                if job.status == "admitted":
+                if isinstance(job, JobRow) and job.status == "admitted":
                     plan.binds.append(bind_request(job))
+                elif job == "admitted":
+                    continue  # vanished between the two reads: nothing to bind
                 else:
                     locked = _locked_job(session, job_id)
                     if locked is not None and locked.status == "running":
@@ -287,6 +392,7 @@ class Dispatcher(LoopService):
                             now=now,
                             event_type="requeued",
                             reason="pods lost on the cluster (restart or node failure)",
+                            pods_gone=True,
                         )
                         changed = True
             if changed:
@@ -296,13 +402,32 @@ class Dispatcher(LoopService):
     # 4 + 5. plan and write ------------------------------------------------
 
     def plan_and_commit(self, decide: Decide | None = None) -> Plan:
+        try:
+            return self._plan_and_commit(decide)
+        except BaseException:
+            if self.picture is not None:
+                self.picture.invalidate()  # what it holds may be ahead of the database
+            raise
+
+    def _plan_and_commit(self, decide: Decide | None) -> Plan:
         plan = Plan()
+        self._order_written = None
+        timings = self.timings = {}
         with self.session_factory() as session:
             now = self.clock()
-            ctx = build_snapshot(session, now)
+            t0 = time.perf_counter()
+            if self.picture is not None:
+                ctx = self.picture.refresh(session, now)
+                hold_releasing_in_context(session, ctx)  # build_snapshot does it itself
+            else:
+                ctx = build_snapshot(session, now)
             if self.live_nodes is not None:
                 ctx.snapshot.nodes = list(self.live_nodes)
+                hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity
+            t1 = time.perf_counter()
             result = (decide or get_policy(self.policy_name))(ctx.snapshot)
+            t2 = time.perf_counter()
+            timings["snapshot"], timings["core"] = t1 - t0, t2 - t1
             plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
             plan.result = result
             self.last_result = result
@@ -311,7 +436,17 @@ class Dispatcher(LoopService):
                 | {p.job_id for p in result.preemptions}
                 | set(result.unschedulable)
             )
-            jobs = _lock_jobs(session, decided)
+            victims = {p.job_id for p in result.preemptions}
+            batch: list[tuple[Admission, int]] = []
+            if self.picture is not None:
+                # admissions of jobs nobody preempts this cycle are written as one batch
+                # (the revision check is in the statement); the rest row by row
+                for a in result.admissions:
+                    rev = ctx.revisions.get(a.job_id)
+                    if a.job_id not in victims and rev is not None and a.job_id.isdigit():
+                        batch.append((a, rev))
+            batched = {a.job_id for a, _ in batch}
+            jobs = _lock_jobs(session, decided - batched)
 
             def fresh(job_id: str) -> JobRow | None:
                 job = jobs.get(job_id)
@@ -327,6 +462,8 @@ class Dispatcher(LoopService):
                     plan.stops.append((p.job_id, p.reason))
                     requeued.add(p.job_id)
             for a in result.admissions:
+                if a.job_id in batched:
+                    continue
                 job = jobs.get(a.job_id) if a.job_id in requeued else fresh(a.job_id)
                 if job is not None and job.status == "pending":
                     self._admit(session, job, a, now)
@@ -335,20 +472,71 @@ class Dispatcher(LoopService):
                 job = fresh(job_id)
                 if job is not None and job.status == "pending":
                     change_state(session, job, "unschedulable", now=now, reason=why)
+            if batch:
+                session.flush()  # the row-by-row changes first, then the batch
+                admitted = batch_states.admit_many(session.connection(), batch, now)
+                for a, _ in batch:
+                    row = admitted.get(int(a.job_id))
+                    if row is not None:
+                        plan.binds.append(bind_request(row, list(a.placements)))
+            queue_rows: list[dict[str, Any]] = []
             if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
-                self._write_queue(session, ctx, result, decided)
+                queue_rows = self._write_queue(session, ctx, result, decided)
             session.commit()
+            if self.picture is not None:
+                self.picture.queue_written(queue_rows, self._order_written, ctx.snapshot.now)
+            timings["write"] = time.perf_counter() - t2
         return plan
 
     def _write_queue(
         self, session: Session, ctx: SnapshotContext, result: CycleResult, decided: set[str]
-    ) -> None:
-        """Reasons and dispatch order of jobs left pending, in one batched UPDATE.
+    ) -> list[dict[str, Any]]:
+        """Reasons of jobs left pending, and the dispatch order.
 
-        Only rows whose reason or position changed are written, and only if
-        the job is still pending at the revision the snapshot saw.
+        The order is one array row (``queue_order``); reasons are written only
+        where they changed, in one statement, and only if the job is still
+        pending at the revision the snapshot saw. (The full-reload baseline
+        also renumbers ``jobs.queue_position``, as it always did.)
         """
         still_pending = [j for j in result.order if j not in decided]
+        order = [int(j) for j in still_pending if j.isdigit()]
+        conn = session.connection()
+        if self.picture is None:
+            queue_order.write_order(conn, order)
+        elif self.picture.written_order != order:
+            queue_order.write_order(conn, order, self.picture.owner)
+        if self.picture is not None:
+            # A reason whose text changed only in its numbers ("largest free block:
+            # v100-16g 1" -> "0") is rewritten at most every reason_refresh_s per job:
+            # with a large backlog such changes otherwise rewrite thousands of rows a pass.
+            now = ctx.snapshot.now
+            rows = []
+            for job_id, (reason, _) in ctx.pending_meta.items():
+                new_reason = result.reasons.get(job_id, reason)
+                if job_id in decided or new_reason == reason:
+                    continue
+                if (
+                    reason is not None
+                    and new_reason is not None
+                    and self.picture.reason_is_fresh(
+                        job_id, reason, new_reason, now, self.reason_refresh_s
+                    )
+                ):
+                    continue
+                rows.append(
+                    {"b_id": int(job_id), "b_rev": ctx.revisions[job_id], "b_reason": new_reason}
+                )
+            if rows:
+                conn.execute(
+                    _WRITE_REASONS,
+                    {
+                        "ids": [r["b_id"] for r in rows],
+                        "revs": [r["b_rev"] for r in rows],
+                        "reasons": [r["b_reason"] for r in rows],
+                    },
+                )
+            self._order_written = order
+            return rows
         position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
         rows = []
         for job_id, (reason, old_pos) in ctx.pending_meta.items():
@@ -366,7 +554,7 @@ class Dispatcher(LoopService):
                     }
                 )
         if not rows:
-            return
+            return rows
         jobs = JobRow.__table__
         stmt = (
             update(jobs)
@@ -378,6 +566,7 @@ class Dispatcher(LoopService):
             .values(reason=bindparam("b_reason"), queue_position=bindparam("b_pos"))
         )
         session.connection().execute(stmt, rows)
+        return rows
 
     def _admit(self, session: Session, job: JobRow, a: Admission, now: datetime) -> None:
         for p in a.placements:
@@ -461,11 +650,26 @@ class Dispatcher(LoopService):
                 self.cluster.stop(job_id, reason, grace_seconds=grace)
             except Exception:
                 self.log.exception("stopping job %s failed; will retry at reconcile", job_id)
+        blocked = self._release_and_gate(plan.binds)
         for req in plan.binds:
+            if req.job_id in blocked:
+                self.log.info("job %s stays admitted: %s", req.job_id, blocked[req.job_id])
+                continue  # bound by reconcile once the capacity is released
             try:
                 self.cluster.bind(req)
             except BindError as e:
                 self._undo_bind(req.job_id, str(e), permanent=e.permanent)
+
+    def _release_and_gate(self, binds: list[BindRequest]) -> dict[str, str]:
+        """After the stops: release what the cluster already let go (a synchronous
+        stop frees capacity in the same pass), then name the binds that would
+        land on capacity stopping Pods still hold (app/loops/releasing.py)."""
+        with self.session_factory() as session:
+            if not any_releasing(session):
+                return {}
+            if finalise(session, cluster_view(self.cluster)):
+                session.commit()
+            return blocked_binds(session, binds)
 
     def _undo_bind(self, job_id: str, message: str, *, permanent: bool = False) -> None:
         with self.session_factory() as session:
@@ -481,6 +685,9 @@ class Dispatcher(LoopService):
                     reason=f"bind failed: {message}",
                 )
                 session.commit()
+                # the cluster undid the bind: free at once what it no longer holds
+                if finalise(session, cluster_view(self.cluster)):
+                    session.commit()
 
 
 def _locked_job(session: Session, job_id: str) -> JobRow | None:

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.clock import utcnow
 from app.loops.base import LoopService
 from app.loops.dispatcher import Dispatcher
+from app.loops.releasing import releasing_units
 from app.metrics import GpuqMetrics
 from app.reports.alerts import Alert
 from app.reports.live import live_fairness, live_utilization
@@ -100,6 +101,7 @@ class MetricsLoop(LoopService):
             for lease in job.leases:
                 lease_counts[(lease.borrower, lease.lender, lease.gpu_type)] += 1
         self.metrics.record_leases(lease_counts, borrowed_units(snap))
+        self.metrics.record_releasing(releasing_units(session))
         fair = live_fairness(session, now, self.fairness_window_s)
         alerts = [_alert(a) for a in (*util["alerts"], *fair["alerts"])]
         self.metrics.record_alerts(alerts)

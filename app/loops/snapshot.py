@@ -55,6 +55,9 @@ class SnapshotContext:
     revisions: dict[str, int] = field(default_factory=dict)  # job id -> revision seen
     # pending job id -> (reason, queue_position) as stored, so unchanged rows are not rewritten
     pending_meta: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
+    # placements of stopped jobs whose Pods may still hold them (already marked
+    # used on snapshot.nodes; re-apply with hold_in_snapshot if nodes are replaced)
+    releasing: list[ReplicaPlacement] = field(default_factory=list)
 
 
 def gpu_type_info(r: GpuTypeRow) -> GpuType:
@@ -245,4 +248,10 @@ def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
         pending=pending,
         config=SchedulerConfig.from_mapping(scheduler_knobs(session)),
     )
-    return SnapshotContext(snapshot=snap, revisions=ctx_revisions, pending_meta=pending_meta)
+    from app.loops.releasing import hold_in_snapshot, releasing_placements
+
+    releasing = [p for _job, p in releasing_placements(session)]
+    hold_in_snapshot(snap, releasing)  # used, preemptible by nobody, in no quota
+    return SnapshotContext(
+        snapshot=snap, revisions=ctx_revisions, pending_meta=pending_meta, releasing=releasing
+    )

@@ -25,7 +25,14 @@ from __future__ import annotations
 
 from app.scheduling.engine import Cycle
 from app.scheduling.filters import allowed_types
-from app.scheduling.model import Admission, CycleResult, JobRequest, Preemption, RunningJob
+from app.scheduling.model import (
+    Admission,
+    CycleResult,
+    JobRequest,
+    Preemption,
+    RunningJob,
+    Snapshot,
+)
 from app.scheduling.placement import place_job
 from app.scheduling.pool_steps import charge
 from app.scheduling.preemption import lost_work
@@ -41,7 +48,10 @@ def plan(cycle: Cycle) -> CycleResult:
     return cycle.result
 
 
-def deschedule(snap) -> CycleResult:  # noqa: ANN001 - Snapshot, kept loose for callers
+def deschedule(snap: Snapshot) -> CycleResult:
+    """The descheduler loop's decision for one snapshot (nothing when switched off)."""
+    if not snap.config.descheduler:
+        return CycleResult()
     c = Cycle(snap)
     c.build()
     return plan(c)

@@ -26,6 +26,7 @@ import gc
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
 from app.scheduling.filters import allowed_types
+from app.scheduling.leases import is_expired, pools_below_guarantee
 from app.scheduling.model import (
     CycleResult,
     JobRequest,
@@ -84,7 +85,10 @@ class Cycle:
         self.gone: set[str] = set()  # running jobs stopped this cycle
         preemptible = [r.request.priority_value for r in snap.running if r.request.preemptible]
         self.lowest_victim = min(preemptible, default=10**9)
-        self.any_lease = any(r.leases for r in snap.running if r.request.preemptible)
+        self.any_lease = any(  # only an expired lease can be reclaimed
+            is_expired(x, snap.now) for r in snap.running if r.request.preemptible
+            for x in r.leases
+        )
         self.preempt_memo: dict[tuple, int] = {}  # failed searches, by release epoch
         self.victim_pool: VictimPool | None = None  # built at the first preemption
 
@@ -189,7 +193,9 @@ class Cycle:
             return self.ledger.check(job, units_by_type(placements)) is None
 
         if self.victim_pool is None:
-            self.victim_pool = VictimPool(self.snap.running, self.snap.now)
+            self.victim_pool = VictimPool(
+                self.snap.running, self.snap.now, pools_below_guarantee(self.snap)
+            )
         done = preempt_for(
             job, self.snap, self.state, self.pools, place, self.gone, names,
             self._stop, self._unstop, team_ok, self.victim_pool,

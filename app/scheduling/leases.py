@@ -4,7 +4,8 @@ A lease's terms are the stricter of its two pools': it expires after
 ``min(borrower.max_borrow_seconds, lender.max_borrow_seconds)`` and is
 reclaimed ``always`` at expiry if either pool says ``always``, else only
 ``when_needed``: once expired, it is reclaimed as soon as the lender, or any
-pool entitled to that type's guarantee, has a pending job that the reclaimed
+pool guaranteed that type and running below its guarantee (entitled to
+it), has a pending job that the reclaimed
 capacity would admit (the preemption step decides that, with the lease as a
 candidate victim), and otherwise the borrower runs on.
 
@@ -17,7 +18,7 @@ borrower can take the capacity back (ordinary priority preemption).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from app.scheduling.model import (
     CycleResult,
@@ -95,24 +96,49 @@ def reclaim_only(snap: Snapshot) -> CycleResult:
 
 
 def entitled(
-    job: JobRequest, lease: LeaseInfo, pools: Mapping[str, PoolInfo]
+    job: JobRequest,
+    lease: LeaseInfo,
+    pools: Mapping[str, PoolInfo],
+    below: Collection[tuple[str, str]] | None = None,
 ) -> bool:
     """May ``job`` take back the capacity of this lease? Its pool is the lender,
-    or holds a guarantee of the lease's GPU type."""
+    or is guaranteed the lease's GPU type and runs below that guarantee
+    (``below``: such (pool, type) pairs; None = any pool with a guarantee)."""
     if job.pool == lease.lender:
         return True
     info = pools.get(job.pool)
-    return info is not None and info.guaranteed.get(lease.gpu_type, 0.0) > EPS
+    if info is None or info.guaranteed.get(lease.gpu_type, 0.0) <= EPS:
+        return False
+    return below is None or (job.pool, lease.gpu_type) in below
+
+
+def pools_below_guarantee(snap: Snapshot) -> set[tuple[str, str]]:
+    """(pool, type) pairs whose running jobs hold less than the guarantee."""
+    used: dict[tuple[str, str], float] = {}
+    for r in snap.running:
+        for p in r.placements:
+            if p.gpu_type:
+                key = (r.request.pool, p.gpu_type)
+                used[key] = used.get(key, 0.0) + p.units
+    return {
+        (name, t)
+        for name, info in snap.pools.items()
+        for t, g in info.guaranteed.items()
+        if used.get((name, t), 0.0) + EPS < g
+    }
 
 
 def reclaimable_lease(
-    victim: RunningJob, job: JobRequest, snap: Snapshot
+    victim: RunningJob,
+    job: JobRequest,
+    snap: Snapshot,
+    below: Collection[tuple[str, str]] | None = None,
 ) -> LeaseInfo | None:
     """The expired lease of ``victim`` that ``job`` may reclaim, if any."""
     if not victim.request.preemptible or victim.request.id == job.id:
         return None
     for x in sorted(expired_leases(victim, snap.now), key=lambda x: (x.expires_at, x.id)):
-        if lease_policy(snap.pools, x) == "always" or entitled(job, x, snap.pools):
+        if lease_policy(snap.pools, x) == "always" or entitled(job, x, snap.pools, below):
             return x
     return None
 

@@ -238,6 +238,9 @@ class SchedulerConfig:
     # preemptible jobs off big-card nodes to make room for whole-node jobs.
     descheduler_interval_s: float = 30.0
     defragment: bool = True
+    # The descheduler as a whole (P0 room and defragment); off = the dispatcher
+    # cycle alone, e.g. to compare in `gpuq simulate`.
+    descheduler: bool = True
     # Grace period given to the pods of a preempted job.
     preemption_grace_s: float = 30.0
     candidates_per_replica: int = 8  # feasible nodes scored per replica (kube's nodes-to-score)

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 
-from app.scheduling.leases import lease_expiry, outlast_notes, reclaim_at_expiry
+from app.scheduling.leases import (
+    lease_expiry,
+    outlast_notes,
+    pools_below_guarantee,
+    reclaim_at_expiry,
+)
 from app.scheduling.model import (
     Admission,
     JobRequest,
@@ -27,6 +32,7 @@ from app.scheduling.preemption import (
     WhatIf,
     candidates,
     find_victims,
+    node_groups,
     to_preemptions,
 )
 from app.scheduling.quota import units_by_type
@@ -101,12 +107,13 @@ def preempt_for(
     their place (placements reserved on ``state``, charged to ``pools``), or
     change nothing and return None. ``accept`` adds the caller's own checks
     (team quota) to the what-if."""
-    pool = victims_pool if victims_pool is not None else VictimPool(snap.running, snap.now)
-    cands = candidates(job, snap, pool, type_names, exclude=gone)
-    if not cands:
-        return None
+    pool = victims_pool or VictimPool(snap.running, snap.now, pools_below_guarantee(snap))
     w = WhatIf(job, state, pools, _accepting(place, accept), may_borrow(job, snap))
-    victims = find_victims(job, cands, w)
+    single = job.replicas == 1 or job.min_available == 1
+    groups = node_groups(job, snap, pool, state, type_names, gone) if single else None
+    victims = find_victims(
+        job, lambda: candidates(job, snap, pool, type_names, exclude=gone), w, groups=groups
+    )
     if not victims:
         return None
     for v in victims:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.scheduling.leases import reclaimable_lease
+from app.scheduling.leases import pools_below_guarantee, reclaimable_lease
 from app.scheduling.model import (
     JobRequest,
     LeaseInfo,
@@ -99,7 +99,14 @@ class VictimPool:
     lost work), so each preemptor walks only the lower tiers and pays no
     sort or cost computation per candidate."""
 
-    def __init__(self, running: Sequence[RunningJob], now: float) -> None:
+    def __init__(
+        self,
+        running: Sequence[RunningJob],
+        now: float,
+        below: Collection[tuple[str, str]] | None = None,
+    ) -> None:
+        # pools below their guarantee, per type: entitled to reclaim expired leases
+        self.below = below
         recs = [
             (r.request.priority_value, lost_work(r, now), r.request.id, r,
              frozenset(p.gpu_type for p in r.placements), _cards(r))
@@ -110,6 +117,66 @@ class VictimPool:
         self.recs = recs
         self.prios = [x[0] for x in recs]
         self.leased = [x for x in recs if x[3].leases]
+        self.by_node: dict[str, list[tuple]] = {}  # node -> [(rec, whole cards there)]
+        for x in recs:
+            for name, n in x[5]:
+                self.by_node.setdefault(name, []).append((x, n))
+
+
+def node_groups(
+    job: JobRequest,
+    snap: Snapshot,
+    pool: VictimPool,
+    state: ClusterState,
+    type_names: Collection[str] | None = None,
+    exclude: Collection[str] = (),
+) -> list[list[Candidate]]:
+    """Per node, the cheapest prefix of the candidates there that could free
+    enough whole cards (all of them for other request modes), best node
+    first: highest tier lost, then CU-seconds. Walks each node's jobs (sorted
+    once per cycle) and stops as soon as the node would have room, so it
+    builds candidates only for the prefixes it ranks. Same eligibility rules
+    as :func:`candidates`."""
+    cfg = snap.config
+    now = snap.now
+    names = None if type_names is None else set(type_names)
+    need = (job.gpus or 0) if job.mode == "gpus" else 0
+    min_start = now - cfg.min_run_time_s
+    thrash = (
+        job.last_preempted_by
+        if job.last_preempted_at is not None and now - job.last_preempted_at < cfg.thrash_window_s
+        else None
+    )
+    ranked = []
+    for name, recs in pool.by_node.items():
+        node = state.nodes.get(name)
+        if node is None or (need and names is not None and node.gpu_type not in names):
+            continue
+        have = len(node.free_whole_devices()) if need else 0
+        group: list[Candidate] = []
+        tier = -1
+        total = 0.0
+        for (prio, cost, jid, r, types, cards), here in recs:
+            if need and have >= need:
+                break
+            if jid == job.id or jid in exclude or (names is not None and names.isdisjoint(types)):
+                continue
+            lease = reclaimable_lease(r, job, snap, pool.below) if r.leases else None
+            if lease is not None:
+                c = Candidate(r, "reclaim", cost, job, lease, cards)
+            elif prio < job.priority_value and r.started_at <= min_start and jid != thrash:
+                c = Candidate(r, "preempt", cost, job, None, cards)
+            else:
+                continue
+            group.append(c)
+            have += here
+            tier = max(tier, prio)
+            total += cost
+        if not group or (need and have < need):
+            continue
+        ranked.append((tier, total, name, group))
+    ranked.sort(key=lambda x: (x[0], x[1], x[2]))
+    return [g for _t, _c, _n, g in ranked]
 
 
 def _cards(r: RunningJob) -> tuple[tuple[str, int], ...]:
@@ -131,7 +198,10 @@ def candidates(
 
     ``type_names``: GPU types the job may use (None: any, e.g. CPU-only work),
     so jobs holding only other types are not considered."""
-    pool = running if isinstance(running, VictimPool) else VictimPool(running, snap.now)
+    pool = (
+        running if isinstance(running, VictimPool)
+        else VictimPool(running, snap.now, pools_below_guarantee(snap))
+    )
     cfg = snap.config
     now = snap.now
     names = None if type_names is None else set(type_names)
@@ -141,7 +211,7 @@ def candidates(
     for _prio, cost, jid, r, types, cards in pool.leased:
         if jid == job.id or jid in exclude or (names is not None and names.isdisjoint(types)):
             continue
-        lease = reclaimable_lease(r, job, snap)
+        lease = reclaimable_lease(r, job, snap, pool.below)
         if lease is not None:
             reclaim.append(Candidate(r, "reclaim", cost, job, lease, cards))
             taken.add(jid)
@@ -223,7 +293,11 @@ class WhatIf:
 
 
 def find_victims(
-    job: JobRequest, cands: Sequence[Candidate], w: WhatIf, max_nodes: int = 16
+    job: JobRequest,
+    cands: Sequence[Candidate] | Callable[[], Sequence[Candidate]],
+    w: WhatIf,
+    max_nodes: int = 16,
+    groups: list[list[Candidate]] | None = None,
 ) -> list[Candidate] | None:
     """The minimal cheap victim set that makes the job fit, or None.
 
@@ -234,19 +308,25 @@ def find_victims(
     the job then fits wins. Otherwise (gangs, quota-only shortfalls) the
     global list is removed in doubling batches until the job fits. Either
     way every victim that turns out unnecessary is put back (most valuable
-    first), so the set is minimal. State and ledger are left unchanged."""
+    first), so the set is minimal. State and ledger are left unchanged.
+
+    ``cands`` may be a callable building the list only if the node-by-node
+    pass (``groups``, from :func:`node_groups`, else derived from ``cands``)
+    finds nothing."""
     try:
         if w.fits():
             return []
-        if not cands:
-            return None
         if job.replicas == 1 or job.min_available == 1:
-            for group in _node_groups(job, cands, w.state)[:max_nodes]:
+            if groups is None:
+                groups = _node_groups(job, cands() if callable(cands) else cands, w.state)
+            for group in groups[:max_nodes]:
                 for c in group:
                     w.remove(c.job)
                 if w.fits():
                     return _minimize(group, w)
                 w.restore_all()
+        if callable(cands):
+            cands = cands()
         removed: list[Candidate] = []
         step, i = 1, 0
         while i < len(cands):

@@ -9,6 +9,16 @@ calls. Decisions are applied as data: admissions start (run time
 original submit time (``wait_s`` counts every pending second), lease
 grants become ``lease_start``/``lease_end`` events.
 
+Descheduler ticks: with the ``gpuq`` policy, the live service's second loop
+(``app/scheduling/descheduler.py``: room for P0, defragment moves) runs at
+multiples of ``scheduler.descheduler_interval_s`` of virtual time, and its
+result is applied like a cycle's (a move is a ``preempt`` and an ``admit``
+of the same job at the same instant, as the dispatcher persists it). Ticks
+are only scheduled while some running job could make room for a pending job
+the descheduler looks at (a P0 job, or one that needs a whole node): with
+nothing running it can do nothing, so an idle queue never spins and every
+run ends. ``scheduler: {descheduler: false}`` turns it off to compare.
+
 Extension points (used by the baselines and the fill protocol):
 ``Simulator.run_time(job, placements)`` returns ``(seconds, outcome)``
 where outcome is ``"finish"`` or ``"fail"`` (the OOM rule overrides it),
@@ -29,8 +39,10 @@ from app.domain.config import GpuqConfig
 from app.domain.requests import request_from_spec
 from app.domain.spec import JobSpec
 from app.scheduling.baselines import out_of_memory
+from app.scheduling.descheduler import deschedule
 from app.scheduling.from_config import ClusterModel, cluster_model
 from app.scheduling.model import (
+    CycleResult,
     JobRequest,
     LeaseInfo,
     PriorityInfo,
@@ -89,6 +101,7 @@ class SimulationResult:
     capacity_units: dict[str, float] = field(default_factory=dict)
     busy_unit_seconds: dict[str, float] = field(default_factory=dict)
     cycles: int = 0
+    descheduler_ticks: int = 0  # ticks at which the descheduler was asked to decide
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -171,6 +184,7 @@ def to_json(result: SimulationResult) -> dict[str, Any]:
             for name, v in sorted(by_team.items())
         },
         "cycles": result.cycles,
+        "descheduler_ticks": result.descheduler_ticks,
     }
     return {"policy": result.policy, "jobs": jobs, "events": result.events, "summary": summary}
 
@@ -199,6 +213,17 @@ class Simulator:
         self.static_cache: dict = {}  # the nodes never change during a replay
         self._dirty = False  # something arrived or ended since the last cycle
         self._lease_due = False  # a lease expired: cycle even with nothing pending
+        # the live service's descheduler loop, only next to the gpuq core it belongs to
+        cfg = model.cluster.scheduler
+        self.descheduler: Policy | None = (
+            deschedule if policy_name == "gpuq" and cfg.descheduler
+            and cfg.descheduler_interval_s > 0 else None
+        )
+        self.descheduler_ticks = 0
+        self._next_tick: float | None = None  # kept off the heap: it must not stand in for
+        # a wake-up, which runs the core cycle
+        self._whole_node_sizes = {len(n.devices) for n in model.cluster.nodes
+                                  if n.schedulable and n.devices}
 
     # -- setup ------------------------------------------------------------------
     def _make_jobs(self, model: ScenarioModel) -> list[SimJob]:
@@ -254,8 +279,11 @@ class Simulator:
     def run(self) -> SimulationResult:
         for j in self.jobs:
             self.push(j.submit_s, "arrive", j.index)
-        while self.heap:
-            t = self.heap[0][0]
+        while self.heap or self._next_tick is not None:
+            t = self.heap[0][0] if self.heap else math.inf
+            tick = self._next_tick is not None and self._next_tick <= t
+            if tick:
+                t = self._next_tick  # type: ignore[assignment]
             self.now = t
             woke = False
             while self.heap and self.heap[0][0] <= t:
@@ -279,21 +307,65 @@ class Simulator:
                 elif kind == "lease":  # a lease expires: a cycle decides on reclaim
                     woke = self._lease_due = True
             if (self.pending or self._lease_due) and (woke or self._dirty):
-                self._lease_due = False
-                self._dirty = False
-                self.cycle()
-                # time alone changes decisions (reservations, aging) only while work runs
-                if self.pending and self.running and not (
-                    self.heap and self.heap[0][0] <= t + WAKE_S
-                ):
-                    self.push(t + WAKE_S, "wake")
+                self._core_cycle(t)
+            if tick:
+                self._next_tick = None
+                if self.descheduler_tick() and self.pending:
+                    self._core_cycle(t)  # victims look for room now, as the dispatcher would
+            self._arm_tick()
         for j in self.pending.values():
             j.status = "pending"
         return SimulationResult(
             self.policy_name, self.jobs, self.events,
             capacity_units=self._capacity(), busy_unit_seconds=dict(self.busy),
-            cycles=self.cycles,
+            cycles=self.cycles, descheduler_ticks=self.descheduler_ticks,
         )
+
+    def _core_cycle(self, t: float) -> None:
+        self._lease_due = False
+        self._dirty = False
+        self.cycle()
+        # time alone changes decisions (reservations, aging) only while work runs
+        if self.pending and self.running and not (
+            self.heap and self.heap[0][0] <= t + WAKE_S
+        ):
+            self.push(t + WAKE_S, "wake")
+
+    # -- the descheduler ------------------------------------------------------------
+    def _descheduler_has_work(self) -> bool:
+        """Could a tick decide anything? It only makes room for pending P0 jobs and
+        whole-node jobs, out of running work (a cheap superset of what it checks)."""
+        if self.descheduler is None or not self.running:
+            return False
+        defrag = self.model.cluster.scheduler.defragment
+        sizes = self._whole_node_sizes
+        return any(
+            not r.preemptible or (defrag and r.mode == "gpus" and r.gpus in sizes)
+            for r in (j.request for j in self.pending.values())
+        )
+
+    def _arm_tick(self) -> None:
+        """Schedule the next tick on the loop's grid (multiples of the interval)."""
+        if self._next_tick is not None or not self._descheduler_has_work():
+            return
+        iv = self.model.cluster.scheduler.descheduler_interval_s
+        k = math.floor(self.now / iv) + 1
+        while k * iv <= self.now:  # rounding must not tick twice at one instant
+            k += 1
+        self._next_tick = k * iv
+
+    def descheduler_tick(self) -> bool:
+        """One pass of the descheduler loop; True if it evicted or moved anything."""
+        if not self._descheduler_has_work():
+            return False
+        assert self.descheduler is not None
+        self.descheduler_ticks += 1
+        res = self.descheduler(self.snapshot())
+        if not (res.preemptions or res.admissions):
+            return False
+        # like Dispatcher.run_with(decide): stops, binds, unschedulable; the queue's
+        # reasons stay the dispatcher cycle's
+        return self.apply(replace(res, reasons={}))
 
     def _capacity(self) -> dict[str, float]:
         c = self.model.cluster
@@ -319,7 +391,11 @@ class Simulator:
     def cycle(self) -> bool:
         """One scheduling cycle; True if anything changed."""
         self.cycles += 1
-        res = self.policy(self.snapshot())
+        return self.apply(self.policy(self.snapshot()))
+
+    def apply(self, res: CycleResult) -> bool:
+        """Apply a decision as the dispatcher persists it: preemptions first (a moved
+        job is requeued), then admissions, then verdicts; True if anything changed."""
         changed = False
         by_id = {j.request.id: j for j in [*self.pending.values(), *self.running.values()]}
         for pre in res.preemptions:

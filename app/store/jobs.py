@@ -12,21 +12,20 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, text
+from sqlalchemy import BigInteger, column, insert, select, text
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain.errors import Conflict, InputError, NotFound
 from app.domain.spec import JobSpec
-from app.domain.states import CANCELLABLE, STATUSES, TERMINAL, change_state, record_event
+from app.domain.states import CANCELLABLE, STATUSES, TERMINAL, change_state
+from app.store.catalog_cache import CatalogView, NameRef, TeamRef, current_catalog
 from app.store.orm import (
-    GpuTypeRow,
+    AllocationRow,
     JobEventRow,
     JobRow,
     LeaseRow,
-    PoolRow,
-    PriorityClassRow,
-    TeamRow,
 )
+from app.store.queue_order import fill_queue_positions
 
 NOTIFY_CHANNEL = "gpuq_jobs"
 MAX_LIMIT = 500
@@ -45,27 +44,32 @@ def spec_hash(spec: JobSpec) -> str:
 
 
 def resolve_references(
-    session: Session, spec: JobSpec
-) -> tuple[TeamRow, PoolRow, PriorityClassRow]:
-    """Team, pool and priority of a spec; every unknown name is an :class:`InputError`."""
-    team = session.get(TeamRow, spec.team)
+    session: Session, spec: JobSpec, catalog: CatalogView | None = None
+) -> tuple[TeamRef, NameRef, NameRef]:
+    """Team, pool and priority of a spec; every unknown name is an :class:`InputError`.
+
+    Checked against the cached catalog (:mod:`app.store.catalog_cache`); the
+    foreign keys of ``jobs`` still guard the insert itself.
+    """
+    cat = catalog or current_catalog(session)
+    team = cat.teams.get(spec.team)
     if team is None:
         raise InputError(f"unknown team {spec.team!r}", "team")
     pool_name = spec.pool or team.pool
-    pool = session.get(PoolRow, pool_name)
+    pool = cat.pools.get(pool_name)
     if pool is None:
         raise InputError(f"unknown pool {pool_name!r}", "pool")
-    if pool_name != team.pool and pool_name not in (team.allowed_pools or []):
-        allowed = ", ".join([team.pool, *(team.allowed_pools or [])])
+    if pool_name != team.pool and pool_name not in team.allowed_pools:
+        allowed = ", ".join([team.pool, *team.allowed_pools])
         raise InputError(
             f"team {team.name} may not use pool {pool_name!r} (allowed: {allowed})", "pool"
         )
     prio_name = spec.priority or team.default_priority
-    prio = session.get(PriorityClassRow, prio_name)
+    prio = cat.priorities.get(prio_name)
     if prio is None:
         raise InputError(f"unknown priority class {prio_name!r}", "priority")
     r = spec.resources
-    types = {t.name: t for t in session.scalars(select(GpuTypeRow))}
+    types = cat.types
     for fld, names in (
         ("resources.gpu_types", r.gpu_types),
         ("resources.avoid_gpu_types", r.avoid_gpu_types),
@@ -85,7 +89,9 @@ def resolve_references(
     return team, pool, prio
 
 
-def requested_units(session: Session, spec: JobSpec) -> float | None:
+def requested_units(
+    session: Session, spec: JobSpec, catalog: CatalogView | None = None
+) -> float | None:
     """CU a pending job asks for, when the spec pins it down."""
     r = spec.resources
     if r.gpu_units is not None:
@@ -93,21 +99,32 @@ def requested_units(session: Session, spec: JobSpec) -> float | None:
     if r.gpus is not None and r.gpus == 0:
         return 0.0
     if r.gpus is not None and len(r.gpu_types) == 1:
-        t = session.get(GpuTypeRow, r.gpu_types[0])
+        t = (catalog or current_catalog(session)).types.get(r.gpu_types[0])
         return t.weight * r.gpus * spec.replica_count if t else None
     return None
+
+
+# The ``submitted`` event and the wake-up of the dispatcher in one statement.
+_SUBMITTED = text(
+    f"""
+    INSERT INTO job_events (job_id, at, type, from_status, to_status, reason, data)
+    SELECT id, CAST(:now AS timestamptz), 'submitted', NULL, 'pending', NULL, '{{}}'::jsonb
+    FROM unnest(CAST(:ids AS bigint[])) AS id, pg_notify('{NOTIFY_CHANNEL}', '') AS n
+    """
+)
 
 
 def submit_job(
     session: Session, spec: JobSpec, *, now: datetime, idempotency_key: str | None = None
 ) -> Submitted:
-    """Insert a pending job (one insert, one event, one NOTIFY).
+    """Insert a pending job: a cached catalog check, one INSERT ... RETURNING,
+    one statement for its event and the NOTIFY.
 
     With an ``idempotency_key``, the same key from the same team returns the
     job it created the first time; a different body with the same key is a
     conflict.
     """
-    h = spec_hash(spec)
+    h = spec_hash(spec) if idempotency_key is not None else None
     if idempotency_key is not None:
         existing = find_by_idempotency_key(session, spec.team, idempotency_key)
         if existing is not None:
@@ -116,27 +133,73 @@ def submit_job(
                     "this key was already used with a different job body", "Idempotency-Key"
                 )
             return Submitted(existing, False)
-    team, pool, prio = resolve_references(session, spec)
+    catalog = current_catalog(session)
+    team, pool, prio = resolve_references(session, spec, catalog)
     job = JobRow(
         name=spec.name,
         team=team.name,
         pool=pool.name,
         priority=prio.name,
         status="pending",
+        reason=None,
         spec=spec.model_dump(mode="json", exclude_none=True),
-        units=requested_units(session, spec),
+        units=requested_units(session, spec, catalog),
         submitted_at=now,
         queued_at=now,
         waited_s=0.0,
         preemption_count=0,
+        queue_position=None,
+        admitted_at=None,
+        started_at=None,
+        finished_at=None,
         idempotency_key=idempotency_key,
-        idempotency_hash=h if idempotency_key else None,
+        idempotency_hash=h,
+        allocations=[],  # known empty: reading it never costs a query
     )
     session.add(job)
     session.flush()
-    record_event(session, job, "submitted", now=now)
-    session.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
+    session.execute(_SUBMITTED, {"now": now, "ids": [job.id]})
     return Submitted(job, True)
+
+
+def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> list[int]:
+    """Insert many pending jobs: one multi-row INSERT for the jobs, one statement
+    for their ``submitted`` events and the NOTIFY. All or nothing: the first bad
+    spec is an :class:`InputError` naming its index, and nothing is inserted."""
+    if not specs:
+        return []
+    catalog = current_catalog(session)
+    rows = []
+    for i, spec in enumerate(specs):
+        try:
+            team, pool, prio = resolve_references(session, spec, catalog)
+        except InputError as e:
+            msg = e.detail.split(": ", 1)[1] if e.field else e.detail
+            raise InputError(msg, f"jobs[{i}].{e.field}" if e.field else f"jobs[{i}]") from None
+        rows.append(
+            {
+                "name": spec.name,
+                "team": team.name,
+                "pool": pool.name,
+                "priority": prio.name,
+                "status": "pending",
+                "spec": spec.model_dump(mode="json", exclude_none=True),
+                "units": requested_units(session, spec, catalog),
+                "submitted_at": now,
+                "queued_at": now,
+                "waited_s": 0.0,
+                "preemption_count": 0,
+            }
+        )
+    jobs = JobRow.__table__
+    conn = session.connection()
+    ids = list(
+        conn.execute(
+            insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows
+        ).scalars()
+    )
+    conn.execute(_SUBMITTED, {"now": now, "ids": ids})
+    return ids
 
 
 def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRow | None:
@@ -161,6 +224,7 @@ def get_job(
     job = session.scalar(q)
     if job is None or (team is not None and job.team != team):
         raise NotFound(f"job {job_id!r} not found")
+    fill_queue_positions(session, [job])
     return job
 
 
@@ -206,6 +270,7 @@ def list_jobs(
     if cursor:
         q = q.where(JobRow.id < decode_cursor(cursor))
     rows = list(session.scalars(q.limit(limit + 1)))
+    fill_queue_positions(session, rows[:limit])
     next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
     return rows[:limit], next_cursor
 
@@ -227,9 +292,29 @@ def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
 
 
 def released_placements(session: Session, job: JobRow) -> list[dict]:
-    """What a finished job held (its allocation rows are freed when it ends)."""
-    if job.status not in TERMINAL or job.allocations:
+    """What a stopped job held: a finished job's from its last admission event
+    (its allocation rows are gone), a requeued job's from its rows still
+    releasing while its old pods stop (app/loops/releasing.py)."""
+    if job.allocations:
         return []
+    if job.status not in TERMINAL:
+        return [
+            {
+                "replica": r.replica,
+                "node": r.node,
+                "gpu_type": r.gpu_type,
+                "gpus": [int(d) for d in r.devices] if not r.mig else [],
+                "mig": [list(m) for m in r.mig],
+                "units": r.units,
+                "cpu": r.cpu,
+                "memory_gb": r.memory_gb,
+            }
+            for r in session.scalars(
+                select(AllocationRow)
+                .where(AllocationRow.job_id == job.id, AllocationRow.releasing_since.is_not(None))
+                .order_by(AllocationRow.replica, AllocationRow.id)
+            )
+        ]
     ev = session.scalar(
         select(JobEventRow)
         .where(JobEventRow.job_id == job.id, JobEventRow.type == "admitted")
@@ -267,10 +352,22 @@ def pending_queue(
     session: Session, *, pool: str | None = None, team: str | None = None
 ) -> list[JobRow]:
     """Pending jobs in the dispatch order of the last cycle (then by submit time)."""
-    q = select(JobRow).where(JobRow.status == "pending")
+    ranked = (
+        text(
+            "SELECT u.id AS job_id, u.ord AS ord FROM queue_order AS q, "
+            "unnest(q.job_ids) WITH ORDINALITY AS u(id, ord) WHERE q.id = 1"
+        )
+        .columns(column("job_id", BigInteger), column("ord", BigInteger))
+        .subquery("ranked")
+    )
+    q = (
+        select(JobRow)
+        .outerjoin(ranked, ranked.c.job_id == JobRow.id)
+        .where(JobRow.status == "pending")
+    )
     if pool:
         q = q.where(JobRow.pool == pool)
     if team:
         q = q.where(JobRow.team == team)
-    q = q.order_by(JobRow.queue_position.asc().nulls_last(), JobRow.submitted_at, JobRow.id)
+    q = q.order_by(ranked.c.ord.asc().nulls_last(), JobRow.submitted_at, JobRow.id)
     return list(session.scalars(q))

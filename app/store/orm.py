@@ -31,7 +31,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -190,9 +190,16 @@ class JobRow(Base):
     )
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     idempotency_hash: Mapped[str | None] = mapped_column(String(64))
+    # id of the transaction that last took a revision for this row (set by the
+    # jobs_xact trigger, migration 0002): what incremental refreshes key on
+    xact: Mapped[int | None] = mapped_column(BigInteger, index=True)
 
+    # Live allocations only: rows of stopped Pods still draining
+    # (``releasing_since`` set) are not the job's capacity any more.
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job",
+        primaryjoin="and_(JobRow.id == AllocationRow.job_id, "
+        "AllocationRow.releasing_since.is_(None))",
         cascade="all, delete-orphan",
         order_by="AllocationRow.replica",
         passive_deletes=True,
@@ -203,7 +210,21 @@ class AllocationRow(Base):
     """One replica's share of a node: whole cards, MIG slices or a vGPU share."""
 
     __tablename__ = "allocations"
-    __table_args__ = (UniqueConstraint("job_id", "replica", name="uq_allocations_job_replica"),)
+    # one live row per replica; a requeued job's old rows may still be releasing
+    __table_args__ = (
+        Index(
+            "uq_allocations_job_replica_live",
+            "job_id",
+            "replica",
+            unique=True,
+            postgresql_where=text("releasing_since IS NULL"),
+        ),
+        Index(
+            "ix_allocations_releasing",
+            "job_id",
+            postgresql_where=text("releasing_since IS NOT NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -220,6 +241,9 @@ class AllocationRow(Base):
     memory_gb: Mapped[float] = mapped_column(Float, default=0.0)
     pool: Mapped[str] = mapped_column(String(63))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Set when the job stopped holding this capacity; the row still counts as
+    # used until the cluster confirms the Pods are gone (app/loops/releasing.py).
+    releasing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     job: Mapped[JobRow] = relationship(back_populates="allocations")
 
@@ -269,4 +293,27 @@ ALL_TABLES = [
     "pools",
     "priority_classes",
     "gpu_types",
+    "queue_order",
 ]
+
+
+class CatalogRevisionRow(Base):
+    """One row; its number grows with every write to the catalog tables
+    (statement triggers, migration 0002), so caches of them know when to reload."""
+
+    __tablename__ = "catalog_revision"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger)
+
+
+class QueueOrderRow(Base):
+    """One row: the pending jobs in the dispatch order of the last cycle."""
+
+    __tablename__ = "queue_order"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    # the dispatcher that wrote it: another one's write means the reasons it wrote
+    # (which take no job revision) are unknown to this one's picture
+    writer: Mapped[str | None] = mapped_column(String(64))

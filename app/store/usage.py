@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.domain.states import ACTIVE
@@ -20,6 +20,7 @@ def pool_usage(session: Session, pool: PoolRow) -> dict[str, Any]:
     for gpu_type, units in session.execute(
         select(AllocationRow.gpu_type, func.sum(AllocationRow.units))
         .join(JobRow, JobRow.id == AllocationRow.job_id)
+        .where(AllocationRow.releasing_since.is_(None))  # live rows only
         .where(JobRow.pool == pool.name, JobRow.status.in_(ACTIVE))
         .group_by(AllocationRow.gpu_type)
     ):
@@ -86,6 +87,7 @@ def team_usage(session: Session, team: TeamRow) -> dict[str, Any]:
     for gpu_type, units in session.execute(
         select(AllocationRow.gpu_type, func.sum(AllocationRow.units))
         .join(JobRow, JobRow.id == AllocationRow.job_id)
+        .where(AllocationRow.releasing_since.is_(None))  # live rows only
         .where(JobRow.team == team.name, JobRow.status.in_(ACTIVE))
         .group_by(AllocationRow.gpu_type)
     ):
@@ -112,11 +114,18 @@ def team_usage(session: Session, team: TeamRow) -> dict[str, Any]:
 
 
 def node_allocations(session: Session) -> dict[str, list[AllocationRow]]:
+    """Live allocations of running jobs and releasing ones (the cards of stopped
+    jobs whose pods are still terminating are not free either)."""
     out: dict[str, list[AllocationRow]] = defaultdict(list)
     for a in session.scalars(
         select(AllocationRow)
         .join(JobRow, JobRow.id == AllocationRow.job_id)
-        .where(JobRow.status.in_(ACTIVE))
+        .where(
+            or_(
+                and_(AllocationRow.releasing_since.is_(None), JobRow.status.in_(ACTIVE)),
+                AllocationRow.releasing_since.is_not(None),
+            )
+        )
         .order_by(AllocationRow.node, AllocationRow.id)
     ):
         out[a.node].append(a)
@@ -168,6 +177,7 @@ def node_view(node: NodeRow, allocs: list[AllocationRow]) -> dict[str, Any]:
                 "units": a.units,
                 "cpu": a.cpu,
                 "memory_gb": a.memory_gb,
+                "releasing": a.releasing_since is not None,
             }
             for a in allocs
         ],

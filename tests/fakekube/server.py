@@ -88,6 +88,10 @@ class FakeKube:
         self.bind_failures: dict[str, tuple[int, str]] = {}  # pod name -> (code, reason)
         self.create_failures: dict[str, tuple[int, str]] = {}
         self.pdb_protected: set[str] = set()  # pod names whose eviction answers 429
+        # True: an eviction/delete with a grace period > 0 only marks the Pod
+        # terminating (deletionTimestamp) like a kubelet draining it; the test
+        # removes it with finish_terminating(). False: removed at once.
+        self.honour_grace = False
         self.watch_timeout_s = watch_timeout_s
         self.gone_as_http = False  # answer a too-old watch with HTTP 410, not an ERROR event
         self.list_calls: dict[str, int] = {"nodes": 0, "pods": 0}
@@ -277,18 +281,44 @@ class FakeKube:
                 )
             grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
             self.evictions.append((ns, name, grace))
-            pod = self.pods.pop((ns, name))
-            self._emit("pods", "DELETED", pod)
+            self._remove(ns, name, grace)
             return 201, status(201, "", "", name=name)
 
     def delete(self, ns: str, name: str, body: dict) -> tuple[int, dict]:
         with self.cond:
             if (ns, name) not in self.pods:
                 return 404, status(404, "NotFound", f'pods "{name}" not found', name=name)
-            self.deletes.append((ns, name, (body or {}).get("gracePeriodSeconds")))
-            pod = self.pods.pop((ns, name))
-            self._emit("pods", "DELETED", pod)
+            grace = (body or {}).get("gracePeriodSeconds")
+            self.deletes.append((ns, name, grace))
+            pod = self.pods[(ns, name)]
+            self._remove(ns, name, grace)
             return 200, copy.deepcopy(pod)
+
+    def _remove(self, ns: str, name: str, grace: int | None) -> None:
+        """Caller holds the lock."""
+        pod = self.pods[(ns, name)]
+        if self.honour_grace and (grace is None or grace > 0) and pod["spec"].get("nodeName"):
+            if not pod["metadata"].get("deletionTimestamp"):
+                pod["metadata"]["deletionTimestamp"] = time.strftime(
+                    "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
+                )
+                pod["metadata"]["deletionGracePeriodSeconds"] = 30 if grace is None else grace
+                self._emit("pods", "MODIFIED", pod)
+            return
+        self.pods.pop((ns, name))
+        self._emit("pods", "DELETED", pod)
+
+    def terminating(self) -> list[tuple[str, str]]:
+        with self.cond:
+            return [k for k, p in self.pods.items() if p["metadata"].get("deletionTimestamp")]
+
+    def finish_terminating(self) -> list[tuple[str, str]]:
+        """The grace periods are over: every terminating Pod is deleted."""
+        with self.cond:
+            done = [k for k, p in self.pods.items() if p["metadata"].get("deletionTimestamp")]
+            for k in done:
+                self._emit("pods", "DELETED", self.pods.pop(k))
+            return done
 
     def watch_events(self, kind: str, since: str | None, selector: str | None, handler: Any,
                      timeout_s: float) -> None:

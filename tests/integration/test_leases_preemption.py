@@ -5,8 +5,10 @@ inference 20, mixed 30 of 160 CU, so 10 CU are shared)."""
 
 from __future__ import annotations
 
+from app.clock import to_epoch
 from app.loops.descheduler import Descheduler
 from app.loops.leases import LeaseReaper
+from app.loops.snapshot import build_snapshot
 from tests.integration.conftest import job_body
 
 A100 = {"gpu_types": ["a100-80g"]}
@@ -65,7 +67,7 @@ def test_lease_visible_in_leases_usage_and_events(client, admin, dispatcher):
 
 
 def test_p0_preempts_p2_borrower_and_lease_reclaimed_at_expiry(
-    client, admin, dispatcher, clock
+    client, admin, dispatcher, clock, session_factory
 ):
     a, b = borrow_setup(client, admin, dispatcher)
     c = submit(client, admin, "scavenge", "research", 3, 100_000, priority="P2")
@@ -80,6 +82,12 @@ def test_p0_preempts_p2_borrower_and_lease_reclaimed_at_expiry(
     pre = [e for e in events(client, admin, c) if e["type"] == "preempted"]
     assert pre and pre[0]["data"]["by_job"] == p and "P0 > P2" in pre[0]["reason"]
     assert job(client, admin, a)["status"] == "running"  # P1 on its guarantee untouched
+    # the thrash guard sees who preempted it (from the job's events)
+    with session_factory() as s:
+        snap = build_snapshot(s, clock()).snapshot
+    (req,) = [r for r in snap.pending if r.id == c]
+    assert req.last_preempted_by == p and req.last_preempted_at == to_epoch(clock())
+    assert req.last_reclaimed_at is None
     # the borrow lease expires 1800 s after it started: reclaimed exactly then
     clock.advance(1800 - 120 - 1)
     dispatcher.run_once()
@@ -160,3 +168,76 @@ def test_descheduler_defragments_through_the_dispatch_path(client, admin, dispat
     assert mj["status"] in ("admitted", "running") and mj["preemption_count"] == 1
     assert mj["allocations"][0]["node"] != freed
     assert cluster.running_job_ids() >= {big, *small}
+
+
+def test_tiers_config_holds_p0_reservation_through_the_dispatcher(session_factory, clock):
+    """app/config/tiers.yaml loaded into PostgreSQL: P1 fills every A100 (borrowing
+    the idle P0 reservation), then P0 asks for its 30% and gets it in one pass."""
+    from importlib.resources import files
+
+    from sqlalchemy import select
+
+    from app.cluster.simulated import SimulatedCluster
+    from app.domain.config import load_config_text
+    from app.domain.spec import JobSpec
+    from app.loops.dispatcher import Dispatcher
+    from app.loops.snapshot import node_info
+    from app.store.config_loader import apply_config, ensure_priority_classes
+    from app.store.jobs import submit_job
+    from app.store.orm import JobRow, LeaseRow, NodeRow
+
+    cfg = load_config_text((files("app") / "config" / "tiers.yaml").read_text())
+    with session_factory() as s:
+        ensure_priority_classes(s)
+        apply_config(s, cfg)
+        s.commit()
+        nodes = [node_info(r) for r in s.scalars(select(NodeRow))]
+    d = Dispatcher(session_factory, SimulatedCluster(nodes=nodes, clock=clock), clock=clock)
+
+    def submit(name, team, gpus):
+        spec = JobSpec.model_validate({"name": name, "team": team, "duration_estimate_s": 10**6,
+                                       "resources": {"gpus": gpus, "gpu_types": ["a100-80g"]}})
+        with session_factory() as s:
+            jid = submit_job(s, spec, now=clock()).job.id
+            s.commit()
+        return jid
+
+    for i in range(40):
+        submit(f"ft{i}", "llm", 1)
+    d.run_once()
+    with session_factory() as s:
+        assert s.scalar(select(JobRow).where(JobRow.status == "pending").limit(1)) is None
+        assert len(list(s.scalars(select(LeaseRow).where(LeaseRow.state == "active")))) == 12
+    clock.advance(120)
+    p0 = [submit(f"rec{i}", "recsys", 4) for i in range(3)]
+    d.run_once()
+    with session_factory() as s:
+        rows = {r.id: r for r in s.scalars(select(JobRow))}
+        assert all(rows[j].status == "running" and rows[j].priority == "P0" for j in p0)
+        preempted = [r for r in rows.values() if r.preemption_count == 1]
+        assert len(preempted) == 12 and all(r.team == "llm" for r in preempted)
+        assert len(list(s.scalars(select(LeaseRow).where(LeaseRow.state == "active")))) == 0
+
+
+def test_reaper_closes_leases_left_on_jobs_that_stopped(client, admin, dispatcher, clock,
+                                                         session_factory):
+    from datetime import timedelta
+
+    from sqlalchemy import select
+
+    from app.store.orm import LeaseRow
+
+    a = submit(client, admin, "short", "nlp", 1, 10)
+    dispatcher.run_once()
+    clock.advance(10)
+    dispatcher.run_once()
+    assert job(client, admin, a)["status"] == "succeeded"
+    with session_factory() as s:  # a lease row nobody ended (e.g. written by hand)
+        s.add(LeaseRow(borrower="training", lender="mixed", gpu_type="a100-80g", units=10,
+                       job_id=int(a), started_at=clock(),
+                       expires_at=clock() + timedelta(seconds=1800), state="active"))
+        s.commit()
+    assert LeaseReaper(dispatcher).close_orphans() == 1
+    with session_factory() as s:
+        (row,) = s.scalars(select(LeaseRow))
+        assert row.state == "returned" and row.ended_at is not None

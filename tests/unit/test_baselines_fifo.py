@@ -101,12 +101,15 @@ class _Checking(Simulator):
 
     def cycle(self) -> bool:
         changed = super().cycle()
+        self.check()
+        return changed
+
+    def check(self) -> None:
         state = ClusterState.from_snapshot(self.snapshot())
         for node in state.nodes.values():
             assert node.cpu_used <= node.cpu + 1e-9 and node.memory_used_gb <= node.memory_gb + 1e-9
             for d in node.devices:
                 assert not device_overcommitted(d), node.name
-        return changed
 
 
 def test_no_over_allocation_and_deterministic_for_every_policy():

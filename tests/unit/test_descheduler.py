@@ -1,5 +1,7 @@
 """Descheduler decisions: P0 room (P2 before P1) and all-or-nothing defragmentation."""
 
+from dataclasses import replace
+
 from app.scheduling.descheduler import deschedule
 from app.scheduling.model import PoolInfo
 from tests.unit.quota_sim import job, node, running, snapshot
@@ -68,3 +70,11 @@ def test_defragment_never_moves_p0() -> None:
     snap.running.append(running(job("a0-p0", prio="P0", gpus=1), "a0", "a100", (0,)))
     snap.running.append(running(job("a1-p0", prio="P0", gpus=1), "a1", "a100", (7,)))
     assert deschedule(snap).preemptions == []
+
+
+def test_switched_off_decides_nothing() -> None:
+    snap = two_fragmented_nodes(2)
+    assert deschedule(snap).preemptions  # on: it moves (above)
+    snap.config = replace(snap.config, descheduler=False)
+    res = deschedule(snap)
+    assert res.preemptions == [] and res.admissions == []

@@ -131,3 +131,29 @@ def test_reclaimed_job_does_not_reborrow_within_thrash_window() -> None:
     s.advance(599.0)
     s.cycle()
     assert "y" in s.running and s.running["y"].leases[0].expires_at == 2400.0 + 1800.0
+
+
+def test_when_needed_pool_at_its_guarantee_is_not_entitled_to_reclaim() -> None:
+    """r is guaranteed a100 too, but already runs its whole guarantee: its
+    extra job may not take back the lease q gave p (only the lender, or a pool
+    below its guarantee, may)."""
+    from app.scheduling.leases import entitled
+    from app.scheduling.model import LeaseInfo
+
+    pools = [PoolInfo(n, guaranteed={"a100": 40}, reclaim="when_needed") for n in "pqr"]
+    s = Sim(nodes=[node("a0", "a100", 8), node("a1", "a100", 4)], pools=pools)
+    s.submit(job("x", gpus=4))
+    s.submit(job("rr", pool="r", gpus=4))
+    s.cycle()
+    s.submit(job("y", gpus=2))
+    s.cycle()
+    assert s.running["y"].leases[0].lender == "q"
+    s.advance(4000.0)
+    s.submit(job("more", pool="r", gpus=4))
+    res = s.cycle()
+    assert res.preemptions == [] and "y" in s.running and "more" in s.pending
+    lease = LeaseInfo("L", "p", "q", "a100", 20, "y", 0, 1)
+    pmap = {p.name: p for p in pools}
+    assert entitled(job("z", pool="q"), lease, pmap, below=set())
+    assert entitled(job("z", pool="r"), lease, pmap, below={("r", "a100")})
+    assert not entitled(job("z", pool="r"), lease, pmap, below=set())

@@ -25,6 +25,7 @@ def test_metric_families_and_values():
     m.record_utilization(utilization(snap), {"a100": 10, "v100": 4})
     m.record_pending(pending_counts(snap))
     m.record_leases({("inference", "training", "a100"): 1}, borrowed_units(snap))
+    m.record_releasing({"a100": 20.0})
     m.observe_wait("training", "P1", "nlp", 30)
     m.observe_wait("training", "P1", "nlp", 90)
     m.observe_completion("training", "P1", "nlp", 700)
@@ -56,6 +57,7 @@ def test_metric_families_and_values():
     lease = (("borrower", "inference"), ("gpu_type", "a100"), ("lender", "training"))
     assert s[("gpuq_active_leases", lease)] == 1
     assert s[("gpuq_borrowed_units", lease)] == 10
+    assert s[("gpuq_releasing_units", a)] == 20
     jl = (("pool", "training"), ("priority", "P1"), ("team", "nlp"))
     assert s[("gpuq_queue_wait_seconds_count", jl)] == 2
     assert s[("gpuq_queue_wait_seconds_sum", jl)] == 120

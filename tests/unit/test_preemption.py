@@ -161,3 +161,23 @@ def test_preempted_jobs_requeue_and_later_finish() -> None:
         s.advance(100)
         s.cycle()
     assert s.done == {"high": "succeeded", "low": "succeeded"}
+
+
+def test_site_defined_priority_classes() -> None:
+    """Classes are a table: a site's 'batch' (value 50, preemptible) yields to
+    P2; its 'system' class (value 2000, non-preemptible) is never a victim."""
+    from dataclasses import replace
+
+    batch = replace(job("batch", prio="P2", gpus=4), priority="batch", priority_value=50)
+    system = replace(job("sys", prio="P0", gpus=4), priority="system", priority_value=2000)
+    snap = one_node_full(
+        (batch, (0, 1, 2, 3), 0.0), (system, (4, 5, 6, 7), 0.0),
+        pending=[job("p2", prio="P2", gpus=4)],
+    )
+    res = schedule(snap)
+    assert victims(res) == ["batch"]
+    snap = one_node_full(
+        (system, tuple(range(4)), 0.0), (batch, (4, 5, 6, 7), 0.0),
+        pending=[job("p0", prio="P0", gpus=8)],
+    )
+    assert schedule(snap).preemptions == []  # would need the system job: nobody moves

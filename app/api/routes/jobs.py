@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
+from pydantic import BaseModel, Field
 from sqlalchemy.exc import IntegrityError
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
@@ -29,7 +30,11 @@ def submit_job(
     principal.require_team(spec.team)
     try:
         sub = job_store.submit_job(session, spec, now=now, idempotency_key=idempotency_key)
+        # a new job holds nothing yet: its answer needs no further reads after the commit
+        out = job_out(sub.job, now) if sub.created else None
         session.commit()
+        if out is not None:
+            return out
     except IntegrityError:
         # a concurrent request with the same key won the race: return its job
         session.rollback()
@@ -39,6 +44,36 @@ def submit_job(
     if not sub.created:
         response.status_code = 200
     return job_out(sub.job, now, job_store.active_lease(session, sub.job))
+
+
+class JobBatch(BaseModel):
+    """Body of POST /v1/jobs:batch."""
+
+    jobs: Annotated[list[JobSpec], Field(min_length=1, max_length=5000)]
+
+
+class BatchItem(BaseModel):
+    id: str
+    name: str
+    status: str = "pending"
+
+
+class BatchOut(BaseModel):
+    items: list[BatchItem]
+
+
+@router.post(":batch", status_code=201)
+def submit_batch(
+    body: JobBatch, session: SessionDep, principal: PrincipalDep, now: NowDep
+) -> BatchOut:
+    """Many jobs in one transaction (all or nothing): one INSERT, one NOTIFY."""
+    for spec in body.jobs:
+        principal.require_team(spec.team)
+    ids = job_store.submit_jobs(session, body.jobs, now=now)
+    session.commit()
+    return BatchOut(
+        items=[BatchItem(id=str(i), name=s.name) for i, s in zip(ids, body.jobs, strict=True)]
+    )
 
 
 @router.get("")
