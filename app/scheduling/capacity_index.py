@@ -106,8 +106,8 @@ class CapacityIndex:
         # schedulable nodes without GPUs (CPU-only work goes there first)
         self.cpu_nodes: dict[str, None] = {}
         # type -> signature -> {node: None}: nodes no filter or score can tell apart
-        # (:func:`signature`). Built on first use (``groups_of``), then kept in step.
-        self._groups: dict[str | None, dict[tuple, dict[str, None]]] | None = None
+        # (:func:`signature`). Built per type on first use (``groups_of``), then kept in step.
+        self._groups: dict[str | None, dict[tuple, dict[str, None]]] = {}
         self._sig: dict[str, tuple] = {}
         self._nodes: dict[str, Node] = {}
 
@@ -125,7 +125,7 @@ class CapacityIndex:
         self.caps[node.name] = cap
         self._nodes[node.name] = node
         self._file(node.name, t, cap)
-        if self._groups is not None:
+        if t in self._groups:
             self._group(node, t)
 
     def update(self, node: Node) -> None:
@@ -139,18 +139,16 @@ class CapacityIndex:
         self.caps[node.name] = cap
         self._nodes[node.name] = node
         self._file(node.name, t, cap)
-        if self._groups is not None:
+        if t in self._groups:
             self._ungroup(node.name, t)
             self._group(node, t)
 
     def _group(self, node: Node, t: str | None) -> None:
-        assert self._groups is not None
         sig = signature(node)
         self._sig[node.name] = sig
-        self._groups.setdefault(t, {}).setdefault(sig, {})[node.name] = None
+        self._groups[t].setdefault(sig, {})[node.name] = None
 
     def _ungroup(self, name: str, t: str | None) -> None:
-        assert self._groups is not None
         sig = self._sig.pop(name, None)
         by_sig = self._groups.get(t)
         if sig is None or by_sig is None:
@@ -196,17 +194,19 @@ class CapacityIndex:
         of the type: on a large cluster most nodes share a state, so this is
         far fewer than the nodes. Do not reserve while iterating.
         """
-        if self._groups is None:
-            self._groups = {}
+        got = self._groups.get(t)
+        if got is None:
+            got = self._groups[t] = {}
+            node_type = self.node_type
             for name, node in self._nodes.items():
-                self._group(node, self.node_type[name])
-        return self._groups.get(t) or {}
+                if node_type[name] == t:
+                    self._group(node, t)
+        return got
 
     def group_types(self) -> list[str | None]:
-        """The types that have groups, CPU-only nodes (None) first."""
-        self.groups_of(None)
-        assert self._groups is not None
-        return sorted(self._groups, key=lambda t: (t is not None, t or ""))
+        """Every type with schedulable nodes, CPU-only nodes (None) first."""
+        types = set(self.node_type.values())
+        return sorted(types, key=lambda t: (t is not None, t or ""))
 
     def max_free_whole(self, t: str) -> int:
         buckets = self.whole.get(t)
