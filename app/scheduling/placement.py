@@ -330,7 +330,7 @@ def _state_candidates(
                     break
             if p is None:
                 continue
-            key = (shape, sig)
+            key = (shape, t, sig)  # a CPU-only demand sees states of every type
             sc = cache.get(key)
             if sc is None:
                 sc = score(job, d, nodes[name], caps[name], p, ctx, {}, set())

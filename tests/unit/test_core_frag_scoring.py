@@ -112,3 +112,16 @@ def test_cycle_mix_carries_balance_and_type_pressure() -> None:
     off = PlacementContext.from_snapshot(
         snap(nodes, pending, config=SchedulerConfig(w_balance=0, w_type_pressure=0)))
     assert off.mix.w_balance == 0 and off.mix.w_type == 0
+
+
+def test_same_state_on_another_type_is_scored_for_its_own_type() -> None:
+    # a V100 node and a 4090 node alike in everything but the type; the mix wants 4090
+    # cards with 8 CPUs, so a CPU-only pod belongs on the V100 node (nobody in the mix
+    # can use its card anyway), whichever node's state is scored first
+    nodes = [node("r", "rtx4090-24g", 1, cpu=8, mem=64), node("v", "v100-16g", 1, cpu=8, mem=64)]
+    mix = WorkloadMix((MixEntry(gpus=1, gpu_share=0.0, cpu=8.0, memory_gb=16.0,
+                                gpu_types=("rtx4090-24g",)),))
+    ctx = PlacementContext(gpu_types=TYPES, config=SchedulerConfig(w_binpack=0, w_headroom=0),
+                           mix=mix)
+    (p,) = place_job(job("c", gpus=None, cpu=4.0, memory_gb=4.0), ClusterState(nodes, TYPES), ctx)
+    assert p.node == "v"
