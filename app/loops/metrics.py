@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.clock import utcnow
 from app.loops.base import LoopService
 from app.loops.dispatcher import Dispatcher
+from app.loops.picture import XMIN
 from app.loops.releasing import releasing_units
 from app.metrics import GpuqMetrics
 from app.reports.alerts import Alert
@@ -61,6 +62,7 @@ class MetricsLoop(LoopService):
         self.fairness_window_s = fairness_window_s
         self.backfill_s = backfill_s
         self.last_revision: int | None = None
+        self.last_xmin: int | None = None
         self.last_event_id: int | None = None
         self._seen: OrderedDict[tuple[int, str, float], None] = OrderedDict()
         self._waited: OrderedDict[int, float] = OrderedDict()  # job -> wait already observed
@@ -107,12 +109,18 @@ class MetricsLoop(LoopService):
         self.metrics.record_alerts(alerts)
 
     def _histograms(self, session: Session, now: datetime) -> None:
+        # rows written by transactions that had not finished at the last look
+        # (jobs.xact, as the dispatcher's picture reads them): "revision > last"
+        # would skip a row whose writer took its revision early and committed late;
+        # rows seen twice are harmless (self._first)
+        xmin = int(session.scalar(XMIN))
         q = select(JobRow).order_by(JobRow.revision)
-        if self.last_revision is None:
+        if self.last_revision is None or self.last_xmin is None:
             since = now - timedelta(seconds=self.backfill_s)
             q = q.where(or_(JobRow.admitted_at >= since, JobRow.finished_at >= since))
         else:
-            q = q.where(JobRow.revision > self.last_revision)
+            q = q.where(JobRow.xact >= self.last_xmin)
+        self.last_xmin = xmin
         for job in session.scalars(q):
             self.last_revision = max(self.last_revision or 0, job.revision)
             if job.admitted_at is not None and self._first(job.id, "admit", job.admitted_at):
