@@ -62,7 +62,7 @@ from app.scheduling.model import (
 )
 from app.scheduling.policies import get_policy
 from app.store import batch_states, queue_order
-from app.store.batch_states import AdmittedRow
+from app.store.batch_states import AdmittedRow, admission_event_data
 from app.store.orm import AllocationRow, JobRow, LeaseRow
 
 ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
@@ -607,25 +607,7 @@ class Dispatcher(LoopService):
             job,
             "admitted",
             now=now,
-            data={
-                "nodes": sorted({p.node for p in a.placements}),
-                "units": a.units,
-                "leases": len(a.leases),
-                # what it held, kept in history after the allocation rows are freed
-                "placements": [
-                    {
-                        "replica": p.replica,
-                        "node": p.node,
-                        "gpu_type": p.gpu_type,
-                        "gpus": list(p.devices) if not p.mig else [],
-                        "mig": [list(m) for m in p.mig],
-                        "units": p.units,
-                        "cpu": p.cpu,
-                        "memory_gb": p.memory_gb,
-                    }
-                    for p in a.placements
-                ],
-            },
+            data=admission_event_data(a),
         )
 
     def _preempt(self, session: Session, job: JobRow, p: Preemption, now: datetime) -> None:
