@@ -21,6 +21,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from app.ui.html import secs as fmt_s  # one duration format for the CLI and the dashboard
+
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 STATUS_STYLE = {
@@ -125,19 +127,6 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
     if not jobs or not all(isinstance(j, dict) for j in jobs):
         raise ClientError(f"{path}: expected a job mapping or a list of them", code=2)
     return jobs
-
-
-def fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
 
 
 def fmt_num(x: Any) -> str:
