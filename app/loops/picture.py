@@ -40,14 +40,12 @@ from sqlalchemy.orm import Session
 from app.clock import to_epoch
 from app.domain.states import ACTIVE
 from app.loops.snapshot import (
+    Catalog,
     SnapshotContext,
-    gpu_type_info,
     job_request,
     lease_info,
-    node_info,
     placement_of,
-    pool_info,
-    team_info,
+    read_catalog,
     with_preemption_history,
 )
 from app.scheduling.model import (
@@ -58,18 +56,12 @@ from app.scheduling.model import (
     ReplicaPlacement,
     RunningJob,
     SchedulerConfig,
-    Snapshot,
 )
 from app.store.config_loader import scheduler_knobs
 from app.store.orm import (
     AllocationRow,
-    GpuTypeRow,
     JobRow,
     LeaseRow,
-    NodeRow,
-    PoolRow,
-    PriorityClassRow,
-    TeamRow,
 )
 from app.store.queue_order import last_writer
 
@@ -135,14 +127,8 @@ class QueuePicture:
         """Bring the picture up to date and return the snapshot for one cycle."""
         t0 = time.perf_counter()
         conn = session.connection()
-        gpu_types = {r.name: gpu_type_info(r) for r in session.scalars(select(GpuTypeRow))}
-        nodes = [node_info(r) for r in session.scalars(select(NodeRow).order_by(NodeRow.name))]
-        pools = {r.name: pool_info(r) for r in session.scalars(select(PoolRow))}
-        teams = {r.name: team_info(r) for r in session.scalars(select(TeamRow))}
-        priorities = {
-            r.name: PriorityInfo(r.name, r.value, r.preemptible)
-            for r in session.scalars(select(PriorityClassRow))
-        }
+        catalog = read_catalog(session)
+        pools, priorities = catalog.pools, catalog.priorities
         config = SchedulerConfig.from_mapping(scheduler_knobs(session))
         # another dispatcher wrote the queue since we did: its reasons are not in here
         foreign = self.written_order is not None and last_writer(conn) != self.owner
@@ -167,7 +153,7 @@ class QueuePicture:
         self.watermark = xmin
         self._catalog = (pools, priorities)
         self.last = RefreshStats(full=full, rows=len(rows), seconds=time.perf_counter() - t0)
-        return self._context(now, gpu_types, nodes, pools, teams, priorities, config)
+        return self._context(now, catalog, config)
 
     def _apply(
         self,
@@ -240,14 +226,7 @@ class QueuePicture:
         return placements, leases
 
     def _context(
-        self,
-        now: datetime,
-        gpu_types: dict,
-        nodes: list,
-        pools: dict,
-        teams: dict,
-        priorities: dict,
-        config: SchedulerConfig,
+        self, now: datetime, catalog: Catalog, config: SchedulerConfig
     ) -> SnapshotContext:
         pending: list[JobRequest] = []
         running: list[RunningJob] = []
@@ -262,17 +241,7 @@ class QueuePicture:
             else:
                 pending.append(e.request)
                 pending_meta[key] = (e.reason, e.position)
-        snap = Snapshot(
-            now=to_epoch(now),
-            gpu_types=gpu_types,
-            nodes=nodes,
-            pools=pools,
-            teams=teams,
-            priorities=priorities,
-            running=running,
-            pending=pending,
-            config=config,
-        )
+        snap = catalog.snapshot(now, running, pending, config)
         return SnapshotContext(snapshot=snap, revisions=revisions, pending_meta=pending_meta)
 
     # after a commit ------------------------------------------------------------

@@ -192,16 +192,55 @@ def with_preemption_history(
     return out
 
 
+@dataclass
+class Catalog:
+    """The small tables every cycle reads in full. One reader and one Snapshot
+    constructor for build_snapshot and the dispatcher's QueuePicture, so the
+    two cannot drift apart in how they see the cluster."""
+
+    gpu_types: dict[str, GpuType]
+    nodes: list[Node]
+    pools: dict[str, PoolInfo]
+    teams: dict[str, TeamInfo]
+    priorities: dict[str, PriorityInfo]
+
+    def snapshot(
+        self,
+        now: datetime,
+        running: list[RunningJob],
+        pending: list[JobRequest],
+        config: SchedulerConfig,
+    ) -> Snapshot:
+        return Snapshot(
+            now=to_epoch(now),
+            gpu_types=self.gpu_types,
+            nodes=self.nodes,
+            pools=self.pools,
+            teams=self.teams,
+            priorities=self.priorities,
+            running=running,
+            pending=pending,
+            config=config,
+        )
+
+
+def read_catalog(session: Session) -> Catalog:
+    return Catalog(
+        gpu_types={r.name: gpu_type_info(r) for r in session.scalars(select(GpuTypeRow))},
+        nodes=[node_info(r) for r in session.scalars(select(NodeRow).order_by(NodeRow.name))],
+        pools={r.name: pool_info(r) for r in session.scalars(select(PoolRow))},
+        teams={r.name: team_info(r) for r in session.scalars(select(TeamRow))},
+        priorities={
+            r.name: PriorityInfo(r.name, r.value, r.preemptible)
+            for r in session.scalars(select(PriorityClassRow))
+        },
+    )
+
+
 def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
     """Read everything a cycle needs in one session (one consistent view)."""
-    gpu_types = {r.name: gpu_type_info(r) for r in session.scalars(select(GpuTypeRow))}
-    nodes = [node_info(r) for r in session.scalars(select(NodeRow).order_by(NodeRow.name))]
-    pools = {r.name: pool_info(r) for r in session.scalars(select(PoolRow))}
-    teams = {r.name: team_info(r) for r in session.scalars(select(TeamRow))}
-    priorities = {
-        r.name: PriorityInfo(r.name, r.value, r.preemptible)
-        for r in session.scalars(select(PriorityClassRow))
-    }
+    catalog = read_catalog(session)
+    pools, priorities = catalog.pools, catalog.priorities
     leases: dict[int, list[LeaseInfo]] = defaultdict(list)
     for lr in session.scalars(select(LeaseRow).where(LeaseRow.state == "active")):
         leases[lr.job_id].append(lease_info(lr))
@@ -237,16 +276,8 @@ def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
             )
     if preempted:
         pending = with_preemption_history(session, pending, preempted)
-    snap = Snapshot(
-        now=to_epoch(now),
-        gpu_types=gpu_types,
-        nodes=nodes,
-        pools=pools,
-        teams=teams,
-        priorities=priorities,
-        running=running,
-        pending=pending,
-        config=SchedulerConfig.from_mapping(scheduler_knobs(session)),
+    snap = catalog.snapshot(
+        now, running, pending, SchedulerConfig.from_mapping(scheduler_knobs(session))
     )
     from app.loops.releasing import hold_in_snapshot, releasing_placements
 
