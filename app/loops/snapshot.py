@@ -18,6 +18,7 @@ from app.clock import to_epoch
 from app.domain.requests import request_from_spec
 from app.domain.spec import JobSpec
 from app.domain.states import ACTIVE
+from app.scheduling.from_config import pool_from_config, team_from_config
 from app.scheduling.model import (
     Device,
     GpuType,
@@ -95,29 +96,11 @@ def node_info(r: NodeRow) -> Node:
 
 
 def pool_info(r: PoolRow) -> PoolInfo:
-    return PoolInfo(
-        name=r.name,
-        gpu_types=tuple(r.gpu_types or ()),
-        guaranteed=dict(r.guaranteed or {}),
-        borrow_limit=r.borrow_limit,
-        lend_limit=dict(r.lend_limit or {}),
-        max_borrow_seconds=r.max_borrow_seconds,
-        reclaim=r.reclaim,
-        placement=r.placement,
-        weight=r.weight,
-    )
+    return pool_from_config(r)  # the same conversion as a config file's pool
 
 
 def team_info(r: TeamRow) -> TeamInfo:
-    return TeamInfo(
-        name=r.name,
-        pool=r.pool,
-        allowed_pools=tuple(r.allowed_pools or ()),
-        quota_units=r.quota_units,
-        quota_by_type=dict(r.quota_by_type or {}),
-        weight=r.weight,
-        default_priority=r.default_priority,
-    )
+    return team_from_config(r)
 
 
 def placement_of(a: AllocationRow) -> ReplicaPlacement:

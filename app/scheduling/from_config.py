@@ -6,7 +6,9 @@ tests, so a scenario and a live demo cluster mean the same thing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from app.domain.config import (
     GpuqConfig,
@@ -60,13 +62,57 @@ def node_from_config(n: NodeConfig) -> Node:
     )
 
 
-def pool_from_config(p: PoolConfig) -> PoolInfo:
+class PoolFields(Protocol):
+    """What a pool conversion reads: a :class:`PoolConfig` or the pools table row
+    (whose JSON columns may be NULL), so the config file and the database
+    become the core's PoolInfo through one function."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def gpu_types(self) -> Iterable[str] | None: ...
+    @property
+    def guaranteed(self) -> Mapping[str, float] | None: ...
+    @property
+    def borrow_limit(self) -> float | None: ...
+    @property
+    def lend_limit(self) -> Mapping[str, float] | None: ...
+    @property
+    def max_borrow_seconds(self) -> float: ...
+    @property
+    def reclaim(self) -> str: ...
+    @property
+    def placement(self) -> str: ...
+    @property
+    def weight(self) -> float: ...
+
+
+class TeamFields(Protocol):
+    """What a team conversion reads: a :class:`TeamConfig` or the teams table row."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def allowed_pools(self) -> Iterable[str] | None: ...
+    @property
+    def quota_units(self) -> float | None: ...
+    @property
+    def quota_by_type(self) -> Mapping[str, float] | None: ...
+    @property
+    def weight(self) -> float: ...
+    @property
+    def default_priority(self) -> str: ...
+
+
+def pool_from_config(p: PoolConfig | PoolFields) -> PoolInfo:
     return PoolInfo(
         name=p.name,
-        gpu_types=tuple(p.gpu_types),
-        guaranteed=dict(p.guaranteed),
+        gpu_types=tuple(p.gpu_types or ()),
+        guaranteed=dict(p.guaranteed or {}),
         borrow_limit=p.borrow_limit,
-        lend_limit=dict(p.lend_limit),
+        lend_limit=dict(p.lend_limit or {}),
         max_borrow_seconds=p.max_borrow_seconds,
         reclaim=p.reclaim,
         placement=p.placement,
@@ -74,13 +120,13 @@ def pool_from_config(p: PoolConfig) -> PoolInfo:
     )
 
 
-def team_from_config(t: TeamConfig) -> TeamInfo:
+def team_from_config(t: TeamConfig | TeamFields) -> TeamInfo:
     return TeamInfo(
         name=t.name,
         pool=t.pool,
-        allowed_pools=tuple(t.allowed_pools),
+        allowed_pools=tuple(t.allowed_pools or ()),
         quota_units=t.quota_units,
-        quota_by_type=dict(t.quota_by_type),
+        quota_by_type=dict(t.quota_by_type or {}),
         weight=t.weight,
         default_priority=t.default_priority,
     )
