@@ -9,17 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from app.domain.states import STATUSES as JOB_STATUSES  # the status filter offers every state
 from app.ui.html import alerts_block, bar, esc, link, num, page, pct, secs, status, table
-
-JOB_STATUSES = (
-    "pending",
-    "admitted",
-    "running",
-    "succeeded",
-    "failed",
-    "cancelled",
-    "unschedulable",
-)
 
 
 def overview_page(util: Mapping[str, Any], tuning: Mapping[str, Any] | None = None) -> str:
