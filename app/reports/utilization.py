@@ -9,7 +9,7 @@ URL it stays ``None`` and the report says it is unknown, never a guess.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from app.reports.alerts import AlertThresholds, type_imbalance_alerts
@@ -26,13 +26,22 @@ def wanted_type(job: JobRequest, pools: Mapping[str, PoolInfo]) -> str:
     Its first requested type, else its pool's first (preferred) type, else
     ``any``; CPU-only work is ``cpu``.
     """
-    if job.mode == "gpus" and not job.gpus:
-        return CPU_ONLY
-    if job.gpu_types:
-        return job.gpu_types[0]
     pool = pools.get(job.pool)
-    if pool is not None and pool.gpu_types:
-        return pool.gpu_types[0]
+    return wanted_type_of(
+        job.mode == "gpus" and not job.gpus,
+        job.gpu_types[0] if job.gpu_types else None,
+        pool.gpu_types if pool is not None else (),
+    )
+
+
+def wanted_type_of(cpu_only: bool, first_type: str | None, pool_types: Sequence[str]) -> str:
+    """:func:`wanted_type` from the three facts it needs (aggregate queries group by them)."""
+    if cpu_only:
+        return CPU_ONLY
+    if first_type:
+        return first_type
+    if pool_types:
+        return pool_types[0]
     return ANY_TYPE
 
 
@@ -57,9 +66,14 @@ class TypeUtilization:
 
 
 def utilization(
-    snap: Snapshot, gpu_util: Mapping[str, float] | None = None
+    snap: Snapshot,
+    gpu_util: Mapping[str, float] | None = None,
+    pending: Mapping[str, int] | None = None,
 ) -> list[TypeUtilization]:
-    """One row per GPU type known to the snapshot (types without nodes show zero capacity)."""
+    """One row per GPU type known to the snapshot (types without nodes show zero capacity).
+
+    ``pending`` (jobs waiting per wanted type) defaults to the snapshot's queue;
+    callers holding a snapshot without its queue pass the counts they read."""
     state = ClusterState.from_snapshot(snap)
     nodes_by_type: Counter[str] = Counter()
     cards: Counter[str] = Counter()
@@ -86,7 +100,8 @@ def utilization(
         for p in job.placements:
             if p.gpu_type:
                 allocated[p.gpu_type] += p.units
-    pending = Counter(wanted_type(j, snap.pools) for j in snap.pending)
+    if pending is None:
+        pending = pending_by_type(snap)
     out = []
     for name in sorted(set(snap.gpu_types) | set(cards)):
         gt = snap.gpu_types.get(name)
@@ -139,12 +154,16 @@ def utilization_report(
     *,
     thresholds: AlertThresholds | None = None,
     gpu_util_source: str | None = None,
+    pending: Mapping[str, int] | None = None,
 ) -> dict[str, object]:
-    """The body of ``GET /v1/reports/utilization`` (imbalance alert included)."""
+    """The body of ``GET /v1/reports/utilization`` (imbalance alert included).
+
+    ``pending`` as in :func:`utilization` (default: the snapshot's queue)."""
     th = thresholds or AlertThresholds()
-    rows = utilization(snap, gpu_util)
+    if pending is None:
+        pending = pending_by_type(snap)
+    rows = utilization(snap, gpu_util, pending)
     idle = {r.gpu_type: r.idle_ratio for r in rows if r.capacity_cu > EPS}
-    pending = pending_by_type(snap)
     alerts = type_imbalance_alerts(pending, idle, th)
     return {
         "generated_at": snap.now,

@@ -42,7 +42,8 @@ def _error(title: str, e: GpuqError) -> HTMLResponse:
 
 @router.get("", response_class=HTMLResponse)
 def overview(request: Request, session: SessionDep, now: NowDep) -> HTMLResponse:
-    _snap, util = live_utilization(session, now, request.app.state.settings.prometheus_url)
+    url = request.app.state.settings.prometheus_url
+    _snap, util, _pending = live_utilization(session, now, url)
     return _html(pages.overview_page(util, load_state(session)["config"]))
 
 

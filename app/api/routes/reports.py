@@ -31,5 +31,6 @@ def utilization(
     request: Request, session: SessionDep, _: PrincipalDep, now: NowDep
 ) -> dict[str, Any]:
     """Per GPU type: capacity and allocated CU, ratio, free cards/slices, pending, idle, DCGM."""
-    _snap, body = live_utilization(session, now, request.app.state.settings.prometheus_url)
+    url = request.app.state.settings.prometheus_url
+    _snap, body, _pending = live_utilization(session, now, url)
     return body
