@@ -70,6 +70,7 @@ _AFTER = text(
     + " WHERE e.id > :after OR e.id = ANY(CAST(:missing AS bigint[])) ORDER BY e.id"
 )
 _SINCE = text(_SELECT + " WHERE e.at >= :since ORDER BY e.id")
+_MAX_ID = text("SELECT COALESCE(max(id), 0) FROM job_events")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +111,8 @@ class EventFeed:
             rows = session.execute(_SINCE, {"since": backfill_since}).all()
             if rows:
                 self._note_gaps([r.id for r in rows], now, floor=rows[-1].id - BACKFILL_GAP_IDS)
-            else:
-                self.high = 0
+            else:  # nothing in the window: start after the newest event
+                self.high = int(session.scalar(_MAX_ID))
         else:
             rows = session.execute(
                 _AFTER, {"after": self.high, "missing": list(self.missing)}
