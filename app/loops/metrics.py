@@ -1,8 +1,9 @@
 """Keeping the Prometheus metrics current.
 
-- :class:`MetricsLoop` sets the gauges from live state only: the cluster and
-  the jobs holding capacity (a snapshot without the queue), the backlog as
-  one grouped count, leases, releasing capacity, team usage and quotas, and
+- :class:`MetricsLoop` sets the gauges from live state only: its own
+  :class:`~app.loops.picture.QueuePicture` of the live jobs (the dispatcher's
+  incremental picture: each pass re-reads only the job rows written since the
+  last one), leases, releasing capacity, team usage and quotas, and
   the head-of-line alert over the last hour (a windowed, indexed read). It
   feeds the wait / completion histograms and the preemption / reclaim
   counters from the job events committed since its last pass
@@ -31,12 +32,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.clock import utcnow
 from app.loops.base import LoopService
 from app.loops.dispatcher import Dispatcher
-from app.loops.releasing import releasing_units
+from app.loops.picture import QueuePicture
+from app.loops.releasing import hold_releasing_in_context, releasing_units
 from app.metrics import GpuqMetrics
 from app.reports.alerts import Alert
 from app.reports.event_feed import EventFeed
 from app.reports.live import live_fairness, live_utilization
-from app.reports.utilization import borrowed_units, utilization
+from app.reports.utilization import borrowed_units, pending_counts, utilization
+from app.scheduling.model import Snapshot
 
 
 class MetricsLoop(LoopService):
@@ -61,6 +64,9 @@ class MetricsLoop(LoopService):
         self.fairness_window_s = fairness_window_s
         self.backfill_s = backfill_s
         self.feed = EventFeed()
+        # the live jobs, refreshed by the rows changed since the last look (as the
+        # dispatcher's own picture is); a full re-read at most hourly as a safety net
+        self.picture = QueuePicture(full_reload_s=3600.0)
         self._lock = threading.Lock()
         self._last_pass: float | None = None
 
@@ -69,6 +75,21 @@ class MetricsLoop(LoopService):
         if self._last_pass is not None and time.monotonic() - self._last_pass < max_age_s:
             return
         self.run_once()
+
+    def snapshot(self, now: datetime) -> Snapshot:
+        """The live cluster and queue as of now, refreshed by what changed (for the
+        utilization report and the dashboard, which would otherwise rebuild it)."""
+        with self._lock, self.session_factory() as session:
+            return self._snapshot(session, now)
+
+    def _snapshot(self, session: Session, now: datetime) -> Snapshot:
+        try:
+            ctx = self.picture.refresh(session, now)
+        except Exception:
+            self.picture.invalidate()
+            raise
+        hold_releasing_in_context(session, ctx)  # stopping Pods still hold their cards
+        return ctx.snapshot
 
     def run_once(self) -> None:
         with self._lock, self.session_factory() as session:
@@ -83,7 +104,8 @@ class MetricsLoop(LoopService):
                 self._last_pass = time.monotonic()
 
     def _gauges(self, session: Session, now: datetime) -> None:
-        snap, util, pending = live_utilization(session, now, self.prometheus_url)
+        snap = self._snapshot(session, now)
+        util = live_utilization(session, snap, self.prometheus_url)
         gpu_util = {
             r["gpu_type"]: r["gpu_util"] for r in util["gpu_types"] if r["gpu_util"] is not None
         }
@@ -91,7 +113,7 @@ class MetricsLoop(LoopService):
         self.metrics.record_utilization(
             rows, {name: t.weight for name, t in snap.gpu_types.items()}
         )
-        self.metrics.record_pending(pending)
+        self.metrics.record_pending(pending_counts(snap))
         lease_counts: Counter[tuple[str, str, str]] = Counter()
         for job in snap.running:
             for lease in job.leases:

@@ -220,13 +220,8 @@ def read_catalog(session: Session) -> Catalog:
     )
 
 
-def build_snapshot(session: Session, now: datetime, *, pending: bool = True) -> SnapshotContext:
-    """Read everything a cycle needs in one session (one consistent view).
-
-    ``pending=False`` leaves the queue out: the cluster, the jobs holding
-    capacity and their leases only, which is what utilization figures need
-    (reading and validating every pending spec is most of the cost of a
-    snapshot when the backlog is large)."""
+def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
+    """Read everything a cycle needs in one session (one consistent view)."""
     catalog = read_catalog(session)
     pools, priorities = catalog.pools, catalog.priorities
     leases: dict[int, list[LeaseInfo]] = defaultdict(list)
@@ -239,7 +234,7 @@ def build_snapshot(session: Session, now: datetime, *, pending: bool = True) -> 
     pending: list[JobRequest] = []
     rows = session.scalars(
         select(JobRow)
-        .where(JobRow.status.in_([*ACTIVE, "pending"] if pending else [*ACTIVE]))
+        .where(JobRow.status.in_([*ACTIVE, "pending"]))
         .options(selectinload(JobRow.allocations))
         .order_by(JobRow.id)
     )

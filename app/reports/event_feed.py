@@ -52,15 +52,14 @@ _SELECT = """
         CASE WHEN e.to_status = 'admitted' AND e.from_status = 'pending' THEN (
             SELECT COALESCE(SUM(EXTRACT(EPOCH FROM (s.next_at - s.at))), 0)
             FROM (
-                SELECT p.at, p.to_status, lead(p.at) OVER (ORDER BY p.id) AS next_at
+                SELECT p.id, p.at, p.to_status, lead(p.at) OVER (ORDER BY p.id) AS next_at,
+                    max(p.id) FILTER (WHERE p.to_status = 'admitted'
+                        AND p.from_status = 'pending' AND p.id < e.id) OVER () AS previous
                 FROM job_events AS p
-                WHERE p.job_id = e.job_id AND p.id <= e.id AND p.id >= COALESCE((
-                    SELECT max(q.id) FROM job_events AS q
-                    WHERE q.job_id = e.job_id AND q.id < e.id
-                        AND q.to_status = 'admitted' AND q.from_status = 'pending'
-                ), 0)
+                WHERE p.job_id = e.job_id  -- a job's few events, through ix_job_events_job_id
             ) AS s
             WHERE s.to_status = 'pending' AND s.next_at IS NOT NULL
+                AND s.id < e.id AND s.id >= COALESCE(s.previous, 0)
         ) END AS wait_s
     FROM job_events AS e
     JOIN jobs AS j ON j.id = e.job_id

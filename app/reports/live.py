@@ -1,4 +1,4 @@
-"""Reports on the live system: the database read through the dispatcher's snapshot.
+"""Reports on the live system: utilization of a live snapshot, fairness over a window.
 
 Shared by the report routes, the dashboard, the metrics loop and the
 tuner loop, so all of them show the same numbers for the same moment.
@@ -7,17 +7,15 @@ tuner loop, so all of them show the same numbers for the same moment.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.loops.snapshot import build_snapshot
 from app.reports.alerts import AlertThresholds
 from app.reports.dcgm import fetch_gpu_util
 from app.reports.fairness import fairness_report
-from app.reports.queries import job_records, pending_by_group
+from app.reports.queries import job_records
 from app.reports.utilization import utilization_report
 from app.scheduling.model import Snapshot
 from app.store.config_loader import scheduler_knobs
@@ -48,31 +46,20 @@ def gpu_util_for(snap: Snapshot, prometheus_url: str | None) -> dict[str, float]
 
 
 def live_utilization(
-    session: Session, now: datetime, prometheus_url: str | None = None
-) -> tuple[Snapshot, dict[str, Any], Counter[tuple[str, str, str]]]:
-    """The utilization report, the snapshot it came from and the pending jobs by
-    (pool, priority, wanted type).
-
-    The snapshot holds the cluster and the jobs holding capacity but not the
-    queue (``snapshot.pending`` is empty): the backlog is counted by one grouped
-    query instead, so the cost follows the cluster, not the length of the queue.
-    """
-    snap = build_snapshot(session, now, pending=False).snapshot
-    groups = pending_by_group(session)
-    by_type: Counter[str] = Counter()
-    for (_pool, _prio, gpu_type), n in groups.items():
-        by_type[gpu_type] += n
+    session: Session, snap: Snapshot, prometheus_url: str | None = None
+) -> dict[str, Any]:
+    """The utilization report of ``snap`` (the live picture: see
+    :meth:`app.loops.metrics.MetricsLoop.snapshot`, which refreshes it by what changed)."""
     util = gpu_util_for(snap, prometheus_url)
     body = utilization_report(
         snap,
         util,
         thresholds=thresholds(session),
         gpu_util_source=prometheus_url if util is not None else None,
-        pending=by_type,
     )
     if prometheus_url and util is None:
         body["gpu_util_note"] = f"real GPU utilization unknown: {prometheus_url} did not answer"
-    return snap, body, groups
+    return body
 
 
 def live_fairness(session: Session, now: datetime, window_s: float | None) -> dict[str, Any]:

@@ -8,11 +8,11 @@ through the node table); a job that never ran is filed under the type it waits f
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import BigInteger, any_, func, literal, or_, select, text
+from sqlalchemy import BigInteger, any_, literal, or_, select, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
@@ -109,8 +109,9 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
 _LAST_ADMISSION = text(
     """
     SELECT DISTINCT ON (job_id) job_id,
-        jsonb_path_query_array(data, '$.placements[*].gpu_type') AS placed,
-        data -> 'nodes' AS nodes
+        ARRAY(SELECT DISTINCT COALESCE(p ->> 'gpu_type', '')
+              FROM jsonb_array_elements(data -> 'placements') AS p) AS placed,
+        ARRAY(SELECT jsonb_array_elements_text(data -> 'nodes')) AS nodes
     FROM job_events
     WHERE job_id = ANY(CAST(:ids AS bigint[])) AND to_status = 'admitted'
     ORDER BY job_id, id DESC
@@ -124,24 +125,3 @@ def _pool_types(session: Session) -> dict[str, list[str]]:
 
 def _wanted(gpus: str | None, first_type: str | None, pool: str, pools: Mapping) -> str:
     return wanted_type_of(gpus == "0", first_type, pools.get(pool, ()))
-
-
-def pending_by_group(session: Session) -> Counter[tuple[str, str, str]]:
-    """Pending jobs by (pool, priority, wanted GPU type) in one grouped query.
-
-    What :func:`app.reports.utilization.pending_counts` gives for a snapshot,
-    without reading and validating every pending spec: the database groups the
-    backlog by the three facts :func:`~app.reports.utilization.wanted_type_of` needs.
-    """
-    gpus = JobRow.spec["resources"]["gpus"].astext
-    first = JobRow.spec["resources"]["gpu_types"][0].astext
-    q = (
-        select(JobRow.pool, JobRow.priority, gpus, first, func.count())
-        .where(JobRow.status == "pending")
-        .group_by(JobRow.pool, JobRow.priority, gpus, first)
-    )
-    pools = _pool_types(session)
-    out: Counter[tuple[str, str, str]] = Counter()
-    for pool, priority, g, t, n in session.execute(q):
-        out[(pool, priority, _wanted(g, t, pool, pools))] += n
-    return out

@@ -66,14 +66,9 @@ class TypeUtilization:
 
 
 def utilization(
-    snap: Snapshot,
-    gpu_util: Mapping[str, float] | None = None,
-    pending: Mapping[str, int] | None = None,
+    snap: Snapshot, gpu_util: Mapping[str, float] | None = None
 ) -> list[TypeUtilization]:
-    """One row per GPU type known to the snapshot (types without nodes show zero capacity).
-
-    ``pending`` (jobs waiting per wanted type) defaults to the snapshot's queue;
-    callers holding a snapshot without its queue pass the counts they read."""
+    """One row per GPU type known to the snapshot (types without nodes show zero capacity)."""
     state = ClusterState.from_snapshot(snap)
     nodes_by_type: Counter[str] = Counter()
     cards: Counter[str] = Counter()
@@ -100,8 +95,7 @@ def utilization(
         for p in job.placements:
             if p.gpu_type:
                 allocated[p.gpu_type] += p.units
-    if pending is None:
-        pending = pending_by_type(snap)
+    pending = pending_by_type(snap)
     out = []
     for name in sorted(set(snap.gpu_types) | set(cards)):
         gt = snap.gpu_types.get(name)
@@ -154,16 +148,12 @@ def utilization_report(
     *,
     thresholds: AlertThresholds | None = None,
     gpu_util_source: str | None = None,
-    pending: Mapping[str, int] | None = None,
 ) -> dict[str, object]:
-    """The body of ``GET /v1/reports/utilization`` (imbalance alert included).
-
-    ``pending`` as in :func:`utilization` (default: the snapshot's queue)."""
+    """The body of ``GET /v1/reports/utilization`` (imbalance alert included)."""
     th = thresholds or AlertThresholds()
-    if pending is None:
-        pending = pending_by_type(snap)
-    rows = utilization(snap, gpu_util, pending)
+    rows = utilization(snap, gpu_util)
     idle = {r.gpu_type: r.idle_ratio for r in rows if r.capacity_cu > EPS}
+    pending = pending_by_type(snap)
     alerts = type_imbalance_alerts(pending, idle, th)
     return {
         "generated_at": snap.now,

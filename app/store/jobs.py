@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import BigInteger, column, insert, select, text
+from sqlalchemy import insert, select, text
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain.errors import Conflict, InputError, NotFound
@@ -346,28 +346,3 @@ def active_lease(session: Session, job: JobRow) -> LeaseRow | None:
         .order_by(LeaseRow.state != "active", LeaseRow.id.desc())
         .limit(1)
     )
-
-
-def pending_queue(
-    session: Session, *, pool: str | None = None, team: str | None = None
-) -> list[JobRow]:
-    """Pending jobs in the dispatch order of the last cycle (then by submit time)."""
-    ranked = (
-        text(
-            "SELECT u.id AS job_id, u.ord AS ord FROM queue_order AS q, "
-            "unnest(q.job_ids) WITH ORDINALITY AS u(id, ord) WHERE q.id = 1"
-        )
-        .columns(column("job_id", BigInteger), column("ord", BigInteger))
-        .subquery("ranked")
-    )
-    q = (
-        select(JobRow)
-        .outerjoin(ranked, ranked.c.job_id == JobRow.id)
-        .where(JobRow.status == "pending")
-    )
-    if pool:
-        q = q.where(JobRow.pool == pool)
-    if team:
-        q = q.where(JobRow.team == team)
-    q = q.order_by(ranked.c.ord.asc().nulls_last(), JobRow.submitted_at, JobRow.id)
-    return list(session.scalars(q))
