@@ -10,8 +10,8 @@ from collections import defaultdict
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.loops.snapshot import pool_info
 from app.scheduling.pools import PoolLedger
+from app.store.convert import pool_info
 from app.store.live import live_allocations
 from app.store.orm import AllocationRow, GpuTypeRow, JobRow, LeaseRow, NodeRow, PoolRow
 

@@ -15,10 +15,10 @@ from collections import defaultdict
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.loops.snapshot import build_snapshot
 from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement
 from app.scheduling.pools import PoolLedger
 from app.store.pool_ledger import ledger_from_db
+from app.store.snapshot import build_snapshot
 from tests.integration.conftest import job_body
 
 A100 = "a100-80g"
@@ -69,10 +69,6 @@ def test_usage_ledger_and_metrics_agree(client, admin, dispatcher, cluster, cloc
     dispatcher.run_once()
     for jid in (steady, mover, borrower):
         assert client.get(f"/v1/jobs/{jid}", headers=admin).json()["status"] == "running"
-    nodes = {
-        jid: client.get(f"/v1/jobs/{jid}", headers=admin).json()["allocations"][0]["node"]
-        for jid in (steady, mover)
-    }
     free = client.get("/v1/nodes/a100-1", headers=admin).json()["free"]["devices"]
     target = "a100-1" if free else "a100-0"
     device = (free or client.get("/v1/nodes/a100-0", headers=admin)

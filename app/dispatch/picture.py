@@ -39,15 +39,6 @@ from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
 from app.domain.states import ACTIVE
-from app.loops.snapshot import (
-    Catalog,
-    SnapshotContext,
-    job_request,
-    lease_info,
-    placement_of,
-    read_catalog,
-    with_preemption_history,
-)
 from app.scheduling.model import (
     JobRequest,
     LeaseInfo,
@@ -58,6 +49,7 @@ from app.scheduling.model import (
     SchedulerConfig,
 )
 from app.store.config_loader import scheduler_knobs
+from app.store.convert import job_request, lease_info, placement_of
 from app.store.live import live_allocations
 from app.store.orm import (
     AllocationRow,
@@ -65,6 +57,7 @@ from app.store.orm import (
     LeaseRow,
 )
 from app.store.queue_order import last_writer
+from app.store.snapshot import Catalog, SnapshotContext, read_catalog, with_preemption_history
 
 LIVE = ("pending", *sorted(ACTIVE))
 _DIGITS = re.compile(r"\d+(\.\d+)?")
@@ -211,7 +204,7 @@ class QueuePicture:
         leases: dict[int, list[LeaseInfo]] = defaultdict(list)
         if not job_ids:
             return placements, leases
-        aq = (  # live rows only: releasing ones are held apart (app/loops/releasing.py)
+        aq = (  # live rows only: releasing ones are held apart (app/store/releasing.py)
             live_allocations().order_by(AllocationRow.job_id, AllocationRow.replica)
         )
         lq = select(LeaseRow).where(LeaseRow.state == "active")
