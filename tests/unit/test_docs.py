@@ -136,3 +136,36 @@ def test_link_checker_sees_a_broken_link(tmp_path: Path) -> None:
         "missing.md",
         "other.md#absent",
     ]
+
+
+CODE_PATH = re.compile(r"`((?:app|bench|tests|k8s|eval|docs|migrations)/[^`\s]*)`")
+
+
+def _missing_code_paths(md: Path, root: Path = ROOT) -> list[str]:
+    """Repository paths quoted in backticks (`app/store/jobs.py`, `tests/unit/x.py::test`)
+    that do not exist: a moved or deleted module leaves the docs pointing nowhere."""
+    missing = []
+    for m in CODE_PATH.finditer(md.read_text()):
+        path = m.group(1).split("::")[0].rstrip("/")
+        if any(c in path for c in "<*{"):
+            continue  # a pattern such as k8s/<overlay> or eval/philly-day*.yaml
+        if not (root / path).exists():
+            missing.append(m.group(1))
+    return missing
+
+
+def test_quoted_repository_paths_exist() -> None:
+    missing = {
+        str(md.relative_to(ROOT)): p for md in _markdown_files() if (p := _missing_code_paths(md))
+    }
+    assert not missing, (
+        f"docs quote paths that do not exist (moved or deleted? fix the doc): {missing}"
+    )
+
+
+def test_path_checker_sees_a_missing_path(tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "x.py").write_text("")
+    md = tmp_path / "doc.md"
+    md.write_text("`app/x.py::test_a` `app/gone.py` `eval/*.yaml` `app/`\n")
+    assert _missing_code_paths(md, tmp_path) == ["app/gone.py"]
