@@ -28,11 +28,11 @@ from fastapi import FastAPI
 
 from app.clock import ManualClock
 from app.cluster.simulated import SimulatedCluster
-from app.loops.dispatcher import Dispatcher
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.from_config import cluster_model
 from app.main import create_app
 from app.metrics import GpuqMetrics
 from app.runtime import Services
-from app.scheduling.from_config import cluster_model
 from app.settings import Settings
 from bench.dispatch import database, fresh_db, scaled_config
 

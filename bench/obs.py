@@ -35,9 +35,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import httpx  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
-from app.loops.snapshot import build_snapshot  # noqa: E402
 from app.reports.fairness import fairness_report  # noqa: E402
 from app.reports.queries import job_records  # noqa: E402
+from app.store.snapshot import build_snapshot  # noqa: E402
 from bench.history import AUTH, load, with_history  # noqa: E402
 
 DAY = 86400.0

@@ -49,7 +49,7 @@ def live_utilization(
     session: Session, snap: Snapshot, prometheus_url: str | None = None
 ) -> dict[str, Any]:
     """The utilization report of ``snap`` (the live picture: see
-    :meth:`app.loops.metrics.MetricsLoop.snapshot`, which refreshes it by what changed)."""
+    :meth:`app.dispatch.metrics.MetricsLoop.snapshot`, which refreshes it by what changed)."""
     util = gpu_util_for(snap, prometheus_url)
     body = utilization_report(
         snap,

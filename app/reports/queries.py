@@ -17,10 +17,11 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
-from app.domain.states import wait_seconds
 from app.reports.records import JobRecord
 from app.reports.utilization import CPU_ONLY, wanted_type_of
+from app.store.live import live_allocations
 from app.store.orm import AllocationRow, JobRow, NodeRow, PoolRow
+from app.store.states import wait_seconds
 
 
 def job_records(session: Session, now: datetime, window_s: float | None) -> list[JobRecord]:
@@ -62,9 +63,8 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
     ran_on: dict[int, str] = {}
     if ids:
         for job_id, gpu_type in session.execute(
-            select(AllocationRow.job_id, AllocationRow.gpu_type).where(
-                AllocationRow.job_id == any_(literal(ids, ARRAY(BigInteger))),
-                AllocationRow.releasing_since.is_(None),
+            live_allocations(AllocationRow.job_id, AllocationRow.gpu_type).where(
+                AllocationRow.job_id == any_(literal(ids, ARRAY(BigInteger)))
             )
         ):
             held[job_id].add(gpu_type or CPU_ONLY)

@@ -21,7 +21,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, text
 
-from app.loops.metrics import MetricsLoop
+from app.dispatch.metrics import MetricsLoop
 from app.metrics import JCT_BUCKETS, WAIT_BUCKETS, GpuqMetrics, reason_category_preempt
 from app.reports.event_feed import EventFeed
 from app.reports.fairness import fairness_report

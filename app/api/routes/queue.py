@@ -8,8 +8,8 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
 from app.api.schemas import QueueItem
-from app.domain.states import wait_seconds
 from app.store.queue_order import queue_page
+from app.store.states import wait_seconds
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
 

@@ -1,7 +1,7 @@
 """Keeping the Prometheus metrics current.
 
 - :class:`MetricsLoop` sets the gauges from live state only: its own
-  :class:`~app.loops.picture.QueuePicture` of the live jobs (the dispatcher's
+  :class:`~app.dispatch.picture.QueuePicture` of the live jobs (the dispatcher's
   incremental picture: each pass re-reads only the job rows written since the
   last one), leases, releasing capacity, team usage and quotas, and
   the head-of-line alert over the last hour (a windowed, indexed read). It
@@ -30,16 +30,17 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.clock import utcnow
-from app.loops.base import LoopService
-from app.loops.dispatcher import Dispatcher
-from app.loops.picture import QueuePicture
-from app.loops.releasing import hold_releasing_in_context, releasing_units
+from app.dispatch.base import LoopService
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.picture import QueuePicture
+from app.dispatch.releasing import hold_releasing_in_context
 from app.metrics import GpuqMetrics
 from app.reports.alerts import Alert
 from app.reports.event_feed import EventFeed
 from app.reports.live import live_fairness, live_utilization
 from app.reports.utilization import borrowed_units, pending_counts, utilization
 from app.scheduling.model import Snapshot
+from app.store.releasing import releasing_units
 
 
 class MetricsLoop(LoopService):
