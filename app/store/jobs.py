@@ -149,17 +149,18 @@ _INSERT_ONE = text(
     """
 )
 
-# Many jobs as arrays (one parameter per column, not one per value: a 500-job body is
-# 14 parameters, so psycopg sends the same statement every time); ids come back in
-# the order of the arrays (the identity is drawn in insertion order, which follows
-# the ordinality).
+# Many jobs as one JSON array parameter (not one placeholder per value: a 500-job body
+# used to be ~8,500 placeholders that psycopg re-parsed on every request; nor text[]
+# arrays, whose per-element quoting in Python cost more than the insert). Ids come back
+# in the order of the array: the identity is drawn in insertion order, which follows
+# the ordinality.
 _INSERT_MANY = text(
     f"""
     WITH v AS (
-        SELECT * FROM unnest(
-            CAST(:names AS text[]), CAST(:teams AS text[]), CAST(:pools AS text[]),
-            CAST(:priorities AS text[]), CAST(:specs AS jsonb[]), CAST(:units AS float8[])
-        ) WITH ORDINALITY AS v(name, team, pool, priority, spec, units, k)
+        SELECT x.k, x.r ->> 'name' AS name, x.r ->> 'team' AS team, x.r ->> 'pool' AS pool,
+            x.r ->> 'priority' AS priority, x.r -> 'spec' AS spec,
+            CAST(x.r ->> 'units' AS float8) AS units
+        FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS x(r, k)
     ),
     j AS (
         INSERT INTO jobs (name, team, pool, priority, status, spec, units, submitted_at,
@@ -270,21 +271,24 @@ def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> lis
         return []
     conn = session.connection()
     catalog = current_catalog_of(conn)
-    cols: dict[str, list] = {k: [] for k in ("names", "teams", "pools", "priorities", "specs")}
-    units: list[float | None] = []
+    rows = []
     for i, spec in enumerate(specs):
         try:
             team, pool, prio = resolve_references(None, spec, catalog)
         except InputError as e:
             msg = e.detail.split(": ", 1)[1] if e.field else e.detail
             raise InputError(msg, f"jobs[{i}].{e.field}" if e.field else f"jobs[{i}]") from None
-        cols["names"].append(spec.name)
-        cols["teams"].append(team.name)
-        cols["pools"].append(pool.name)
-        cols["priorities"].append(prio.name)
-        cols["specs"].append(json.dumps(spec.model_dump(mode="json", exclude_none=True)))
-        units.append(requested_units(None, spec, catalog))
-    return list(conn.execute(_INSERT_MANY, {**cols, "units": units, "now": now}).scalars())
+        rows.append(
+            {
+                "name": spec.name,
+                "team": team.name,
+                "pool": pool.name,
+                "priority": prio.name,
+                "spec": spec.model_dump(mode="json", exclude_none=True),
+                "units": requested_units(None, spec, catalog),
+            }
+        )
+    return list(conn.execute(_INSERT_MANY, {"rows": json.dumps(rows), "now": now}).scalars())
 
 
 def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRow | None:
