@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import BigInteger, any_, literal, or_, select, text
+from sqlalchemy import BigInteger, any_, literal, or_, select, text, union_all
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
@@ -29,10 +29,13 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
 
     Reads columns, not ORM objects (a report touches thousands of rows): the job's
     timing, its ``resources`` from the spec, and separately the GPU types it holds or held.
-    With a window, each condition has its own index (migration 0004), so PostgreSQL
-    combines four small index scans and the cost follows the window, not the history.
+    With a window the jobs come in four disjoint parts, each through its own index
+    (migration 0004): pending; finished since T; admitted since T (not finished since);
+    submitted since T (neither). One OR over the four made PostgreSQL misjudge the
+    overlap of the conditions and read the whole table; this way the cost follows the
+    window, not the history.
     """
-    q = select(
+    cols = (
         JobRow.id,
         JobRow.team,
         JobRow.pool,
@@ -46,23 +49,27 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
         JobRow.spec["resources"]["gpus"].astext.label("gpus"),
         JobRow.spec["resources"]["gpu_types"][0].astext.label("first_type"),
     )
-    if window_s is not None:
+    conn = session.connection()
+    if window_s is None:
+        rows = conn.execute(select(*cols)).all()
+    else:
         since = now - timedelta(seconds=window_s)
-        q = q.where(
-            or_(
-                JobRow.status == "pending",
-                JobRow.submitted_at >= since,
-                JobRow.admitted_at >= since,
-                JobRow.finished_at >= since,
-            )
+        done = JobRow.status != "pending"
+        not_fin = or_(JobRow.finished_at < since, JobRow.finished_at.is_(None))
+        not_adm = or_(JobRow.admitted_at < since, JobRow.admitted_at.is_(None))
+        parts = (
+            select(*cols).where(JobRow.status == "pending"),
+            select(*cols).where(done, JobRow.finished_at >= since),
+            select(*cols).where(done, not_fin, JobRow.admitted_at >= since),
+            select(*cols).where(done, not_fin, not_adm, JobRow.submitted_at >= since),
         )
-    rows = session.execute(q).all()
+        rows = conn.execute(union_all(*parts)).all()
     pools = _pool_types(session)
     ids = [r.id for r in rows if r.status != "pending"]
     held: dict[int, set[str]] = defaultdict(set)
     ran_on: dict[int, str] = {}
     if ids:
-        for job_id, gpu_type in session.execute(
+        for job_id, gpu_type in conn.execute(
             live_allocations(AllocationRow.job_id, AllocationRow.gpu_type).where(
                 AllocationRow.job_id == any_(literal(ids, ARRAY(BigInteger)))
             )
@@ -71,8 +78,8 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
         # finished jobs: where did they run? (their allocation rows are freed)
         need = [i for i in ids if i not in held]
         if need:
-            node_type = dict(session.execute(select(NodeRow.name, NodeRow.gpu_type)).all())
-            for job_id, placed, nodes in session.execute(_LAST_ADMISSION, {"ids": need}):
+            node_type = dict(conn.execute(select(NodeRow.name, NodeRow.gpu_type)).all())
+            for job_id, placed, nodes in conn.execute(_LAST_ADMISSION, {"ids": need}):
                 if placed:
                     types = sorted({t or CPU_ONLY for t in placed})
                 else:
@@ -113,7 +120,7 @@ _LAST_ADMISSION = text(
               FROM jsonb_array_elements(data -> 'placements') AS p) AS placed,
         ARRAY(SELECT jsonb_array_elements_text(data -> 'nodes')) AS nodes
     FROM job_events
-    WHERE job_id = ANY(CAST(:ids AS bigint[])) AND to_status = 'admitted'
+    WHERE job_id = ANY(CAST(:ids AS bigint[])) AND to_status = 'admitted'  -- partial index
     ORDER BY job_id, id DESC
     """
 )

@@ -287,7 +287,15 @@ class JobEventRow(Base):
     """A job's history: every state change and notable decision."""
 
     __tablename__ = "job_events"
-    __table_args__ = (Index("ix_job_events_at", "at"),)  # a window of events (migration 0004)
+    __table_args__ = (  # migration 0004: a window of events; a job's last admission
+        Index("ix_job_events_at", "at"),
+        Index(
+            "ix_job_events_admitted",
+            "job_id",
+            "id",
+            postgresql_where=text("to_status = 'admitted'"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
