@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, func, select, text, update
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from app.clock import from_epoch, utcnow
@@ -43,7 +43,7 @@ from app.dispatch.base import LoopService
 from app.dispatch.leader import LeaderElector
 from app.dispatch.node_sync import fingerprint, gpu_type_configs, sync_node_rows
 from app.dispatch.picture import QueuePicture
-from app.dispatch.releasing import cluster_view, hold_releasing_in_context
+from app.dispatch.releasing import cluster_view
 from app.domain.states import ACTIVE
 from app.scheduling.model import (
     Admission,
@@ -59,7 +59,7 @@ from app.store.batch_states import AdmittedRow, admission_event_data
 from app.store.convert import placement_of
 from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
 from app.store.releasing import any_releasing, blocked_binds, finalise, moved_placements
-from app.store.snapshot import SnapshotContext, build_snapshot
+from app.store.snapshot import SnapshotContext
 from app.store.states import change_state, record_event
 
 ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
@@ -122,12 +122,10 @@ class Dispatcher(LoopService):
         grace_seconds: float = 30.0,
         elector: LeaderElector | None = None,
         max_retries: int = 0,
-        incremental: bool = True,
     ) -> None:
         super().__init__(interval)
-        # incremental: keep a QueuePicture between passes and write the hot
-        # transitions as batches; False is the full-reload ORM path (a baseline)
-        self.picture: QueuePicture | None = QueuePicture() if incremental else None
+        # the queue and the cluster as of the last pass, refreshed incrementally
+        self.picture = QueuePicture()
         self.timings: dict[str, float] = {}  # seconds per step of the last pass
         self._order_written: list[int] | None = None
         self.reason_refresh_s = 5.0  # see _write_queue
@@ -154,8 +152,7 @@ class Dispatcher(LoopService):
     def _leadership_changed(self, leader: bool) -> None:
         if leader:
             self._reconcile_cluster = True
-        if self.picture is not None:
-            self.picture.invalidate()  # another leader wrote meanwhile: start afresh
+        self.picture.invalidate()  # another leader wrote meanwhile: start afresh
 
     def start(self, loops: int | None = None) -> None:
         try:
@@ -181,8 +178,7 @@ class Dispatcher(LoopService):
             conn.commit()
             if not leader:
                 self.log.debug("another dispatcher holds the lock; skipping this pass")
-                if self.picture is not None:
-                    self.picture.invalidate()
+                self.picture.invalidate()
                 return None
             try:
                 timings: dict[str, float] = {}
@@ -248,8 +244,7 @@ class Dispatcher(LoopService):
         if not events:
             return
         with self.session_factory() as session:
-            if self.picture is not None:
-                events = self._ingest_batch(session, events)
+            events = self._ingest_batch(session, events)
             if events:
                 # one query locks every job the events name (no per-event round trips)
                 jobs = _lock_jobs(session, {ev.job_id for ev in events}, with_allocations=False)
@@ -336,34 +331,23 @@ class Dispatcher(LoopService):
         with self.session_factory() as session:
             if finalise(session, view):  # stopped Pods gone since the last pass
                 session.commit()
-            active: dict[str, Any]
-            if self.picture is not None:
-                # ids and states only; rows are loaded just for the few to repair
-                active = {
-                    str(i): st
-                    for i, st in session.execute(
-                        select(JobRow.id, JobRow.status).where(JobRow.status.in_(ACTIVE))
-                    )
-                }
-                missing = [
-                    int(i) for i, st in active.items() if st == "admitted" and i not in view.live
-                ]
-                if missing:
-                    for j in session.scalars(
-                        select(JobRow)
-                        .where(JobRow.id.in_(missing))
-                        .options(selectinload(JobRow.allocations))
-                    ):
-                        active[str(j.id)] = j
-            else:
-                active = {
-                    str(j.id): j
-                    for j in session.scalars(
-                        select(JobRow)
-                        .where(JobRow.status.in_(ACTIVE))
-                        .options(selectinload(JobRow.allocations))
-                    )
-                }
+            # ids and states only; rows are loaded just for the few to repair
+            active: dict[str, Any] = {
+                str(i): st
+                for i, st in session.execute(
+                    select(JobRow.id, JobRow.status).where(JobRow.status.in_(ACTIVE))
+                )
+            }
+            missing = [
+                int(i) for i, st in active.items() if st == "admitted" and i not in view.live
+            ]
+            if missing:
+                for j in session.scalars(
+                    select(JobRow)
+                    .where(JobRow.id.in_(missing))
+                    .options(selectinload(JobRow.allocations))
+                ):
+                    active[str(j.id)] = j
             for job_id in sorted(on_cluster - set(active)):
                 plan.stops.append((job_id, "job no longer holds capacity"))
             now = self.clock()
@@ -398,8 +382,7 @@ class Dispatcher(LoopService):
         try:
             return self._plan_and_commit(decide)
         except BaseException:
-            if self.picture is not None:
-                self.picture.invalidate()  # what it holds may be ahead of the database
+            self.picture.invalidate()  # what it holds may be ahead of the database
             raise
 
     def _plan_and_commit(self, decide: Decide | None) -> Plan:
@@ -409,11 +392,7 @@ class Dispatcher(LoopService):
         with self.session_factory() as session:
             now = self.clock()
             t0 = time.perf_counter()
-            if self.picture is not None:
-                ctx = self.picture.refresh(session, now)
-                hold_releasing_in_context(session, ctx)  # build_snapshot does it itself
-            else:
-                ctx = build_snapshot(session, now)
+            ctx = self.picture.refresh(session, now)
             if self.live_nodes is not None:
                 ctx.snapshot.nodes = list(self.live_nodes)
                 hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity
@@ -430,14 +409,13 @@ class Dispatcher(LoopService):
                 | set(result.unschedulable)
             )
             victims = {p.job_id for p in result.preemptions}
+            # admissions of jobs nobody preempts this cycle are written as one batch
+            # (the revision check is in the statement); the rest row by row
             batch: list[tuple[Admission, int]] = []
-            if self.picture is not None:
-                # admissions of jobs nobody preempts this cycle are written as one batch
-                # (the revision check is in the statement); the rest row by row
-                for a in result.admissions:
-                    rev = ctx.revisions.get(a.job_id)
-                    if a.job_id not in victims and rev is not None and a.job_id.isdigit():
-                        batch.append((a, rev))
+            for a in result.admissions:
+                rev = ctx.revisions.get(a.job_id)
+                if a.job_id not in victims and rev is not None and a.job_id.isdigit():
+                    batch.append((a, rev))
             batched = {a.job_id for a, _ in batch}
             jobs = _lock_jobs(session, decided - batched)
 
@@ -476,8 +454,7 @@ class Dispatcher(LoopService):
             if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
                 queue_rows = self._write_queue(session, ctx, result, decided)
             session.commit()
-            if self.picture is not None:
-                self.picture.queue_written(queue_rows, self._order_written, ctx.snapshot.now)
+            self.picture.queue_written(queue_rows, self._order_written, ctx.snapshot.now)
             timings["write"] = time.perf_counter() - t2
         return plan
 
@@ -488,77 +465,43 @@ class Dispatcher(LoopService):
 
         The order is one array row (``queue_order``); reasons are written only
         where they changed, in one statement, and only if the job is still
-        pending at the revision the snapshot saw. (The full-reload baseline
-        also renumbers ``jobs.queue_position``, as it always did.)
+        pending at the revision the snapshot saw.
         """
         still_pending = [j for j in result.order if j not in decided]
         order = [int(j) for j in still_pending if j.isdigit()]
         conn = session.connection()
-        if self.picture is None:
-            queue_order.write_order(conn, order)
-        elif self.picture.written_order != order:
+        if self.picture.written_order != order:
             queue_order.write_order(conn, order, self.picture.owner)
-        if self.picture is not None:
-            # A reason whose text changed only in its numbers ("largest free block:
-            # v100-16g 1" -> "0") is rewritten at most every reason_refresh_s per job:
-            # with a large backlog such changes otherwise rewrite thousands of rows a pass.
-            now = ctx.snapshot.now
-            rows = []
-            for job_id, (reason, _) in ctx.pending_meta.items():
-                new_reason = result.reasons.get(job_id, reason)
-                if job_id in decided or new_reason == reason:
-                    continue
-                if (
-                    reason is not None
-                    and new_reason is not None
-                    and self.picture.reason_is_fresh(
-                        job_id, reason, new_reason, now, self.reason_refresh_s
-                    )
-                ):
-                    continue
-                rows.append(
-                    {"b_id": int(job_id), "b_rev": ctx.revisions[job_id], "b_reason": new_reason}
-                )
-            if rows:
-                conn.execute(
-                    _WRITE_REASONS,
-                    {
-                        "ids": [r["b_id"] for r in rows],
-                        "revs": [r["b_rev"] for r in rows],
-                        "reasons": [r["b_reason"] for r in rows],
-                    },
-                )
-            self._order_written = order
-            return rows
-        position = {job_id: i + 1 for i, job_id in enumerate(still_pending)}
+        # A reason whose text changed only in its numbers ("largest free block:
+        # v100-16g 1" -> "0") is rewritten at most every reason_refresh_s per job:
+        # with a large backlog such changes otherwise rewrite thousands of rows a pass.
+        now = ctx.snapshot.now
         rows = []
-        for job_id, (reason, old_pos) in ctx.pending_meta.items():
-            if job_id in decided:
-                continue
+        for job_id, (reason, _) in ctx.pending_meta.items():
             new_reason = result.reasons.get(job_id, reason)
-            new_pos = position.get(job_id)
-            if new_reason != reason or new_pos != old_pos:
-                rows.append(
-                    {
-                        "b_id": int(job_id),
-                        "b_rev": ctx.revisions[job_id],
-                        "b_reason": new_reason,
-                        "b_pos": new_pos,
-                    }
+            if job_id in decided or new_reason == reason:
+                continue
+            if (
+                reason is not None
+                and new_reason is not None
+                and self.picture.reason_is_fresh(
+                    job_id, reason, new_reason, now, self.reason_refresh_s
                 )
-        if not rows:
-            return rows
-        jobs = JobRow.__table__
-        stmt = (
-            update(jobs)
-            .where(
-                jobs.c.id == bindparam("b_id"),
-                jobs.c.revision == bindparam("b_rev"),
-                jobs.c.status == "pending",
+            ):
+                continue
+            rows.append(
+                {"b_id": int(job_id), "b_rev": ctx.revisions[job_id], "b_reason": new_reason}
             )
-            .values(reason=bindparam("b_reason"), queue_position=bindparam("b_pos"))
-        )
-        session.connection().execute(stmt, rows)
+        if rows:
+            conn.execute(
+                _WRITE_REASONS,
+                {
+                    "ids": [r["b_id"] for r in rows],
+                    "revs": [r["b_rev"] for r in rows],
+                    "reasons": [r["b_reason"] for r in rows],
+                },
+            )
+        self._order_written = order
         return rows
 
     def _admit(self, session: Session, job: JobRow, a: Admission, now: datetime) -> None:

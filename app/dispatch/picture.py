@@ -38,6 +38,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
+from app.dispatch.releasing import hold_releasing_in_context
 from app.domain.states import ACTIVE
 from app.scheduling.model import (
     JobRequest,
@@ -117,7 +118,8 @@ class QueuePicture:
     # reading ---------------------------------------------------------------
 
     def refresh(self, session: Session, now: datetime) -> SnapshotContext:
-        """Bring the picture up to date and return the snapshot for one cycle."""
+        """Bring the picture up to date and return the snapshot for one cycle
+        (capacity that stopping Pods still hold is marked used, as in build_snapshot)."""
         t0 = time.perf_counter()
         conn = session.connection()
         catalog = read_catalog(session)
@@ -146,7 +148,9 @@ class QueuePicture:
         self.watermark = xmin
         self._catalog = (pools, priorities)
         self.last = RefreshStats(full=full, rows=len(rows), seconds=time.perf_counter() - t0)
-        return self._context(now, catalog, config)
+        ctx = self._context(now, catalog, config)
+        hold_releasing_in_context(session, ctx)  # as build_snapshot does
+        return ctx
 
     def _apply(
         self,
