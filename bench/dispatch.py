@@ -196,9 +196,7 @@ def end_to_end(sf, cfg, n: int, incremental: bool, max_passes: int, step_s: floa
     submit_s = submit_direct(sf, clock, specs, batch=1000)
     nodes = cluster_model(cfg).nodes
     cluster = SimulatedCluster(nodes=nodes, clock=clock)
-    d = Dispatcher(sf, cluster, clock=clock)
-    if not incremental:
-        d.picture = FullReloadPicture()
+    d = Dispatcher(sf, cluster, clock=clock, picture=None if incremental else FullReloadPicture())
     split = {"snapshot": 0.0, "core": 0.0, "write": 0.0, "perform": 0.0}
     passes, dispatch_s = 0, 0.0
     bound = 0

@@ -244,14 +244,14 @@ class QueuePicture:
     # after a commit ------------------------------------------------------------
 
     def queue_written(
-        self, rows: list[dict[str, Any]], order: list[int] | None, at: float = 0.0
+        self, rows: list[tuple[int, int, str | None]], order: list[int] | None, at: float = 0.0
     ) -> None:
-        """Reasons and the order the dispatcher committed (they take no revision,
-        so the next refresh would not re-read them)."""
-        for r in rows:
-            e = self.entries.get(int(r["b_id"]))
-            if e is not None and e.revision == r["b_rev"]:
-                e.reason, e.reason_at = r["b_reason"], at
+        """Reasons (job id, revision, reason) and the order the dispatcher committed
+        (they take no revision, so the next refresh would not re-read them)."""
+        for job_id, revision, reason in rows:
+            e = self.entries.get(job_id)
+            if e is not None and e.revision == revision:
+                e.reason, e.reason_at = reason, at
         if order is not None:
             self.written_order = order
 
