@@ -8,14 +8,18 @@ against a real uvicorn server, P50 of ``--repeat`` calls each:
 - ``GET /metrics`` with every scrape recomputing (no 5 s reuse; the first
   scrape of a process reads the last day of events once, shown apart);
 - ``GET /v1/reports/fairness?window_s=86400`` and ``GET /ui/fairness``;
-- ``GET /v1/reports/utilization`` and ``GET /ui``.
+- ``GET /v1/reports/utilization`` and ``GET /ui``;
+- ``GET /v1/queue?limit=50`` with ``--queue-pending`` (20,000) jobs waiting (the
+  extra ones arrive through the batch endpoint and are removed afterwards).
 
 Baselines in the same run, interleaved call by call with the timed requests:
 what the previous implementation did per request, still measurable in
 process: ``build_snapshot`` with the whole queue (the old gauge source) and
 the fairness report over every job ever submitted (``job_records`` without
-a window, filtered in Python: the old report's cost). Ratios are
-new / baseline. Prints the load average before and after.
+a window, filtered in Python: the old report's cost), and the unpaged queue
+query. Ratios are new / baseline. Prints the load average before and after.
+``--database-url`` keeps the database (or reuses the history this script built
+in it before: building 100,000 jobs takes 10-30 min on the shared machine).
 
     TEST_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1/test \\
         .venv/bin/python bench/obs.py [--jobs 100000] [--days 14] [--pending 3000]
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -38,7 +43,7 @@ from sqlalchemy import text  # noqa: E402
 from app.reports.fairness import fairness_report  # noqa: E402
 from app.reports.queries import job_records  # noqa: E402
 from app.store.snapshot import build_snapshot  # noqa: E402
-from bench.history import AUTH, load, with_history  # noqa: E402
+from bench.history import AUTH, job_body, load, with_history  # noqa: E402
 
 DAY = 86400.0
 
@@ -47,18 +52,89 @@ def p50(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def compare(label, fn, base_label, base_fn, target, *, repeat: int) -> None:
+    new, old = [], []
+    for _ in range(repeat):  # interleaved: the same noise for both
+        t0 = time.perf_counter()
+        fn()
+        new.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        base_fn()
+        old.append(time.perf_counter() - t0)
+    tgt = f"< {target * 1000:.0f}" if target else ""
+    print(
+        f"| `{label}` | {p50(new) * 1000:.0f} | {tgt} | {base_label} "
+        f"| {p50(old) * 1000:.0f} | {p50(new) / p50(old):.3f} |",
+        flush=True,
+    )
+
+
+# What GET /v1/queue did before it was paged: every pending job, in order, in one answer.
+OLD_QUEUE = text(
+    """
+    SELECT j.* FROM jobs AS j
+    LEFT JOIN (SELECT u.id, u.ord FROM queue_order AS q,
+               unnest(q.job_ids) WITH ORDINALITY AS u(id, ord) WHERE q.id = 1) AS r
+        ON r.id = j.id
+    WHERE j.status = 'pending'
+    ORDER BY r.ord ASC NULLS LAST, j.submitted_at, j.id
+    """
+)
+
+
+def queue_case(live, c: httpx.Client, pending: int, repeat: int) -> None:
+    """The first page of the queue with ``pending`` jobs waiting (more are submitted
+    for it through the batch endpoint, ranked by one dispatcher pass, removed after)."""
+    sf = live.services.session_factory
+    with sf() as s:
+        before = s.scalar(text("SELECT max(id) FROM jobs"))
+        now_pending = s.scalar(text("SELECT count(*) FROM jobs WHERE status = 'pending'"))
+    rng = random.Random(7)
+    left, i = max(0, pending - now_pending), 0
+    while left > 0:
+        k = min(500, left)
+        body = [job_body(rng, 10_000_000 + i + j) for j in range(k)]
+        c.post("/v1/jobs:batch", json={"jobs": body}).raise_for_status()
+        left, i = left - k, i + k
+    live.clock.advance(1)
+    live.dispatcher.run_once()  # ranks the queue
+    with live.services.engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("ANALYZE jobs"))
+    with sf() as s:
+        waiting = s.scalar(text("SELECT count(*) FROM jobs WHERE status = 'pending'"))
+
+    def old() -> None:
+        with sf() as s:
+            s.execute(OLD_QUEUE).all()
+
+    try:
+        compare(f"GET /v1/queue?limit=50 ({waiting:,} pending)",
+                lambda: c.get("/v1/queue", params={"limit": 50}).raise_for_status(),
+                "the unpaged queue query (old)", old, 0.050, repeat=repeat)
+    finally:  # leave the history as it was built (the database may be reused)
+        with sf() as s:
+            s.execute(text("DELETE FROM jobs WHERE id > :b"), {"b": before})
+            s.commit()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--days", type=float, default=14.0)
     ap.add_argument("--pending", type=int, default=3000)
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--queue-pending", type=int, default=20_000,
+                    help="pending jobs for the /v1/queue first-page case")
+    ap.add_argument("--database-url", default=None,
+                    help="build into (or reuse the history of) this database and keep it")
     args = ap.parse_args()
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}; {load()}"
     )
-    with with_history(args.jobs, days=args.days, pending=args.pending) as live:
+    with with_history(
+        args.jobs, days=args.days, pending=args.pending, database_url=args.database_url
+    ) as live:
         sf = live.services.session_factory
         with sf() as s:
             by_status = text("SELECT status, count(*) FROM jobs GROUP BY status")
@@ -104,20 +180,9 @@ def main() -> int:
             print("|---|---:|---:|---|---:|---:|")
             print(f"| first `GET /metrics` of a process (reads 1 day of events) "
                   f"| {first_scrape * 1000:.0f} | | | | |")
-            for label, fn, base_label, base_fn, target in cases:
-                new, old = [], []
-                for _ in range(args.repeat):  # interleaved: the same noise for both
-                    t0 = time.perf_counter()
-                    fn()
-                    new.append(time.perf_counter() - t0)
-                    t0 = time.perf_counter()
-                    base_fn()
-                    old.append(time.perf_counter() - t0)
-                tgt = f"< {target * 1000:.0f}" if target else ""
-                print(
-                    f"| `{label}` | {p50(new) * 1000:.0f} | {tgt} | {base_label} "
-                    f"| {p50(old) * 1000:.0f} | {p50(new) / p50(old):.3f} |"
-                )
+            for case in cases:
+                compare(*case, repeat=args.repeat)
+            queue_case(live, c, args.queue_pending, args.repeat)
     print(f"\n{load()}")
     return 0
 
