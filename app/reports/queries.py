@@ -11,12 +11,23 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import BigInteger, any_, literal, or_, select, text, union_all
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    any_,
+    cast,
+    extract,
+    literal,
+    or_,
+    select,
+    text,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
-from app.clock import to_epoch
 from app.reports.records import JobRecord
 from app.reports.utilization import CPU_ONLY, wanted_type_of
 from app.store.live import live_allocations
@@ -41,11 +52,13 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
         JobRow.pool,
         JobRow.priority,
         JobRow.status,
-        JobRow.submitted_at,
         JobRow.queued_at,
         JobRow.waited_s,
-        JobRow.admitted_at,
-        JobRow.finished_at,
+        # epoch seconds from the database: 25,000 datetime.timestamp() calls were a
+        # fifth of a one-day report
+        _epoch(JobRow.submitted_at).label("submitted_s"),
+        _epoch(JobRow.admitted_at).label("admitted_s"),
+        _epoch(JobRow.finished_at).label("finished_s"),
         JobRow.spec["resources"]["gpus"].astext.label("gpus"),
         JobRow.spec["resources"]["gpu_types"][0].astext.label("first_type"),
     )
@@ -103,10 +116,10 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
                 priority=r.priority,
                 gpu_type=gpu_type,
                 status=r.status,
-                submitted_at=to_epoch(r.submitted_at),
+                submitted_at=r.submitted_s,
                 wait_s=wait_seconds(r, now),  # the row has the columns it reads
-                admitted_at=to_epoch(r.admitted_at) if r.admitted_at else None,
-                finished_at=to_epoch(r.finished_at) if r.finished_at else None,
+                admitted_at=r.admitted_s,
+                finished_at=r.finished_s,
             )
         )
     return out
@@ -124,6 +137,10 @@ _LAST_ADMISSION = text(
     ORDER BY job_id, id DESC
     """
 )
+
+
+def _epoch(col: Any) -> Any:
+    return cast(extract("epoch", col), Float)
 
 
 def _pool_types(session: Session) -> dict[str, list[str]]:
