@@ -27,7 +27,7 @@ def run_simulate(
 ) -> int:
     """Exit code: 0 ok, 2 bad input (message on stderr)."""
     from app.domain.config import load_config
-    from app.scheduling.policies import POLICIES
+    from app.simulate.policies import POLICY_NAMES, make_policy
     from app.simulate.replay import ScenarioModel, Simulator, to_json
 
     if protocol not in (None, "replay"):
@@ -40,8 +40,9 @@ def run_simulate(
         # core, gpuq-fill-prototype)
         return int(run_fill_command(scenario, policy=policy, seed=seed, out=out, report=report,
                                     inflate=inflate, seeds=seeds))
-    if policy not in POLICIES:
-        print(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}", file=sys.stderr)
+    if policy not in POLICY_NAMES:
+        print(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICY_NAMES))}",
+              file=sys.stderr)
         return 2
     path = Path(scenario)
     if not path.is_file():
@@ -65,7 +66,7 @@ def run_simulate(
             return 2
     else:
         model = ScenarioModel.from_config(cfg)
-    sim = Simulator(model, POLICIES[policy], policy, seed)
+    sim = Simulator(model, make_policy(policy), policy, seed)
     doc = to_json(sim.run())
     text = json.dumps(doc, indent=1)
     if out:

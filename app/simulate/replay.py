@@ -50,7 +50,8 @@ from app.scheduling.model import (
     RunningJob,
     Snapshot,
 )
-from app.scheduling.policies import Policy, get_policy
+from app.scheduling.policies import Policy
+from app.simulate.policies import make_policy
 
 DEFAULT_RUNTIME_S = 3600.0
 OOM_AFTER_S = 60.0  # a run on a card with too little memory fails this long after start
@@ -497,4 +498,4 @@ def _with_preemptions(r: JobRequest, n: int) -> JobRequest:
 
 def run(model: ScenarioModel, policy: str = "gpuq", seed: int = 42) -> SimulationResult:
     """Replay ``model`` through the policy named ``policy``."""
-    return Simulator(model, get_policy(policy), policy, seed).run()
+    return Simulator(model, make_policy(policy), policy, seed).run()
