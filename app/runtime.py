@@ -21,14 +21,24 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.clock import utcnow
 from app.cluster import build_cluster
 from app.cluster.base import Cluster
+from app.cluster.k8s_settings import KubeSettings
+from app.dispatch.base import LoopService
+from app.dispatch.descheduler import Descheduler
+from app.dispatch.leader import LeaderElector
+from app.dispatch.leases import LeaseReaper
+from app.dispatch.metrics import MeteredDispatcher
+from app.dispatch.node_sync import gpu_type_configs
+from app.dispatch.notify import NotifyListener
+from app.dispatch.tuner import TunerLoop
 from app.domain.config import GpuqConfig, load_config, load_config_text
-from app.loops.base import LoopService
 from app.metrics import GpuqMetrics
 from app.settings import Settings
 from app.store import migrate
 from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.convert import node_info
 from app.store.db import make_engine, make_session_factory, psycopg_conninfo
 from app.store.embedded import EmbeddedPostgres, start_embedded
+from app.store.orm import NodeRow
 from app.store.tokens import ADMIN_PREFIX, new_token
 
 log = logging.getLogger("gpuq")
@@ -98,12 +108,9 @@ class Services:
         for loop in self.loops:
             self._threads.append(loop.start_in_thread())
         if self.loops and self.listener is None:
-            from app.loops.notify import NotifyListener
-
             url = self.engine.url.render_as_string(hide_password=False)
-            # only the dispatcher reacts to a new job; the others keep their pace
-            woken = [lp for lp in self.loops if lp.name == "dispatcher"] or self.loops
-            self.listener = NotifyListener(psycopg_conninfo(url), woken)
+            # a new job wakes the dispatcher (its steps keep their own pace)
+            self.listener = NotifyListener(psycopg_conninfo(url), self.loops)
             self._threads.append(self.listener.start_in_thread())
 
     def close(self) -> None:
@@ -113,9 +120,8 @@ class Services:
             self.listener.stop()  # type: ignore[attr-defined]
         for t in self._threads:
             t.join(timeout=5)
-        close_cluster = getattr(self.cluster, "close", None)
-        if close_cluster is not None:
-            close_cluster()  # stop the Kubernetes informers
+        if self.cluster is not None:
+            self.cluster.close()  # stop the Kubernetes informers
         self.engine.dispose()
         if self.embedded is not None:
             self.embedded.stop()
@@ -147,26 +153,16 @@ def open_services(
         metrics = GpuqMetrics()
         loops: list[LoopService] = []
         if with_loops:
-            from app.loops.metrics import MeteredDispatcher
-            from app.loops.snapshot import node_info
-            from app.loops.tuner import TunerLoop
-            from app.store.orm import NodeRow
-
             elector = None
             gpu_types: list = []
             with session_factory() as session:
                 nodes = [node_info(r) for r in session.scalars(select(NodeRow))]
                 if settings.cluster == "kubernetes":
-                    from app.loops.node_sync import gpu_type_configs
-
                     gpu_types = gpu_type_configs(session)
             cluster = build_cluster(settings, nodes=nodes, clock=clock, gpu_types=gpu_types)
             max_retries = 0
             if settings.cluster == "kubernetes":
                 # any number of dispatcher replicas: one leads (PostgreSQL advisory lock)
-                from app.cluster.k8s_settings import KubeSettings
-                from app.loops.leader import LeaderElector
-
                 elector = LeaderElector(url)
                 max_retries = KubeSettings().max_retries
             dispatcher = MeteredDispatcher(
@@ -178,13 +174,15 @@ def open_services(
                 max_retries=max_retries,
                 metrics=metrics,
             )
+            # whatever decides runs in the dispatcher's one thread (its steps)
+            dispatcher.add_step(
+                Descheduler(dispatcher, interval=settings.descheduler_interval_s)
+            )
+            dispatcher.add_step(
+                LeaseReaper(dispatcher, interval=settings.lease_reaper_interval_s)
+            )
+            dispatcher.add_step(TunerLoop(session_factory, clock=clock))
             loops.append(dispatcher)
-            from app.loops.descheduler import Descheduler
-            from app.loops.leases import LeaseReaper
-
-            loops.append(Descheduler(dispatcher, interval=settings.descheduler_interval_s))
-            loops.append(LeaseReaper(dispatcher, interval=settings.lease_reaper_interval_s))
-            loops.append(TunerLoop(session_factory, clock=clock))
     except BaseException:
         engine.dispose()
         if embedded is not None:

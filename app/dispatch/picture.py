@@ -38,16 +38,8 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
+from app.dispatch.releasing import hold_releasing_in_context
 from app.domain.states import ACTIVE
-from app.loops.snapshot import (
-    Catalog,
-    SnapshotContext,
-    job_request,
-    lease_info,
-    placement_of,
-    read_catalog,
-    with_preemption_history,
-)
 from app.scheduling.model import (
     JobRequest,
     LeaseInfo,
@@ -58,12 +50,15 @@ from app.scheduling.model import (
     SchedulerConfig,
 )
 from app.store.config_loader import scheduler_knobs
+from app.store.convert import job_request, lease_info, placement_of
+from app.store.live import live_allocations
 from app.store.orm import (
     AllocationRow,
     JobRow,
     LeaseRow,
 )
 from app.store.queue_order import last_writer
+from app.store.snapshot import Catalog, SnapshotContext, read_catalog, with_preemption_history
 
 LIVE = ("pending", *sorted(ACTIVE))
 _DIGITS = re.compile(r"\d+(\.\d+)?")
@@ -124,7 +119,8 @@ class QueuePicture:
     # reading ---------------------------------------------------------------
 
     def refresh(self, session: Session, now: datetime) -> SnapshotContext:
-        """Bring the picture up to date and return the snapshot for one cycle."""
+        """Bring the picture up to date and return the snapshot for one cycle
+        (capacity that stopping Pods still hold is marked used, as in build_snapshot)."""
         t0 = time.perf_counter()
         conn = session.connection()
         catalog = read_catalog(session)
@@ -153,7 +149,9 @@ class QueuePicture:
         self.watermark = xmin
         self._catalog = (pools, priorities)
         self.last = RefreshStats(full=full, rows=len(rows), seconds=time.perf_counter() - t0)
-        return self._context(now, catalog, config)
+        ctx = self._context(now, catalog, config)
+        hold_releasing_in_context(session, ctx)  # as build_snapshot does
+        return ctx
 
     def _apply(
         self,
@@ -210,10 +208,8 @@ class QueuePicture:
         leases: dict[int, list[LeaseInfo]] = defaultdict(list)
         if not job_ids:
             return placements, leases
-        aq = (  # live rows only: releasing ones are held apart (app/loops/releasing.py)
-            select(AllocationRow)
-            .where(AllocationRow.releasing_since.is_(None))
-            .order_by(AllocationRow.job_id, AllocationRow.replica)
+        aq = (  # live rows only: releasing ones are held apart (app/store/releasing.py)
+            live_allocations().order_by(AllocationRow.job_id, AllocationRow.replica)
         )
         lq = select(LeaseRow).where(LeaseRow.state == "active")
         if not full:  # only the changed jobs' rows
@@ -247,14 +243,14 @@ class QueuePicture:
     # after a commit ------------------------------------------------------------
 
     def queue_written(
-        self, rows: list[dict[str, Any]], order: list[int] | None, at: float = 0.0
+        self, rows: list[tuple[int, int, str | None]], order: list[int] | None, at: float = 0.0
     ) -> None:
-        """Reasons and the order the dispatcher committed (they take no revision,
-        so the next refresh would not re-read them)."""
-        for r in rows:
-            e = self.entries.get(int(r["b_id"]))
-            if e is not None and e.revision == r["b_rev"]:
-                e.reason, e.reason_at = r["b_reason"], at
+        """Reasons (job id, revision, reason) and the order the dispatcher committed
+        (they take no revision, so the next refresh would not re-read them)."""
+        for job_id, revision, reason in rows:
+            e = self.entries.get(job_id)
+            if e is not None and e.revision == revision:
+                e.reason, e.reason_at = reason, at
         if order is not None:
             self.written_order = order
 
