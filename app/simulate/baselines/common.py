@@ -17,6 +17,7 @@ from app.scheduling.baselines import place_typed, typed_demands
 from app.scheduling.demands import Demand
 from app.scheduling.model import JobRequest, Node, ReplicaPlacement, RunningJob, Snapshot
 from app.scheduling.state import ClusterState
+from app.simulate.measures import gpus_held
 
 NodeKey = Callable[[Node, ReplicaPlacement], float]
 
@@ -39,23 +40,11 @@ def demand_cards(d: Demand, weight: float) -> float:
     return d.units / weight if weight > 0 else 1.0
 
 
-def placement_cards(p: ReplicaPlacement, snap_types: Mapping) -> float:
-    """Cards one placement holds (the same counting as :func:`demand_cards`)."""
-    if not p.gpu_type:
-        return 0.0
-    if p.share > 0:
-        return p.share
-    if p.mig:
-        t = snap_types.get(p.gpu_type)
-        return p.units / t.weight if t is not None and t.weight > 0 else float(len(p.mig))
-    return float(len(p.devices))
-
-
 def job_cards_by_type(job: RunningJob, snap_types: Mapping) -> dict[str, float]:
     out: dict[str, float] = {}
     for p in job.placements:
         if p.gpu_type:
-            out[p.gpu_type] = out.get(p.gpu_type, 0.0) + placement_cards(p, snap_types)
+            out[p.gpu_type] = out.get(p.gpu_type, 0.0) + gpus_held(p, snap_types)
     return out
 
 
