@@ -60,8 +60,7 @@ def run_simulate(
             return 2
         from app.simulate.fill_command import run_fill_command
 
-        # the fill protocol has its own policies (random, bestfit, fgd, gpuq = the live
-        # core, gpuq-fill-prototype)
+        # the fill protocol has its own policies (random, bestfit, fgd, gpuq = the live core)
         return int(run_fill_command(scenario, policy=policy, seed=seed, out=out, report=report,
                                     inflate=inflate, seeds=seeds))
     if policy not in POLICY_NAMES:
