@@ -12,6 +12,9 @@
 * ``suite_jct.png``, ``suite_wait_p99.png``: mean JCT and the worst team's P99
   wait per scenario and policy.
 
+Scenarios may run in separate processes (one ``--out`` each) and be put in one report
+with ``--combine A/suite.json B/suite.json --out DIR``.
+
 The full suite is a by-hand command (minutes per scenario on 2 cores); tests
 run it on tiny scenarios.
 """
@@ -207,15 +210,36 @@ def write_report(doc: dict[str, Any], out_dir: str | Path, plots: bool = True) -
     return path
 
 
+def combine(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several suite.json documents (e.g. scenarios run in parallel) as one."""
+    out: dict[str, Any] = {"load_average": max(d["load_average"] for d in docs),
+                           "policies": [], "scenarios": {}}
+    for d in docs:
+        for p in d["policies"]:
+            if p not in out["policies"]:
+                out["policies"].append(p)
+        for name, sc in d["scenarios"].items():
+            have = out["scenarios"].setdefault(name, {"path": sc["path"], "runs": {}})
+            have["runs"].update(sc["runs"])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("scenarios", nargs="+")
+    ap.add_argument("scenarios", nargs="*")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--combine", nargs="+", default=None, metavar="SUITE_JSON",
+                    help="write one report from suite.json files of earlier runs instead")
     a = ap.parse_args(argv)
-    doc = run_suite(a.scenarios, [p.strip() for p in a.policies.split(",") if p.strip()],
-                    progress=True)
+    if a.combine:
+        doc = combine([json.loads(Path(f).read_text()) for f in a.combine])
+    elif a.scenarios:
+        doc = run_suite(a.scenarios, [p.strip() for p in a.policies.split(",") if p.strip()],
+                        progress=True)
+    else:
+        ap.error("give scenario files, or --combine SUITE_JSON ...")
     path = write_report(doc, a.out, plots=not a.no_plots)
     print(f"report written to {path}")
     return 0

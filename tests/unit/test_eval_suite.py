@@ -8,7 +8,7 @@ from datetime import datetime
 from app.simulate.alibaba import read_nodes, read_pods
 from app.simulate.alibaba_timed import build_timed_scenario
 from app.simulate.philly import build_scenario, read_jobs, window
-from app.simulate.suite import goals, main, run_suite
+from app.simulate.suite import combine, goals, main, run_suite
 from tests.unit.openb_fixtures import write_nodes, write_pods
 from tests.unit.test_philly_builder import _philly_csv
 
@@ -71,3 +71,15 @@ def test_suite_runs_every_policy_and_checks_the_goals(tmp_path):
     text = (out / "report.md").read_text()
     assert "| gpuq |" in text and "| slurm |" in text and "Goals" in text
     assert json.loads((out / "suite.json").read_text())["policies"] == ["gpuq", "slurm"]
+
+
+def test_runs_of_separate_processes_combine_into_one_report(tmp_path):
+    a = {"load_average": 1.0, "policies": ["gpuq"],
+         "scenarios": {"s1": {"path": "s1.yaml", "runs": {"gpuq": {"x": 1}}}}}
+    b = {"load_average": 3.0, "policies": ["gpuq", "slurm"],
+         "scenarios": {"s1": {"path": "s1.yaml", "runs": {"slurm": {"x": 2}}},
+                       "s2": {"path": "s2.yaml", "runs": {"gpuq": {"x": 3}}}}}
+    doc = combine([a, b])
+    assert doc["policies"] == ["gpuq", "slurm"] and doc["load_average"] == 3.0
+    assert set(doc["scenarios"]["s1"]["runs"]) == {"gpuq", "slurm"}
+    assert doc["scenarios"]["s2"]["runs"]["gpuq"] == {"x": 3}
