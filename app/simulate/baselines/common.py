@@ -139,6 +139,14 @@ class Placer:
             self._failed.add(shape)
         return None
 
+    def fits_without(self, job: JobRequest, opt: TypeOption, victims: list[RunningJob]) -> bool:
+        """Would ``job`` fit as ``opt`` says if ``victims`` were gone? (State unchanged.)"""
+        with self.state.simulate_remove(victims):
+            placed = self.place(job, opt, memo=False)
+            for p in placed or ():
+                self.state._apply(p, -1)  # a rollback, not a release
+        return bool(placed)
+
     def remove(self, jobs: Iterable[RunningJob]) -> None:
         """Free the capacity of preempted jobs for the rest of the cycle."""
         for j in jobs:

@@ -235,12 +235,7 @@ class KueuePolicy:
               victims: list[RunningJob]) -> bool:
         if self.quota_mode(job.team, opt.gpu_type, opt.cards, usage) not in ("fit", "borrow"):  # type: ignore[arg-type]
             return False
-        with placer.state.simulate_remove(victims):
-            placed = placer.place(job, opt, memo=False)
-            if placed:
-                for p in placed:
-                    placer.state._apply(p, -1)
-        return bool(placed)
+        return placer.fits_without(job, opt, victims)
 
     def _preempt_for(self, job: JobRequest, opt: TypeOption, snap: Snapshot, usage: Usage,
                      placer: Placer, running: list[RunningJob], gone: set[str],

@@ -240,12 +240,7 @@ class VolcanoPolicy:
                 victims.append(r)
                 for k, c in job_cards_by_type(r, snap.gpu_types).items():
                     alloc[y][k] = alloc[y].get(k, 0.0) - c
-                with placer.state.simulate_remove(victims):
-                    placed = placer.place(job, opt, memo=False)
-                    if placed:
-                        for p in placed:
-                            placer.state._apply(p, -1)
-                if placed:
+                if placer.fits_without(job, opt, victims):
                     return victims
         return None
 
