@@ -57,6 +57,7 @@ from app.scheduling.releasing import hold_in_snapshot
 from app.store import batch_states, queue_order
 from app.store.batch_states import AdmittedRow, admission_event_data
 from app.store.convert import placement_of
+from app.store.leases import return_lease
 from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
 from app.store.releasing import any_releasing, blocked_binds, finalise, moved_placements
 from app.store.snapshot import SnapshotContext, build_snapshot
@@ -439,7 +440,7 @@ class Dispatcher(LoopService):
                     if a.job_id not in victims and rev is not None and a.job_id.isdigit():
                         batch.append((a, rev))
             batched = {a.job_id for a, _ in batch}
-            jobs = _lock_jobs(session, decided - batched)
+            jobs = _lock_jobs(session, (decided | {r.job_id for r in result.returned}) - batched)
 
             def fresh(job_id: str) -> JobRow | None:
                 job = jobs.get(job_id)
@@ -447,6 +448,11 @@ class Dispatcher(LoopService):
                     return None  # changed since the snapshot: leave it to the next cycle
                 return job
 
+            for ret in result.returned:  # leases now on the pool's own guarantee
+                job = fresh(ret.job_id)
+                if (job is not None and job.status in ACTIVE
+                        and return_lease(session, job, ret, now)):
+                    ctx.revisions[ret.job_id] = job.revision  # our own change
             requeued: set[str] = set()  # a moved job is preempted, then admitted anew
             for p in result.preemptions:
                 job = fresh(p.job_id)

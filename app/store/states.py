@@ -60,6 +60,17 @@ def _wait_accounting(session: Session, t: Transition) -> None:
         job.queued_at = t.now
 
 
+def _unfinished_attempt(session: Session, t: Transition) -> None:
+    """A running job sent back to the queue (preempted, reclaimed, moved, its
+    node lost) ran that long without finishing: keep the longest such attempt,
+    a known lower bound on its run time (app/scheduling/leases.py)."""
+    job = t.job
+    if t.from_status != "running" or t.to_status != "pending" or job.started_at is None:
+        return
+    ran = max(0.0, (t.now - job.started_at).total_seconds())
+    job.longest_attempt_s = max(job.longest_attempt_s or 0.0, ran)
+
+
 def _timestamps(session: Session, t: Transition) -> None:
     job = t.job
     if t.to_status == "admitted":
@@ -171,6 +182,7 @@ def _event(session: Session, t: Transition) -> None:
 RULES: tuple[Rule, ...] = (
     _check_allowed,
     _wait_accounting,
+    _unfinished_attempt,
     _timestamps,
     _release_capacity,
     _queue_fields,
