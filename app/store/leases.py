@@ -8,38 +8,70 @@ lease ends ``returned`` and the job's history says why.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 from app.scheduling.model import LeaseReturn
-from app.store.orm import JobRow, LeaseRow
-from app.store.states import next_revision, record_event
+from app.store.states import EVENTS, event_row, insert_rows
 
-
-def return_lease(session: Session, job: JobRow, ret: LeaseReturn, now: datetime) -> bool:
-    """End the lease ``returned`` if it is still active on ``job``; the job's
-    revision moves on so incremental readers (the dispatcher's picture) drop
-    the lease too. True if the lease was ended here. The caller commits."""
-    if not ret.lease_id.isdigit():
-        return False
-    ended = session.execute(
-        update(LeaseRow)
-        .where(
-            LeaseRow.id == int(ret.lease_id),
-            LeaseRow.job_id == job.id,
-            LeaseRow.state == "active",
-        )
-        .values(state="returned", ended_at=now)
-        .execution_options(synchronize_session=False)
-    ).rowcount
-    if not ended:
-        return False
-    job.revision = next_revision(session)
-    record_event(
-        session, job, "lease_returned", now=now, reason=ret.reason,
-        data={"lease": ret.lease_id, "lender": ret.lender, "gpu_type": ret.gpu_type,
-              "units": ret.units},
+_RETURN = text(
+    """
+    WITH ended AS (
+        UPDATE leases AS l SET state = 'returned', ended_at = CAST(:now AS timestamptz)
+        FROM unnest(CAST(:lids AS bigint[]), CAST(:jids AS bigint[]), CAST(:revs AS bigint[]))
+            AS v(lid, jid, rev)
+        JOIN jobs AS o ON o.id = v.jid
+        WHERE l.id = v.lid AND l.job_id = v.jid AND l.state = 'active'
+            AND o.revision = v.rev AND o.status IN ('admitted', 'running')
+        RETURNING l.id, l.job_id
+    ), bumped AS (
+        UPDATE jobs AS j SET revision = nextval('job_revision_seq')
+        FROM (SELECT DISTINCT job_id FROM ended) AS e
+        WHERE j.id = e.job_id
+        RETURNING j.id, j.status
     )
-    return True
+    SELECT ended.id AS lease_id, bumped.id AS job_id, bumped.status
+    FROM ended JOIN bumped ON bumped.id = ended.job_id
+    """
+)
+
+
+def return_leases(
+    conn: Connection, returns: Sequence[tuple[LeaseReturn, int]], now: datetime
+) -> set[str]:
+    """End each lease ``returned`` if it is still active and its job is still
+    at the revision the snapshot saw (``(decision, revision)`` pairs), in one
+    statement; the jobs' revisions move on so incremental readers (the
+    dispatcher's picture) drop the leases too, and each job gets a
+    ``lease_returned`` event. Returns the ids of the leases ended."""
+    rs = [(r, rev) for r, rev in returns if r.lease_id.isdigit() and r.job_id.isdigit()]
+    if not rs:
+        return set()
+    done = {
+        str(row.lease_id): row.status
+        for row in conn.execute(
+            _RETURN,
+            {
+                "now": now,
+                "lids": [int(r.lease_id) for r, _ in rs],
+                "jids": [int(r.job_id) for r, _ in rs],
+                "revs": [rev for _, rev in rs],
+            },
+        )
+    }
+    insert_rows(
+        conn,
+        EVENTS,
+        [
+            event_row(
+                int(r.job_id), now, "lease_returned", None, done[r.lease_id], r.reason,
+                {"lease": r.lease_id, "lender": r.lender, "gpu_type": r.gpu_type,
+                 "units": r.units},
+            )
+            for r, _ in rs
+            if r.lease_id in done
+        ],
+    )
+    return set(done)
