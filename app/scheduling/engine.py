@@ -2,6 +2,9 @@
 
 1. Build: working state (copy-on-write nodes + capacity index), quota
    ledger, placement context (with the expected job mix), static capacity.
+1b. Return leases: a borrowed charge that now fits in the borrower pool's
+   own free guarantee moves there; the lease ends ``returned`` and the job
+   keeps running (pool_steps.return_leases), so it is never reclaimed.
 2. Reclaim expired leases: holders of an expired ``reclaim: always``
    lease are preempted (pool_steps.reclaim_expired).
 3. Order: priority, pools below guarantee, team dominant share, age
@@ -36,11 +39,22 @@ from app.scheduling.model import (
 )
 from app.scheduling.ordering import FairOrder
 from app.scheduling.placement import place_job, try_place
-from app.scheduling.pool_steps import charge, may_preempt_anyone, preempt_for, reclaim_expired
+from app.scheduling.pool_steps import (
+    charge,
+    may_preempt_anyone,
+    preempt_for,
+    reclaim_expired,
+    return_leases,
+)
 from app.scheduling.pools import PoolLedger
 from app.scheduling.preemption import VictimPool
 from app.scheduling.quota import QuotaLedger, units_by_type
-from app.scheduling.reasons import StaticCapacity, capacity_reason, never_fits
+from app.scheduling.reasons import (
+    StaticCapacity,
+    capacity_reason,
+    cordoned_reason,
+    never_fits,
+)
 from app.scheduling.reservations import add_holds, reserve_for
 from app.scheduling.state import ClusterState
 
@@ -68,6 +82,12 @@ class Cycle:
         self.ledger = QuotaLedger.from_snapshot(snap)
         self.ctx = PlacementContext.from_snapshot(snap)
         self.static = static_capacity(snap)
+        # the schedulable part, only when some node is cordoned or not ready
+        self.ready = (
+            StaticCapacity.of(snap.nodes, schedulable_only=True)
+            if self.static.unschedulable else None
+        )
+        self.cordon_memo: dict[tuple, str | None] = {}
         self.never_memo: dict[tuple, str | None] = {}
         self.fail_memo: dict[tuple, tuple[int, str]] = {}
         self.min_units_memo: dict[tuple, float] = {}
@@ -107,6 +127,18 @@ class Cycle:
         self.ledger.commit(r.request, units_by_type(r.placements))
         self.pools.add_running(r)
 
+    # -- step 1b ------------------------------------------------------------
+    def return_leases(self) -> None:
+        """Leases whose charge now fits the borrower's own guarantee end
+        ``returned`` before anything is reclaimed (the job keeps running)."""
+        self.snap, returned = return_leases(self.snap, self.pools)
+        if returned:
+            self.result.returned.extend(returned)
+            self.any_lease = any(
+                is_expired(x, self.snap.now) for r in self.snap.running
+                if r.request.preemptible for x in r.leases
+            )
+
     # -- step 2 -------------------------------------------------------------
     def reclaim_leases(self) -> list[Preemption]:
         """Expired ``always`` leases: their holders stop, capacity is freed."""
@@ -130,6 +162,15 @@ class Cycle:
         if never:
             res.unschedulable[job.id] = never
             return
+        if self.ready is not None:  # fits the full inventory: but the schedulable part?
+            blocked = self.cordon_memo.get(key, False)
+            if blocked is False:
+                why = never_fits(job, self.ready, self.ctx)
+                blocked = cordoned_reason(job, why, self.static) if why else None
+                self.cordon_memo[key] = blocked
+            if blocked:
+                res.reasons[job.id] = blocked
+                return
         if self.admitted >= self.max_admissions:
             res.reasons[job.id] = "cycle admission limit reached; next cycle"
             return
@@ -285,6 +326,7 @@ class Cycle:
     # -- the cycle ----------------------------------------------------------
     def run(self) -> CycleResult:
         self.build()  # 1
+        self.return_leases()  # 1b
         self.result.preemptions.extend(self.reclaim_leases())  # 2
         order = self.result.order
         reasons = self.result.reasons

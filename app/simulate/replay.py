@@ -424,10 +424,20 @@ class Simulator:
         job is requeued), then admissions, then verdicts; True if anything changed."""
         changed = False
         by_id = {j.request.id: j for j in [*self.pending.values(), *self.running.values()]}
+        for ret in res.returned:  # a lease now on the pool's own guarantee: it just ends
+            j = by_id.get(ret.job_id)
+            if j is None or j.status != "running":
+                continue
+            for x in [x for x in j.leases if x.id == ret.lease_id]:
+                self.event("lease_end", j, **self._lease_detail(x), state="returned",
+                           reason=ret.reason)
+            j.leases = tuple(x for x in j.leases if x.id != ret.lease_id)
+            changed = True
         for pre in res.preemptions:
             j = by_id.get(pre.job_id)
             if j is None or j.status != "running":
                 continue
+            attempt = self.now - (j.start_s if j.start_s is not None else self.now)
             self._stop_run(j, finished=False)
             j.preemptions += 1
             by = by_id.get(pre.by_job or "")
@@ -438,6 +448,7 @@ class Simulator:
                 j.request, last_preempted_at=self.now, last_preempted_by=pre.by_job,
                 last_reclaimed_at=self.now if pre.kind == "reclaim" else
                 j.request.last_reclaimed_at,
+                longest_attempt_s=max(j.request.longest_attempt_s or 0.0, attempt),
             )
             # the thrash guard is time-based: look again when it lapses
             self.push(self.now + self.model.cluster.scheduler.thrash_window_s, "wake")
@@ -507,6 +518,10 @@ class Simulator:
     def _end_run(self, j: SimJob, outcome: str) -> None:
         self._stop_run(j, finished=outcome == "finish")
         self._dirty = True
+        # freed guarantee may take a borrower's lease over (the cycle's step 1b),
+        # as the live dispatcher's next pass would, queue or not
+        if any(r.leases for r in self.running.values()):
+            self._lease_due = True
         if outcome == "finish":
             j.status = "succeeded"
             j.end_s = self.now
