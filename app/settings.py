@@ -34,6 +34,16 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1_000_000, alias="GPUQ_MAX_BODY_BYTES")
     run_loops: bool = Field(default=True, alias="GPUQ_RUN_LOOPS")
     prometheus_url: str | None = Field(default=None, alias="GPUQ_PROMETHEUS_URL")
+    # OIDC bearer JWTs (app/api/oidc.py); off unless an issuer is set
+    oidc_issuer: str | None = Field(default=None, alias="GPUQ_OIDC_ISSUER")
+    oidc_audience: str | None = Field(default=None, alias="GPUQ_OIDC_AUDIENCE")
+    oidc_jwks_url: str | None = Field(default=None, alias="GPUQ_OIDC_JWKS_URL")
+    oidc_jwks_file: Path | None = Field(default=None, alias="GPUQ_OIDC_JWKS_FILE")
+    oidc_groups_claim: str = Field(default="groups", alias="GPUQ_OIDC_GROUPS_CLAIM")
+    # {"group": "admin" | "team:<name>" | "team:<name>:read"}, JSON
+    oidc_group_scopes: dict[str, str] = Field(
+        default_factory=dict, alias="GPUQ_OIDC_GROUP_SCOPES"
+    )
 
 
 def get_settings() -> Settings:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from app.domain.pod_policy import InstallPolicy, PodPolicy
 from app.store.orm import CatalogRevisionRow, GpuTypeRow, PoolRow, PriorityClassRow, TeamRow
 
 
@@ -29,6 +31,10 @@ class TeamRef:
     pool: str
     allowed_pools: tuple[str, ...]
     default_priority: str
+    namespaces: tuple[str, ...] = ()
+    pod_security: str = "restricted"
+    service_accounts: tuple[str, ...] = ("default",)
+    automount_service_account_token: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class GpuTypeRef:
     weight: float
     mig_profiles: dict[str, Any] = field(default_factory=dict)
     shareable: bool = False
+    resource_name: str = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,30 @@ class CatalogView:
     pools: dict[str, NameRef]
     priorities: dict[str, NameRef]
     types: dict[str, GpuTypeRef]
+
+    def pod_policy(self, team: TeamRef, install: InstallPolicy) -> PodPolicy:
+        """The rules ``team``'s Pod templates are checked against."""
+        return PodPolicy(
+            level=team.pod_security,
+            namespaces=team.namespaces,
+            service_accounts=team.service_accounts,
+            automount_token=team.automount_service_account_token,
+            install=install,
+            gpu_resources=frozenset(t.resource_name for t in self.types.values()),
+        )
+
+
+def team_ref(t: TeamRow) -> TeamRef:
+    return TeamRef(
+        t.name,
+        t.pool,
+        tuple(t.allowed_pools or ()),
+        t.default_priority,
+        tuple(t.namespaces or ()),
+        t.pod_security or "restricted",
+        tuple(t.service_accounts if t.service_accounts is not None else ("default",)),
+        bool(t.automount_service_account_token),
+    )
 
 
 _cache: weakref.WeakKeyDictionary[Engine, CatalogView] = weakref.WeakKeyDictionary()
@@ -68,14 +99,13 @@ def current_catalog(session: Session) -> CatalogView:
         return view
     view = CatalogView(
         revision=rev if rev is not None else -1,
-        teams={
-            t.name: TeamRef(t.name, t.pool, tuple(t.allowed_pools or ()), t.default_priority)
-            for t in session.scalars(select(TeamRow))
-        },
+        teams={t.name: team_ref(t) for t in session.scalars(select(TeamRow))},
         pools={p.name: NameRef(p.name) for p in session.scalars(select(PoolRow))},
         priorities={p.name: NameRef(p.name) for p in session.scalars(select(PriorityClassRow))},
         types={
-            t.name: GpuTypeRef(t.name, t.weight, dict(t.mig_profiles or {}), t.shareable)
+            t.name: GpuTypeRef(
+                t.name, t.weight, dict(t.mig_profiles or {}), t.shareable, t.resource_name
+            )
             for t in session.scalars(select(GpuTypeRow))
         },
     )
@@ -83,3 +113,18 @@ def current_catalog(session: Session) -> CatalogView:
         with _lock:
             _cache[engine] = view
     return view
+
+
+def pod_policy_reader(
+    session_factory: sessionmaker[Session], install: InstallPolicy
+) -> Callable[[str], PodPolicy | None]:
+    """``team -> PodPolicy`` from the cached catalog, for the bind-time re-check
+    (one tiny revision read per bind while the catalog is unchanged)."""
+
+    def read(team: str) -> PodPolicy | None:
+        with session_factory() as session:
+            cat = current_catalog(session)
+            ref = cat.teams.get(team)
+            return cat.pod_policy(ref, install) if ref is not None else None
+
+    return read

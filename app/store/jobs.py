@@ -15,7 +15,8 @@ from datetime import datetime
 from sqlalchemy import BigInteger, column, insert, select, text
 from sqlalchemy.orm import Session, selectinload
 
-from app.domain.errors import Conflict, InputError, NotFound
+from app.domain.errors import Conflict, InputError, NotFound, PodPolicyError
+from app.domain.pod_policy import InstallPolicy, check_template
 from app.domain.spec import JobSpec
 from app.domain.states import CANCELLABLE, STATUSES, TERMINAL, change_state
 from app.store.catalog_cache import CatalogView, NameRef, TeamRef, current_catalog
@@ -44,9 +45,13 @@ def spec_hash(spec: JobSpec) -> str:
 
 
 def resolve_references(
-    session: Session, spec: JobSpec, catalog: CatalogView | None = None
+    session: Session,
+    spec: JobSpec,
+    catalog: CatalogView | None = None,
+    install: InstallPolicy | None = None,
 ) -> tuple[TeamRef, NameRef, NameRef]:
-    """Team, pool and priority of a spec; every unknown name is an :class:`InputError`.
+    """Team, pool and priority of a spec; every unknown name is an :class:`InputError`,
+    a ``pod_template`` the team's Pod policy refuses is one naming the field path.
 
     Checked against the cached catalog (:mod:`app.store.catalog_cache`); the
     foreign keys of ``jobs`` still guard the insert itself.
@@ -55,6 +60,12 @@ def resolve_references(
     team = cat.teams.get(spec.team)
     if team is None:
         raise InputError(f"unknown team {spec.team!r}", "team")
+    if spec.pod_template:
+        violations = check_template(
+            spec.pod_template, cat.pod_policy(team, install or InstallPolicy())
+        )
+        if violations:
+            raise PodPolicyError(violations)
     pool_name = spec.pool or team.pool
     pool = cat.pools.get(pool_name)
     if pool is None:
@@ -108,14 +119,21 @@ def requested_units(
 _SUBMITTED = text(
     f"""
     INSERT INTO job_events (job_id, at, type, from_status, to_status, reason, data)
-    SELECT id, CAST(:now AS timestamptz), 'submitted', NULL, 'pending', NULL, '{{}}'::jsonb
+    SELECT id, CAST(:now AS timestamptz), 'submitted', NULL, 'pending', NULL,
+           jsonb_strip_nulls(jsonb_build_object('submitted_by', CAST(:by AS text)))
     FROM unnest(CAST(:ids AS bigint[])) AS id, pg_notify('{NOTIFY_CHANNEL}', '') AS n
     """
 )
 
 
 def submit_job(
-    session: Session, spec: JobSpec, *, now: datetime, idempotency_key: str | None = None
+    session: Session,
+    spec: JobSpec,
+    *,
+    now: datetime,
+    idempotency_key: str | None = None,
+    submitted_by: str | None = None,
+    install: InstallPolicy | None = None,
 ) -> Submitted:
     """Insert a pending job: a cached catalog check, one INSERT ... RETURNING,
     one statement for its event and the NOTIFY.
@@ -134,7 +152,7 @@ def submit_job(
                 )
             return Submitted(existing, False)
     catalog = current_catalog(session)
-    team, pool, prio = resolve_references(session, spec, catalog)
+    team, pool, prio = resolve_references(session, spec, catalog, install)
     job = JobRow(
         name=spec.name,
         team=team.name,
@@ -154,15 +172,23 @@ def submit_job(
         finished_at=None,
         idempotency_key=idempotency_key,
         idempotency_hash=h,
+        submitted_by=submitted_by,
         allocations=[],  # known empty: reading it never costs a query
     )
     session.add(job)
     session.flush()
-    session.execute(_SUBMITTED, {"now": now, "ids": [job.id]})
+    session.execute(_SUBMITTED, {"now": now, "ids": [job.id], "by": submitted_by})
     return Submitted(job, True)
 
 
-def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> list[int]:
+def submit_jobs(
+    session: Session,
+    specs: list[JobSpec],
+    *,
+    now: datetime,
+    submitted_by: str | None = None,
+    install: InstallPolicy | None = None,
+) -> list[int]:
     """Insert many pending jobs: one multi-row INSERT for the jobs, one statement
     for their ``submitted`` events and the NOTIFY. All or nothing: the first bad
     spec is an :class:`InputError` naming its index, and nothing is inserted."""
@@ -172,7 +198,7 @@ def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> lis
     rows = []
     for i, spec in enumerate(specs):
         try:
-            team, pool, prio = resolve_references(session, spec, catalog)
+            team, pool, prio = resolve_references(session, spec, catalog, install)
         except InputError as e:
             msg = e.detail.split(": ", 1)[1] if e.field else e.detail
             raise InputError(msg, f"jobs[{i}].{e.field}" if e.field else f"jobs[{i}]") from None
@@ -189,6 +215,7 @@ def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> lis
                 "queued_at": now,
                 "waited_s": 0.0,
                 "preemption_count": 0,
+                "submitted_by": submitted_by,
             }
         )
     jobs = JobRow.__table__
@@ -198,7 +225,7 @@ def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> lis
             insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows
         ).scalars()
     )
-    conn.execute(_SUBMITTED, {"now": now, "ids": ids})
+    conn.execute(_SUBMITTED, {"now": now, "ids": ids, "by": submitted_by})
     return ids
 
 

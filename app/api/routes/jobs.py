@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Query, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import IntegrityError
 
-from app.api.deps import NowDep, PrincipalDep, SessionDep
+from app.api.deps import InstallDep, NowDep, PrincipalDep, SessionDep
 from app.api.schemas import EventOut, JobOut, JobPage, event_out, job_out
 from app.domain.spec import JobSpec
 from app.store import jobs as job_store
@@ -24,12 +24,21 @@ def submit_job(
     session: SessionDep,
     principal: PrincipalDep,
     now: NowDep,
+    install: InstallDep,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
-    principal.require_team(spec.team)
+    """Submit a job; a ``pod_template`` the team's Pod policy refuses is a 422
+    naming the field path (docs/security.md), and nothing is written."""
+    principal.require_team(spec.team, write=True)
+    submit = {
+        "now": now,
+        "idempotency_key": idempotency_key,
+        "submitted_by": principal.name,
+        "install": install,
+    }
     try:
-        sub = job_store.submit_job(session, spec, now=now, idempotency_key=idempotency_key)
+        sub = job_store.submit_job(session, spec, **submit)
         # a new job holds nothing yet: its answer needs no further reads after the commit
         out = job_out(sub.job, now) if sub.created else None
         session.commit()
@@ -40,7 +49,7 @@ def submit_job(
         session.rollback()
         if idempotency_key is None:
             raise
-        sub = job_store.submit_job(session, spec, now=now, idempotency_key=idempotency_key)
+        sub = job_store.submit_job(session, spec, **submit)
     if not sub.created:
         response.status_code = 200
     return job_out(sub.job, now, job_store.active_lease(session, sub.job))
@@ -64,12 +73,14 @@ class BatchOut(BaseModel):
 
 @router.post(":batch", status_code=201)
 def submit_batch(
-    body: JobBatch, session: SessionDep, principal: PrincipalDep, now: NowDep
+    body: JobBatch, session: SessionDep, principal: PrincipalDep, now: NowDep, install: InstallDep
 ) -> BatchOut:
     """Many jobs in one transaction (all or nothing): one INSERT, one NOTIFY."""
     for spec in body.jobs:
-        principal.require_team(spec.team)
-    ids = job_store.submit_jobs(session, body.jobs, now=now)
+        principal.require_team(spec.team, write=True)
+    ids = job_store.submit_jobs(
+        session, body.jobs, now=now, submitted_by=principal.name, install=install
+    )
     session.commit()
     return BatchOut(
         items=[BatchItem(id=str(i), name=s.name) for i, s in zip(ids, body.jobs, strict=True)]
@@ -119,7 +130,8 @@ def get_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowD
 @router.post("/{job_id}/cancel")
 def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowDep) -> JobOut:
     job = job_store.get_job(session, job_id, team=principal.team, for_update=True)
-    job_store.cancel_job(session, job, now=now, by=principal.team or "admin")
+    principal.require_team(job.team, write=True)
+    job_store.cancel_job(session, job, now=now, by=principal.name)
     session.commit()
     return job_out(job, now, job_store.active_lease(session, job))
 
