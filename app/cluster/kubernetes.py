@@ -41,8 +41,8 @@ from app.cluster.k8s_pods import build_pod, job_phase, placement_key, pod_placem
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.k8s_watch import Informer
 from app.domain.config import GpuTypeConfig
+from app.domain.from_config import gpu_type_from_config
 from app.domain.pod_policy import PodPolicy, check_pod, describe
-from app.scheduling.from_config import gpu_type_from_config
 from app.scheduling.model import Node, ReplicaPlacement
 
 log = logging.getLogger(__name__)
@@ -134,11 +134,17 @@ class KubernetesCluster:
 
     @classmethod
     def from_settings(
-        cls, settings: Any = None, *, gpu_types: Sequence[GpuTypeConfig] = (), start: bool = True
+        cls,
+        settings: Any = None,
+        *,
+        gpu_types: Sequence[GpuTypeConfig] = (),
+        start: bool = True,
+        pod_policy_for: Callable[[str], PodPolicy | None] | None = None,
     ) -> KubernetesCluster:
         """In-cluster config or KUBECONFIG; informers started and synced."""
         ks = KubeSettings()
         cluster = cls(load_api_client(), gpu_types, ks)
+        cluster.pod_policy_for = pod_policy_for
         if start:
             cluster.start()
         return cluster

@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import func, select, update
 
 from app.clock import utcnow
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.leader import LeaderElector
+from app.dispatch.node_sync import gpu_type_configs
 from app.domain.errors import PodPolicyError
 from app.domain.spec import JobSpec
-from app.loops.dispatcher import Dispatcher
-from app.loops.leader import LeaderElector
-from app.loops.node_sync import gpu_type_configs
 from app.store.catalog_cache import pod_policy_reader
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
