@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -66,21 +66,33 @@ def get_principal(
     now: NowDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None,
 ) -> Principal:
-    """Who calls: an API token (cached, revocation seen at once by every replica)
-    or an OIDC JWT. 401 when unknown, revoked or expired."""
-    if credentials is None or not credentials.credentials.strip():
+    """Who calls (see :func:`resolve_principal`)."""
+    return resolve_principal(request.app.state, session, bearer_token(credentials), now)
+
+
+def bearer_token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    return credentials.credentials.strip() if credentials is not None else None
+
+
+def resolve_principal(state: Any, session: Session, token: str | None, now: datetime) -> Principal:
+    """Who sends ``token``: an API token (cached per process, a revocation seen at once
+    by every replica: app/store/tokens.py) or an OIDC JWT (app/api/oidc.py). The one
+    lookup every route uses (the submit routes call it inside their one worker-thread
+    hop; others through :data:`PrincipalDep`). 401 when unknown, revoked or expired."""
+    if not token:
         raise Unauthorized("missing 'Authorization: Bearer TOKEN' header", "Authorization")
-    token = credentials.credentials.strip()
-    oidc: OidcVerifier | None = request.app.state.oidc
+    oidc: OidcVerifier | None = state.oidc
     if oidc is not None and looks_like_jwt(token):
         return oidc.principal(token)
-    principal = request.app.state.principals.resolve(session, token, now)
+    principal = state.principals.resolve(session, token, now)
     if principal is None:
         raise Unauthorized("unknown, revoked or expired token", "Authorization")
     return principal
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+# the bearer credentials alone (routes that resolve the principal in a worker thread)
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 
 
 def require_admin(principal: PrincipalDep) -> Principal:

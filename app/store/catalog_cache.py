@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.domain.pod_policy import InstallPolicy, PodPolicy
@@ -71,42 +71,61 @@ class CatalogView:
         )
 
 
-def team_ref(t: TeamRow) -> TeamRef:
-    return TeamRef(
-        t.name,
-        t.pool,
-        tuple(t.allowed_pools or ()),
-        t.default_priority,
-        tuple(t.namespaces or ()),
-        t.pod_security or "restricted",
-        tuple(t.service_accounts if t.service_accounts is not None else ("default",)),
-        bool(t.automount_service_account_token),
-    )
-
-
 _cache: weakref.WeakKeyDictionary[Engine, CatalogView] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
+def cached_catalog(engine: Engine) -> CatalogView | None:
+    """The last catalog this process read for ``engine``, without asking the database.
+
+    Only for writers that check the revision in the same statement that relies on
+    it (``app.store.jobs.insert_job``: the INSERT happens only while
+    ``catalog_revision`` still has this view's number)."""
+    with _lock:
+        return _cache.get(engine)
+
+
 def current_catalog(session: Session) -> CatalogView:
     """The catalog as of this transaction's look at ``catalog_revision``."""
-    engine = session.get_bind()
-    assert isinstance(engine, Engine)
-    rev = session.scalar(select(CatalogRevisionRow.revision).where(CatalogRevisionRow.id == 1))
+    return current_catalog_of(session.connection())
+
+
+def current_catalog_of(conn: Connection) -> CatalogView:
+    """:func:`current_catalog` on a connection (one round trip when the cache is current)."""
+    engine = conn.engine
+    rev = conn.scalar(select(CatalogRevisionRow.revision).where(CatalogRevisionRow.id == 1))
     with _lock:
         view = _cache.get(engine)
     if view is not None and rev is not None and view.revision == rev:
         return view
+    t, p, g = TeamRow, PriorityClassRow, GpuTypeRow
     view = CatalogView(
         revision=rev if rev is not None else -1,
-        teams={t.name: team_ref(t) for t in session.scalars(select(TeamRow))},
-        pools={p.name: NameRef(p.name) for p in session.scalars(select(PoolRow))},
-        priorities={p.name: NameRef(p.name) for p in session.scalars(select(PriorityClassRow))},
-        types={
-            t.name: GpuTypeRef(
-                t.name, t.weight, dict(t.mig_profiles or {}), t.shareable, t.resource_name
+        teams={
+            r.name: TeamRef(
+                r.name,
+                r.pool,
+                tuple(r.allowed_pools or ()),
+                r.default_priority,
+                tuple(r.namespaces or ()),
+                r.pod_security or "restricted",
+                tuple(r.service_accounts if r.service_accounts is not None else ("default",)),
+                bool(r.automount_service_account_token),
             )
-            for t in session.scalars(select(GpuTypeRow))
+            for r in conn.execute(
+                select(t.name, t.pool, t.allowed_pools, t.default_priority, t.namespaces,
+                       t.pod_security, t.service_accounts, t.automount_service_account_token)
+            )
+        },
+        pools={name: NameRef(name) for name in conn.scalars(select(PoolRow.name))},
+        priorities={name: NameRef(name) for name in conn.scalars(select(p.name))},
+        types={
+            r.name: GpuTypeRef(
+                r.name, r.weight, dict(r.mig_profiles or {}), r.shareable, r.resource_name
+            )
+            for r in conn.execute(
+                select(g.name, g.weight, g.mig_profiles, g.shareable, g.resource_name)
+            )
         },
     )
     if rev is not None:
