@@ -7,7 +7,7 @@ one) only seeds the first, so the admin token rotates without a restart.
 
 Principal resolution is cached per process (:class:`PrincipalCache`), keyed
 on ``catalog_revision``: every write to ``api_tokens`` bumps it (statement
-trigger, migration 0005) in the writer's transaction, so one tiny read per
+trigger, migration 0006) in the writer's transaction, so one tiny read per
 request tells every API replica at once that a token was revoked or rotated.
 Expiry is checked against the request's clock on every hit.
 """
@@ -47,7 +47,7 @@ def same_token(given: str, expected: str) -> bool:
 
 
 def row_scope(row: ApiTokenRow) -> str:
-    """Rows written before migration 0005 have no scope: they act for their team."""
+    """Rows written before migration 0006 have no scope: they act for their team."""
     return row.scope or team_scope(row.team or "")
 
 
