@@ -181,7 +181,7 @@ def requeue_job(job_id: str, session: SessionDep, admin: AdminDep, now: NowDep) 
     any other status. The dispatcher also does this by itself when the
     inventory changes (event ``requeued: cluster changed``)."""
     job = job_store.get_job(session, job_id, for_update=True)
-    requeue.requeue_job(session, job, now=now, by=admin.name)
+    requeue.requeue_job(session, job, now=now, by="admin")
     session.commit()
     return job_out(job, now, job_store.active_lease(session, job))
 
