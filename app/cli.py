@@ -11,6 +11,8 @@ import typer
 app = typer.Typer(no_args_is_help=True, help="gpuq: a fair GPU batch queue for Kubernetes")
 db_app = typer.Typer(no_args_is_help=True, help="Database commands")
 app.add_typer(db_app, name="db")
+config_app = typer.Typer(no_args_is_help=True, help="The config file (one source of admin truth)")
+app.add_typer(config_app, name="config")
 
 
 @app.command()
@@ -85,6 +87,26 @@ def db_upgrade() -> None:
 
     rev = run_upgrade(get_settings())
     typer.echo(f"database at revision {rev}")
+
+
+@config_app.command("apply")
+def config_apply(
+    file: str = typer.Argument(..., help="config YAML (API.md format)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="show the diff, change nothing"),
+) -> None:
+    """Apply FILE to the database (DATABASE_URL, or the embedded one): show the diff,
+    then make every object it names managed by it (API writes to those get 409)."""
+    from app.server import config_apply as run_apply
+    from app.settings import get_settings
+
+    lines = run_apply(get_settings(), file, dry_run=dry_run)
+    changed = [ln for ln in lines if not ln.startswith("=")]
+    for line in changed:
+        typer.echo(line)
+    typer.echo(
+        f"{len(changed)} change(s), {len(lines) - len(changed)} unchanged"
+        + (" (dry run: nothing written)" if dry_run else "")
+    )
 
 
 # -- client commands (talk to a running gpuq over REST; see app/client_cli.py) ---------------
@@ -184,6 +206,63 @@ def usage(
     from app import client_cli as c
 
     raise typer.Exit(c.run(c.cmd_usage, url=url, token=token, team=team, pool=pool))
+
+
+tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (admin)")
+app.add_typer(tokens_app, name="tokens")
+
+
+@tokens_app.command("list")
+def tokens_list(
+    team: str | None = typer.Option(None, help="only this team's"),
+    url: str | None = _URL,
+    token: str | None = _TOKEN,
+) -> None:
+    """Every token (never its value): name, scope, state, expiry."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_tokens_list, url=url, token=token, team=team))
+
+
+@tokens_app.command("create")
+def tokens_create(
+    scope: str = typer.Argument(..., help="admin, team:<name> or team:<name>:read"),
+    name: str | None = typer.Option(None, help="who or what uses it (recorded as submitted_by)"),
+    expires_in: float | None = typer.Option(None, help="seconds until it stops working"),
+    url: str | None = _URL,
+    token: str | None = _TOKEN,
+) -> None:
+    """A new token; its value is printed once."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_tokens_create, scope, url=url, token=token, name=name,
+                           expires_in_s=expires_in))
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(
+    token_id: int = typer.Argument(..., help="token id (gpuq tokens list)"),
+    url: str | None = _URL,
+    token: str | None = _TOKEN,
+) -> None:
+    """Revoke a token: 401 from now on, on every API replica."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_tokens_revoke, token_id, url=url, token=token))
+
+
+@tokens_app.command("rotate")
+def tokens_rotate(
+    token_id: int = typer.Argument(..., help="token id (gpuq tokens list)"),
+    expires_in: float | None = typer.Option(None, help="seconds until the new one expires"),
+    url: str | None = _URL,
+    token: str | None = _TOKEN,
+) -> None:
+    """Revoke a token and print its successor (same name and scope)."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_tokens_rotate, token_id, url=url, token=token,
+                           expires_in_s=expires_in))
 
 
 def main() -> None:

@@ -292,6 +292,53 @@ def cmd_cancel(client: Client, console: Console, job_id: str) -> int:
     return 0
 
 
+def cmd_tokens_list(client: Client, console: Console, team: str | None = None) -> int:
+    rows = client.get("/v1/tokens", **({"team": team} if team else {}))
+    t = Table(title="tokens")
+    for col in ("id", "name", "scope", "prefix", "state", "expires", "created by"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(str(r["id"]), r["name"], r["scope"], r["prefix"], r["state"],
+                  str(r.get("expires_at") or "-"), str(r.get("created_by") or "-"))
+    console.print(t)
+    return 0
+
+
+def _print_new_token(console: Console, body: Mapping[str, Any]) -> None:
+    console.print(f"token [bold]{body['id']}[/] {body['name']} ({body['scope']}), shown once:")
+    console.print(body["token"], highlight=False, soft_wrap=True)
+
+
+def cmd_tokens_create(
+    client: Client,
+    console: Console,
+    scope: str,
+    name: str | None = None,
+    expires_in_s: float | None = None,
+) -> int:
+    body: dict[str, Any] = {"scope": scope}
+    if name:
+        body["name"] = name
+    if expires_in_s:
+        body["expires_in_s"] = expires_in_s
+    _print_new_token(console, client.post("/v1/tokens", body))
+    return 0
+
+
+def cmd_tokens_revoke(client: Client, console: Console, token_id: int) -> int:
+    r = client.post(f"/v1/tokens/{token_id}/revoke")
+    console.print(f"token [bold]{r['id']}[/] {r['name']}: {r['state']}")
+    return 0
+
+
+def cmd_tokens_rotate(
+    client: Client, console: Console, token_id: int, expires_in_s: float | None = None
+) -> int:
+    body = {"expires_in_s": expires_in_s} if expires_in_s else {}
+    _print_new_token(console, client.post(f"/v1/tokens/{token_id}/rotate", body))
+    return 0
+
+
 def _usage_rows(table: Table, body: Mapping[str, Any]) -> None:
     """Pool usage (``gpu_types: {type: {guaranteed, used, ...}}``) or team usage
     (``used_by_type``, ``quota_by_type``): one row per GPU type, the rest as a caption."""

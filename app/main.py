@@ -16,7 +16,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
+from app.api.oidc import OidcVerifier
 from app.api.routes import (
+    audit,
     gpu_types,
     health,
     jobs,
@@ -28,12 +30,15 @@ from app.api.routes import (
     queue,
     reports,
     teams,
+    tokens,
     tuning,
 )
+from app.cluster.k8s_settings import KubeSettings
 from app.domain.errors import GpuqError
 from app.metrics import GpuqMetrics
 from app.runtime import Services, open_services
 from app.settings import Settings, get_settings
+from app.store.tokens import PrincipalCache
 from app.ui import routes as ui_routes
 
 ROUTERS = [
@@ -46,6 +51,9 @@ ROUTERS = [
     jobs.router,
     queue.router,
     leases.router,
+    tokens.router,
+    tokens.me_router,
+    audit.router,
     # observability: reports, tuner, Prometheus, dashboard
     reports.router,
     tuning.router,
@@ -61,6 +69,7 @@ def install_services(app: FastAPI, services: Services) -> None:
     app.state.session_factory = services.session_factory
     app.state.clock = services.clock
     app.state.admin_token = services.admin_token
+    services.seed_admin_token()
     app.state.cluster = services.cluster
     app.state.metrics = services.metrics
 
@@ -154,6 +163,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     )
     app.state.settings = settings
     app.state.metrics = GpuqMetrics()
+    app.state.install_policy = KubeSettings().install_policy()
+    app.state.principals = PrincipalCache()
+    app.state.oidc = OidcVerifier.from_settings(settings)
     if services is not None:
         install_services(app, services)
 

@@ -34,12 +34,22 @@ from app.domain.config import GpuqConfig, load_config, load_config_text
 from app.metrics import GpuqMetrics
 from app.settings import Settings
 from app.store import migrate
-from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.catalog_cache import pod_policy_reader
+from app.store.config_loader import (
+    any_catalog,
+    apply_config,
+    apply_managed_config,
+    config_digest,
+    ensure_priority_classes,
+    last_applied,
+    lock_config,
+    remember_applied,
+)
 from app.store.convert import node_info
 from app.store.db import make_engine, make_session_factory, psycopg_conninfo
 from app.store.embedded import EmbeddedPostgres, start_embedded
 from app.store.orm import NodeRow
-from app.store.tokens import ADMIN_PREFIX, new_token
+from app.store.tokens import ADMIN_PREFIX, new_token, seed_admin_token
 
 log = logging.getLogger("gpuq")
 
@@ -57,10 +67,37 @@ def load_settings_config(settings: Settings) -> GpuqConfig:
     return load_config_text(demo_config_text())
 
 
+#: Values that appear in examples and old manifests: never accepted as the admin token.
+EXAMPLE_ADMIN_TOKENS = frozenset(
+    {"change-me-admin-token", "change-me", "changeme", "admin", "admin-token", "secret"}
+)
+MIN_ADMIN_TOKEN_LENGTH = 32
+
+
+class UnsafeAdminToken(ValueError):
+    """``GPUQ_ADMIN_TOKEN`` is too short or a documented example value."""
+
+
+def check_admin_token(token: str) -> str:
+    if token.strip().lower() in EXAMPLE_ADMIN_TOKENS:
+        raise UnsafeAdminToken(
+            "GPUQ_ADMIN_TOKEN is an example value from the documentation; "
+            "generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    if len(token) < MIN_ADMIN_TOKEN_LENGTH:
+        raise UnsafeAdminToken(
+            f"GPUQ_ADMIN_TOKEN has {len(token)} characters; at least "
+            f"{MIN_ADMIN_TOKEN_LENGTH} are needed (or unset it: gpuq generates one)"
+        )
+    return token
+
+
 def resolve_admin_token(settings: Settings, announce: Callable[[str], None] = print) -> str:
-    """GPUQ_ADMIN_TOKEN, else the one kept in the data folder (generated and shown once)."""
+    """GPUQ_ADMIN_TOKEN (refused when short or an example), else the one kept in
+    the data folder (generated and shown once). Either only seeds the first admin
+    token in the database; later ones come from POST /v1/tokens/{id}/rotate."""
     if settings.admin_token:
-        return settings.admin_token
+        return check_admin_token(settings.admin_token)
     path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
     if path.exists():
         return path.read_text().strip()
@@ -78,9 +115,36 @@ def resolve_admin_token(settings: Settings, announce: Callable[[str], None] = pr
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     announce(
-        f"gpuq admin token (shown once, kept in {path}):\n  {token}\n  export GPUQ_TOKEN={token}"
+        f"gpuq admin token (shown once, kept in {path} until rotated):\n  {token}\n"
+        f"  export GPUQ_TOKEN=$(cat {path})"
     )
     return token
+
+
+def apply_startup_config(session: Session, settings: Settings, now: datetime) -> None:
+    """``GPUQ_CONFIG`` is applied as the managing config file only when its content
+    changed since the last apply (an admin's API change to an object the file does
+    not manage survives every restart; one it manages is refused up front). Without
+    it, the demo config seeds an empty database once. The caller commits."""
+    lock_config(session)
+    if settings.config_file is None:
+        if not any_catalog(session):
+            apply_config(session, load_config_text(demo_config_text()))
+        return
+    path = str(settings.config_file)
+    text = Path(path).read_text()
+    digest = config_digest(text)
+    if last_applied(session).get("sha256") == digest:
+        log.info("config %s unchanged since its last apply: not applied again", path)
+        return
+    changes = apply_managed_config(
+        session, load_config_text(text), path, actor=f"config:{path}", at=now
+    )
+    remember_applied(session, path, digest, now)
+    done = [c for c in changes if c.action != "unchanged"]
+    log.info("config %s applied: %d change(s)", path, len(done))
+    for c in done:
+        log.info("  %s", c.describe())
 
 
 def resolve_database(settings: Settings) -> tuple[str, EmbeddedPostgres | None]:
@@ -99,10 +163,19 @@ class Services:
     clock: Callable[[], datetime]
     admin_token: str
     embedded: EmbeddedPostgres | None = None
+    admin_token_source: str = "GPUQ_ADMIN_TOKEN"
     loops: list[LoopService] = field(default_factory=list)
     metrics: GpuqMetrics = field(default_factory=GpuqMetrics)
     listener: object | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
+
+    def seed_admin_token(self) -> None:
+        """The admin token this process was started with becomes the first admin
+        token in the database, unless one was ever stored (then it is ignored:
+        rotation through the API wins over the environment)."""
+        with self.session_factory() as session:
+            if seed_admin_token(session, self.admin_token, self.admin_token_source):
+                session.commit()
 
     def start_loops(self) -> None:
         for loop in self.loops:
@@ -146,7 +219,7 @@ def open_services(
         with session_factory() as session:
             ensure_priority_classes(session)
             if apply_file_config:
-                apply_config(session, load_settings_config(settings))
+                apply_startup_config(session, settings, clock())
             session.commit()
         admin_token = resolve_admin_token(settings)
         cluster = None
@@ -159,7 +232,11 @@ def open_services(
                 nodes = [node_info(r) for r in session.scalars(select(NodeRow))]
                 if settings.cluster == "kubernetes":
                     gpu_types = gpu_type_configs(session)
-            cluster = build_cluster(settings, nodes=nodes, clock=clock, gpu_types=gpu_types)
+            # the bind-time re-check reads each team's Pod policy from the catalog
+            policies = pod_policy_reader(session_factory, KubeSettings().install_policy())
+            cluster = build_cluster(
+                settings, nodes=nodes, clock=clock, gpu_types=gpu_types, pod_policy_for=policies
+            )
             max_retries = 0
             if settings.cluster == "kubernetes":
                 # any number of dispatcher replicas: one leads (PostgreSQL advisory lock)
@@ -198,4 +275,5 @@ def open_services(
         embedded=embedded,
         loops=loops,
         metrics=metrics,
+        admin_token_source="GPUQ_ADMIN_TOKEN" if settings.admin_token else "generated",
     )

@@ -42,6 +42,7 @@ def run_server(settings: Settings, *, with_loops: bool) -> None:
 
     _configure_logging()
     settings = settings.model_copy(update={"run_loops": with_loops})
+    refuse_unsafe_admin_token(settings)
     require_current_schema(settings)
     app = create_app(settings)
     print(f"gpuq: API on http://{settings.host}:{settings.port} (docs: /docs)", flush=True)
@@ -52,6 +53,7 @@ def run_dispatcher(settings: Settings) -> None:
     """Only the loops (a separate dispatcher process next to ``gpuq api``)."""
 
     _configure_logging()
+    refuse_unsafe_admin_token(settings)
     require_current_schema(settings)
     svc = open_services(settings, with_loops=True)
 
@@ -96,3 +98,64 @@ def with_overrides(
     if host:
         update["host"] = host
     return settings.model_copy(update=update)
+
+
+def config_apply(settings: Settings, path: str, *, dry_run: bool) -> list[str]:
+    """``gpuq config apply FILE [--dry-run]``: the diff, applied unless a dry run.
+
+    FILE becomes the managing config file (docs/security.md): the objects it
+    names are managed by it, and the same content is not applied again by
+    ``serve`` at its next start.
+    """
+    from app.clock import utcnow
+    from app.domain.config import load_config_text
+    from app.runtime import resolve_database
+    from app.store import migrate
+    from app.store.config_loader import (
+        apply_managed_config,
+        config_digest,
+        ensure_priority_classes,
+        lock_config,
+        plan_config,
+        remember_applied,
+    )
+    from app.store.db import make_engine, make_session_factory
+
+    text = Path(path).read_text()
+    cfg = load_config_text(text)
+    url, embedded = resolve_database(settings)
+    engine = make_engine(url, null_pool=True)
+    try:
+        if embedded is not None:
+            migrate.upgrade(engine)
+        else:
+            migrate.check_current(engine)
+        with make_session_factory(engine)() as session:
+            lock_config(session)
+            ensure_priority_classes(session)
+            if dry_run:
+                changes = plan_config(session, cfg, path)
+                session.rollback()
+            else:
+                now = utcnow()
+                changes = apply_managed_config(session, cfg, path, actor=f"config:{path}",
+                                               at=now)
+                remember_applied(session, path, config_digest(text), now)
+                session.commit()
+        return [c.describe() for c in changes]
+    finally:
+        engine.dispose()
+        if embedded is not None:
+            embedded.stop()
+
+
+def refuse_unsafe_admin_token(settings: Settings) -> None:
+    """Exit with a clear message (not a traceback) on a weak GPUQ_ADMIN_TOKEN."""
+    from app.runtime import UnsafeAdminToken, check_admin_token
+
+    if settings.admin_token:
+        try:
+            check_admin_token(settings.admin_token)
+        except UnsafeAdminToken as e:
+            print(f"gpuq: {e}", file=sys.stderr)
+            raise SystemExit(2) from None

@@ -53,6 +53,20 @@ class Settings(BaseSettings):
     # Prometheus that scrapes DCGM-Exporter, for real GPU utilization; unset: utilization is
     # reported unknown
     prometheus_url: str | None = Field(default=None, alias="GPUQ_PROMETHEUS_URL")
+    # OIDC bearer JWTs (docs/security.md): the issuer (iss) to require; unset = OIDC off
+    oidc_issuer: str | None = Field(default=None, alias="GPUQ_OIDC_ISSUER")
+    # the audience (aud) to require; unset = gpuq
+    oidc_audience: str | None = Field(default=None, alias="GPUQ_OIDC_AUDIENCE")
+    # the identity provider's JWKS URL (keys cached 5 minutes)
+    oidc_jwks_url: str | None = Field(default=None, alias="GPUQ_OIDC_JWKS_URL")
+    # or a JWKS JSON file (read once at start)
+    oidc_jwks_file: Path | None = Field(default=None, alias="GPUQ_OIDC_JWKS_FILE")
+    # the JWT claim holding the user's groups
+    oidc_groups_claim: str = Field(default="groups", alias="GPUQ_OIDC_GROUPS_CLAIM")
+    # {"group": "admin" | "team:<name>" | "team:<name>:read"} as JSON; first match wins
+    oidc_group_scopes: dict[str, str] = Field(
+        default_factory=dict, alias="GPUQ_OIDC_GROUP_SCOPES"
+    )
 
 
 def get_settings() -> Settings:

@@ -59,6 +59,8 @@ from app.store.jobs import submit_job, submit_jobs
 from app.store.orm import JobRow
 from app.store.snapshot import SnapshotContext, build_snapshot
 
+BENCH_ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghijkl"
+
 
 @contextmanager
 def database():
@@ -151,7 +153,7 @@ def submit_http(url: str, n_single: int, n_batch: int) -> tuple[float, float]:
     from app.runtime import open_services
     from app.settings import Settings
 
-    settings = Settings(database_url=url, admin_token="bench-admin-token")
+    settings = Settings(database_url=url, admin_token=BENCH_ADMIN_TOKEN)
     services = open_services(settings, with_loops=False, apply_file_config=False)
     server = uvicorn.Server(
         uvicorn.Config(create_app(services=services), port=0, log_level="warning")
@@ -161,7 +163,7 @@ def submit_http(url: str, n_single: int, n_batch: int) -> tuple[float, float]:
     while not server.started:
         time.sleep(0.05)
     port = server.servers[0].sockets[0].getsockname()[1]
-    h = {"Authorization": "Bearer bench-admin-token"}
+    h = {"Authorization": f"Bearer {BENCH_ADMIN_TOKEN}"}
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=h) as c:
             bodies = [s.model_dump(mode="json", exclude_none=True) for s in job_specs(n_single)]

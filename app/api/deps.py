@@ -7,20 +7,21 @@ never from module globals, so tests can build several apps side by side.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from app.domain.errors import Forbidden, GpuqError
+from app.api.oidc import OidcVerifier, Unauthorized, looks_like_jwt
+from app.domain.errors import Forbidden
+from app.domain.pod_policy import InstallPolicy
+from app.domain.principal import Principal
 from app.settings import Settings
-from app.store.tokens import same_token, team_for_token
+from app.store.audit import WriteBy
 
-
-class Unauthorized(GpuqError):
-    status_code = 401
+__all__ = ["Principal", "Unauthorized"]
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -37,53 +38,61 @@ def get_now(request: Request) -> datetime:
     return clock()
 
 
+def get_install_policy(request: Request) -> InstallPolicy:
+    """The install's part of every team's Pod policy (``GPUQ_K8S_*``, read once per app)."""
+    return request.app.state.install_policy
+
+
 SessionDep = Annotated[Session, Depends(get_session)]
+InstallDep = Annotated[InstallPolicy, Depends(get_install_policy)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 NowDep = Annotated[datetime, Depends(get_now)]
 
 
-@dataclass(frozen=True)
-class Principal:
-    """Who calls: the admin (``team is None``) or one team's token."""
-
-    team: str | None
-
-    @property
-    def is_admin(self) -> bool:
-        return self.team is None
-
-    def may_act_for(self, team: str) -> bool:
-        return self.is_admin or self.team == team
-
-    def require_team(self, team: str, field: str = "team") -> None:
-        if not self.may_act_for(team):
-            raise Forbidden(f"a token of team {self.team} may not act for team {team!r}", field)
+# The OpenAPI "bearer" scheme: every route that depends on it shows a lock in
+# /docs (Authorize) and generated clients send the token. auto_error=False so a
+# missing header is our 401 with a ``detail`` naming the header.
+bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="An API token (`gpuqt_...`, `gpuqa_...`) or, when OIDC is set up, "
+    "a JWT of the identity provider.",
+)
 
 
 def get_principal(
     request: Request,
     session: SessionDep,
-    authorization: Annotated[str | None, Header()] = None,
+    now: NowDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None,
 ) -> Principal:
-    return resolve_principal(request.app.state, session, authorization)
+    """Who calls (see :func:`resolve_principal`)."""
+    return resolve_principal(request.app.state, session, bearer_token(credentials), now)
 
 
-def resolve_principal(state: Any, session: Session, authorization: str | None) -> Principal:
-    """Who sends ``authorization``: the one lookup every route uses (the submit route
-    calls it inside its one worker-thread hop; others through :data:`PrincipalDep`)."""
-    if not authorization or not authorization.lower().startswith("bearer "):
+def bearer_token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    return credentials.credentials.strip() if credentials is not None else None
+
+
+def resolve_principal(state: Any, session: Session, token: str | None, now: datetime) -> Principal:
+    """Who sends ``token``: an API token (cached per process, a revocation seen at once
+    by every replica: app/store/tokens.py) or an OIDC JWT (app/api/oidc.py). The one
+    lookup every route uses (the submit routes call it inside their one worker-thread
+    hop; others through :data:`PrincipalDep`). 401 when unknown, revoked or expired."""
+    if not token:
         raise Unauthorized("missing 'Authorization: Bearer TOKEN' header", "Authorization")
-    token = authorization.split(" ", 1)[1].strip()
-    admin = state.admin_token
-    if admin and same_token(token, admin):
-        return Principal(team=None)
-    team = team_for_token(session, token)
-    if team is None:
-        raise Unauthorized("unknown or revoked token", "Authorization")
-    return Principal(team=team)
+    oidc: OidcVerifier | None = state.oidc
+    if oidc is not None and looks_like_jwt(token):
+        return oidc.principal(token)
+    principal = state.principals.resolve(session, token, now)
+    if principal is None:
+        raise Unauthorized("unknown, revoked or expired token", "Authorization")
+    return principal
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+# the bearer credentials alone (routes that resolve the principal in a worker thread)
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 
 
 def require_admin(principal: PrincipalDep) -> Principal:
@@ -93,3 +102,11 @@ def require_admin(principal: PrincipalDep) -> Principal:
 
 
 AdminDep = Annotated[Principal, Depends(require_admin)]
+
+
+def admin_write(principal: AdminDep, now: NowDep) -> WriteBy:
+    """An admin write: who and when, for the audit trail (``GET /v1/audit``)."""
+    return WriteBy(principal.name, now)
+
+
+AdminWriteDep = Annotated[WriteBy, Depends(admin_write)]

@@ -62,6 +62,8 @@ class JobOut(BaseModel):
     lease: LeaseOut | None
     spec: dict[str, Any]
     queue_position: int | None = None
+    # who submitted it: ``token:<name>`` or ``oidc:<subject>`` (None: before 0004)
+    submitted_by: str | None = None
 
 
 class JobPage(BaseModel):
@@ -94,9 +96,44 @@ class QueueItem(BaseModel):
 
 
 class TokenOut(BaseModel):
-    team: str
+    """A new token: ``token`` is shown in this answer only (gpuq keeps its hash)."""
+
+    team: str | None
     token: str
     prefix: str
+    id: int
+    name: str
+    scope: str
+    expires_at: datetime | None = None
+
+
+class TokenInfo(BaseModel):
+    """A token as listed: never its value."""
+
+    id: int
+    name: str
+    scope: str
+    team: str | None
+    prefix: str
+    description: str | None
+    created_at: datetime
+    created_by: str | None
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    state: str  # active | expired | revoked
+
+
+class AuditOut(BaseModel):
+    """One admin write: who (token name or OIDC subject), what, when, old and new value."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str  # create | update | delete | revoke | rotate | apply
+    kind: str  # team | pool | gpu_type | node | priority_class | token | tuning | config
+    name: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
 
 
 def allocation_out(a: AllocationRow) -> AllocationOut:
@@ -169,6 +206,7 @@ def job_out(
         lease=lease_out(lease) if lease is not None else None,
         spec=job.spec,
         queue_position=job.queue_position,
+        submitted_by=job.submitted_by,
     )
 
 
@@ -194,6 +232,7 @@ def new_job_out(job: NewJob, name: str) -> JobOut:
         lease=None,
         spec=job.spec,
         queue_position=None,
+        submitted_by=job.submitted_by,
     )
 
 

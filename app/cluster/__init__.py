@@ -10,6 +10,7 @@ from app.cluster.base import Cluster
 from app.cluster.kubernetes import KubernetesCluster
 from app.cluster.simulated import SimulatedCluster
 from app.domain.config import GpuTypeConfig
+from app.domain.pod_policy import PodPolicy
 from app.scheduling.model import Node
 from app.settings import Settings
 
@@ -20,6 +21,7 @@ def build_cluster(
     nodes: list[Node] | None = None,
     clock: Callable[[], datetime] | None = None,
     gpu_types: Sequence[GpuTypeConfig] = (),
+    pod_policy_for: Callable[[str], PodPolicy | None] | None = None,
 ) -> Cluster:
     """The cluster ``GPUQ_CLUSTER`` names: ``simulated`` (default) or ``kubernetes``."""
     if settings.cluster == "simulated":
@@ -28,5 +30,8 @@ def build_cluster(
         )
     if settings.cluster == "kubernetes":
         # GPU types (with product patterns) to match the nodes' labels against
-        return KubernetesCluster.from_settings(settings, gpu_types=gpu_types)
+        # pod_policy_for: each team's Pod policy, re-checked at bind
+        return KubernetesCluster.from_settings(
+            settings, gpu_types=gpu_types, pod_policy_for=pod_policy_for
+        )
     raise ValueError(f"unknown cluster {settings.cluster!r}")

@@ -20,9 +20,20 @@ from app.cluster import k8s_labels as L
 from app.cluster.base import BindRequest, PodPhase
 from app.cluster.k8s_nodes import mig_prefix
 from app.cluster.k8s_settings import KubeSettings
+from app.domain.pod_policy import PodPolicy
 from app.scheduling.model import GpuType, ReplicaPlacement
 
 _NAME_BAD = re.compile(r"[^a-z0-9-]")
+
+# The default container's securityContext: non-root (busybox's "nobody"), no
+# privilege escalation, no capabilities, the runtime's seccomp profile.
+DEFAULT_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 def pod_name(req: BindRequest, replica: int, bind_id: str) -> str:
@@ -85,6 +96,7 @@ def build_pod(
     gpu_type: GpuType | None,
     node_taints: Sequence[Mapping[str, Any]] = (),
     ks: KubeSettings,
+    policy: PodPolicy | None = None,
 ) -> dict:
     meta, spec = _split_template(req.pod_template)
     namespace = meta.pop("namespace", None) or ks.namespace
@@ -120,10 +132,12 @@ def build_pod(
     containers = spec.get("containers") or []
     if not containers:
         # A job without a template (demo, or simulated-first workflows): a
-        # container that "runs" for the duration estimate and succeeds.
+        # container that "runs" for the duration estimate and succeeds; it
+        # meets the restricted Pod Security Standard like every team's Pods must.
         seconds = int(req.duration_s or 60)
         containers = [{"name": "main", "image": ks.default_image,
-                       "command": ["sleep", str(seconds)]}]
+                       "command": ["sleep", str(seconds)],
+                       "securityContext": dict(DEFAULT_SECURITY_CONTEXT)}]
     env = [
         {"name": "GPUQ_JOB_ID", "value": req.job_id},
         {"name": "GPUQ_JOB_NAME", "value": req.name},
@@ -165,6 +179,9 @@ def build_pod(
     spec.setdefault("restartPolicy", "Never")
     spec["priorityClassName"] = ks.priority_class_prefix + req.priority.lower()
     spec.pop("priority", None)  # admission fills it from the class
+    if policy is not None and not policy.automount_token:
+        # no ServiceAccount token in a job's Pod unless the team is allowed one
+        spec.setdefault("automountServiceAccountToken", False)
     tolerations = list(spec.get("tolerations") or [])
     for tol in tolerations_for(node_taints, ks):
         if tol not in tolerations:

@@ -12,6 +12,8 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.domain.pod_policy import DEFAULT_KUBERNETES_VERSION, InstallPolicy
+
 Csv = Annotated[list[str], NoDecode]
 
 
@@ -49,6 +51,16 @@ class KubeSettings(BaseSettings):
     eviction_fallback_delete: bool = True
     # A job whose Pod fails is requeued this many times before it ends `failed`.
     max_retries: int = Field(default=0, ge=0, le=100)
+    # Kubernetes version whose schemas (kubernetes-validate) check job Pod templates.
+    version: str = Field(default=DEFAULT_KUBERNETES_VERSION, pattern=r"^v?\d+\.\d+(\.\d+)?$")
+
+    def install_policy(self) -> InstallPolicy:
+        """What every team's Pod policy inherits from the install."""
+        return InstallPolicy(
+            job_namespace=self.namespace,
+            tolerated_taints=tuple(self.tolerated_taints),
+            kubernetes_version=self.version,
+        )
 
     @field_validator("rack_labels", "tolerated_taints", mode="before")
     @classmethod

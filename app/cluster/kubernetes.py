@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ from app.cluster.k8s_settings import KubeSettings
 from app.cluster.k8s_watch import Informer
 from app.domain.config import GpuTypeConfig
 from app.domain.from_config import gpu_type_from_config
+from app.domain.pod_policy import PodPolicy, check_pod, describe
 from app.scheduling.model import Node, ReplicaPlacement
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,9 @@ class KubernetesCluster:
         self._by_job: dict[str, dict[str, dict]] = {}  # job id -> pod key -> Pod
         self.unmatched: dict[str, str] = {}  # node -> product, from the last list_nodes
         self.nodes = Informer("nodes", self.api.list_node, None, timeout_s=self.ks.watch_timeout_s)
+        # The team's Pod policy at bind time (wired by app.runtime to the catalog);
+        # without it, the restricted default of the install.
+        self.pod_policy_for: Callable[[str], PodPolicy | None] | None = None
         self.pods = Informer(
             "pods",
             self.api.list_pod_for_all_namespaces,
@@ -130,11 +134,17 @@ class KubernetesCluster:
 
     @classmethod
     def from_settings(
-        cls, settings: Any = None, *, gpu_types: Sequence[GpuTypeConfig] = (), start: bool = True
+        cls,
+        settings: Any = None,
+        *,
+        gpu_types: Sequence[GpuTypeConfig] = (),
+        start: bool = True,
+        pod_policy_for: Callable[[str], PodPolicy | None] | None = None,
     ) -> KubernetesCluster:
         """In-cluster config or KUBECONFIG; informers started and synced."""
         ks = KubeSettings()
         cluster = cls(load_api_client(), gpu_types, ks)
+        cluster.pod_policy_for = pod_policy_for
         if start:
             cluster.start()
         return cluster
@@ -221,6 +231,10 @@ class KubernetesCluster:
             return pods
         return [p for p in pods if p["metadata"]["labels"].get(L.BIND_ID) == bind_id]
 
+    def pod_policy(self, team: str) -> PodPolicy:
+        policy = self.pod_policy_for(team) if self.pod_policy_for is not None else None
+        return policy or PodPolicy(install=self.ks.install_policy())
+
     def bind(self, req: BindRequest) -> None:
         """Create all the job's Pods, then bind them; all or nothing."""
         bind_id = uuid.uuid4().hex[:5]
@@ -231,6 +245,7 @@ class KubernetesCluster:
                 old.stopped_at = time.monotonic()
             self._tracks[req.job_id] = _Track(bind_id, len(req.placements), seen=False)
         nodes = {n["metadata"]["name"]: n for n in self.nodes.items()}
+        policy = self.pod_policy(req.team)
         created: list[tuple[str, str]] = []
         try:
             pods = []
@@ -241,7 +256,13 @@ class KubernetesCluster:
                 taints = (node.get("spec") or {}).get("taints") or []
                 gpu_type = self.types.get(p.gpu_type) if p.gpu_type else None
                 pods.append(build_pod(req, p, bind_id=bind_id, gpu_type=gpu_type,
-                                      node_taints=taints, ks=self.ks))
+                                      node_taints=taints, ks=self.ks, policy=policy))
+            # defence in depth: the finished Pods meet the team's policy of now
+            for pod in pods:
+                violations = check_pod(pod, policy)
+                if violations:
+                    raise InvalidPodError(f"refused by the Pod policy of team {req.team}: "
+                                          + describe(violations))
             # 1. create every Pod (unbound: nobody else schedules them)
             for pod in pods:
                 ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]

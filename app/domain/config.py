@@ -12,7 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.domain.spec import JobSpec, Placement, check_dns_label
+from app.domain.pod_policy import PssLevel
+from app.domain.spec import JobSpec, Placement, check_dns_label, check_dns_subdomain
 
 
 class MigProfileConfig(BaseModel):
@@ -118,18 +119,59 @@ class TeamConfig(BaseModel):
     quota_by_type: dict[str, float] = Field(default_factory=dict)
     weight: float = Field(default=1, gt=0)
     default_priority: str = "P1"
+    # Pod policy (app/domain/pod_policy.py, docs/security.md). Only admins write
+    # teams, so only an admin can lower a team to baseline or privileged.
+    namespaces: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="namespaces the team's Pods may use; empty: the install's job namespace",
+    )
+    pod_security: PssLevel = Field(
+        default="restricted", description="Pod Security Standards level of the team's Pods"
+    )
+    service_accounts: list[str] = Field(
+        default_factory=lambda: ["default"],
+        max_length=64,
+        description="ServiceAccounts the team's Pods may run as",
+    )
+    automount_service_account_token: bool = Field(
+        default=False, description="may the team's Pods mount their ServiceAccount token"
+    )
 
     @field_validator("name")
     @classmethod
     def _dns(cls, v: str) -> str:
         return check_dns_label(v)
 
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        for ns in v:
+            check_dns_label(ns, "namespace")
+        return v
+
+    @field_validator("service_accounts")
+    @classmethod
+    def _service_accounts(cls, v: list[str]) -> list[str]:
+        for sa in v:
+            check_dns_subdomain(sa, "service account")
+        return v
+
 
 class PriorityClassConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=63)
-    value: int
+    value: int = Field(ge=-2_000_000_000, le=1_000_000_000)
     preemptible: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _dns(cls, v: str) -> str:
+        # Pods get the PriorityClass ``<prefix><name lower-cased>`` (P0 -> gpuq-p0), so
+        # the name must be a DNS label once lower-cased; upper case stays allowed for
+        # the P0/P1/P2 of API.md.
+        check_dns_label(v.lower(), "name")
+        return v
 
 
 DEFAULT_PRIORITY_CLASSES = [

@@ -6,6 +6,8 @@ Store and domain code raise these; the API turns them into a 4xx whose
 
 from __future__ import annotations
 
+from app.domain.pod_policy import Violation, describe
+
 
 class GpuqError(Exception):
     status_code = 400
@@ -32,3 +34,12 @@ class Conflict(GpuqError):
 
 class Forbidden(GpuqError):
     status_code = 403
+
+
+class PodPolicyError(InputError):
+    """A ``pod_template`` the team's Pod policy refuses (app/domain/pod_policy.py):
+    the detail names the first field paths, ``violations`` holds them all."""
+
+    def __init__(self, violations: list[Violation]) -> None:
+        self.violations = list(violations)
+        super().__init__(describe(self.violations))

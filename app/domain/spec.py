@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 Placement = Literal["binpack", "spread"]
 Topology = Literal["none", "same_node", "same_rack", "fast_network"]
@@ -26,6 +27,16 @@ def check_dns_label(value: str, field: str = "name") -> str:
         raise ValueError(
             f"{field} {value!r} must be a DNS label: lowercase letters, digits and '-', "
             "1-63 characters, starting and ending with a letter or digit"
+        )
+    return value
+
+
+def check_dns_subdomain(value: str, field: str = "name") -> str:
+    """ServiceAccount (and most other Kubernetes object) names: RFC 1123 subdomains."""
+    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+        raise ValueError(
+            f"{field} {value!r} must be a DNS subdomain: lowercase letters, digits, '-' and "
+            "'.', at most 253 characters, starting and ending with a letter or digit"
         )
     return value
 

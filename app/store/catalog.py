@@ -23,6 +23,7 @@ from app.domain.config import (
     TeamConfig,
 )
 from app.domain.errors import Conflict, InputError, NotFound
+from app.store.audit import WriteBy
 from app.store.config_loader import (
     gpu_type_values,
     node_values,
@@ -41,6 +42,15 @@ from app.store.orm import (
 )
 
 R = TypeVar("R")
+
+#: ``kind`` of an object in the audit trail
+AUDIT_KINDS: dict[type, str] = {
+    GpuTypeRow: "gpu_type",
+    NodeRow: "node",
+    PoolRow: "pool",
+    TeamRow: "team",
+    PriorityClassRow: "priority_class",
+}
 M = TypeVar("M", bound=BaseModel)
 
 KINDS: dict[type, str] = {
@@ -162,8 +172,21 @@ SPECS: dict[type, tuple[type[BaseModel], Any, Any, Any]] = {
 }
 
 
-def create_named(session: Session, row_type: type[R], body: BaseModel, **extra: Any) -> R:
-    model, values, _to_dict, check = SPECS[row_type]
+def check_not_managed(row: Any) -> None:
+    """Objects a config file manages are changed in that file, never through the API
+    (docs/security.md "One source of admin truth"): 409 naming the file."""
+    if row.managed_by:
+        raise Conflict(
+            f"{KINDS[type(row)]} {row.name!r} is managed by the config file {row.managed_by}; "
+            "change it there and run `gpuq config apply`",
+            "name",
+        )
+
+
+def create_named(
+    session: Session, row_type: type[R], body: BaseModel, by: WriteBy | None = None, **extra: Any
+) -> R:
+    model, values, to_dict, check = SPECS[row_type]
     name = body.name  # type: ignore[attr-defined]
     if session.get(row_type, name) is not None:
         raise Conflict(f"{KINDS[row_type]} {name!r} already exists", "name")
@@ -174,12 +197,16 @@ def create_named(session: Session, row_type: type[R], body: BaseModel, **extra: 
     row = row_type(name=name, **{**values(body), **extra})
     session.add(row)
     session.flush()
+    if by is not None:
+        by.record(session, "create", AUDIT_KINDS[row_type], name, None, to_dict(row))
     return row
 
 
-def patch_named(session: Session, row: R, patch: dict[str, Any]) -> R:
+def patch_named(session: Session, row: R, patch: dict[str, Any], by: WriteBy | None = None) -> R:
     row_type = type(row)
     model, values, to_dict, check = SPECS[row_type]
+    check_not_managed(row)
+    old = to_dict(row)
     if "name" in patch and patch["name"] != row.name:  # type: ignore[attr-defined]
         raise InputError("names cannot change; create a new object instead", "name")
     unknown = set(patch) - set(model.model_fields)
@@ -193,11 +220,16 @@ def patch_named(session: Session, row: R, patch: dict[str, Any]) -> R:
             continue
         setattr(row, k, v)
     session.flush()
+    if by is not None:
+        new = to_dict(row)
+        if new != old:
+            by.record(session, "update", AUDIT_KINDS[row_type], row.name, old, new)  # type: ignore[attr-defined]
     return row
 
 
-def delete_named(session: Session, row: Any) -> None:
+def delete_named(session: Session, row: Any, by: WriteBy | None = None) -> None:
     """Delete unless something still refers to it (409 naming what)."""
+    check_not_managed(row)
     name = row.name
     in_use: list[tuple[str, Any]] = []
     if isinstance(row, GpuTypeRow):
@@ -224,5 +256,8 @@ def delete_named(session: Session, row: Any) -> None:
     for what, clause in in_use:
         if session.scalar(select(clause)):
             raise Conflict(f"{KINDS[type(row)]} {name!r} is still used by {what}", "name")
+    old = SPECS[type(row)][2](row)
     session.delete(row)
     session.flush()
+    if by is not None:
+        by.record(session, "delete", AUDIT_KINDS[type(row)], name, old, None)

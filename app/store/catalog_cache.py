@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from app.domain.pod_policy import InstallPolicy, PodPolicy
 from app.store.orm import CatalogRevisionRow, GpuTypeRow, PoolRow, PriorityClassRow, TeamRow
 
 
@@ -29,6 +31,10 @@ class TeamRef:
     pool: str
     allowed_pools: tuple[str, ...]
     default_priority: str
+    namespaces: tuple[str, ...] = ()
+    pod_security: str = "restricted"
+    service_accounts: tuple[str, ...] = ("default",)
+    automount_service_account_token: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class GpuTypeRef:
     weight: float
     mig_profiles: dict[str, Any] = field(default_factory=dict)
     shareable: bool = False
+    resource_name: str = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,17 @@ class CatalogView:
     pools: dict[str, NameRef]
     priorities: dict[str, NameRef]
     types: dict[str, GpuTypeRef]
+
+    def pod_policy(self, team: TeamRef, install: InstallPolicy) -> PodPolicy:
+        """The rules ``team``'s Pod templates are checked against."""
+        return PodPolicy(
+            level=team.pod_security,
+            namespaces=team.namespaces,
+            service_accounts=team.service_accounts,
+            automount_token=team.automount_service_account_token,
+            install=install,
+            gpu_resources=frozenset(t.resource_name for t in self.types.values()),
+        )
 
 
 _cache: weakref.WeakKeyDictionary[Engine, CatalogView] = weakref.WeakKeyDictionary()
@@ -84,17 +102,48 @@ def current_catalog_of(conn: Connection) -> CatalogView:
     view = CatalogView(
         revision=rev if rev is not None else -1,
         teams={
-            r.name: TeamRef(r.name, r.pool, tuple(r.allowed_pools or ()), r.default_priority)
-            for r in conn.execute(select(t.name, t.pool, t.allowed_pools, t.default_priority))
+            r.name: TeamRef(
+                r.name,
+                r.pool,
+                tuple(r.allowed_pools or ()),
+                r.default_priority,
+                tuple(r.namespaces or ()),
+                r.pod_security or "restricted",
+                tuple(r.service_accounts if r.service_accounts is not None else ("default",)),
+                bool(r.automount_service_account_token),
+            )
+            for r in conn.execute(
+                select(t.name, t.pool, t.allowed_pools, t.default_priority, t.namespaces,
+                       t.pod_security, t.service_accounts, t.automount_service_account_token)
+            )
         },
         pools={name: NameRef(name) for name in conn.scalars(select(PoolRow.name))},
         priorities={name: NameRef(name) for name in conn.scalars(select(p.name))},
         types={
-            r.name: GpuTypeRef(r.name, r.weight, dict(r.mig_profiles or {}), r.shareable)
-            for r in conn.execute(select(g.name, g.weight, g.mig_profiles, g.shareable))
+            r.name: GpuTypeRef(
+                r.name, r.weight, dict(r.mig_profiles or {}), r.shareable, r.resource_name
+            )
+            for r in conn.execute(
+                select(g.name, g.weight, g.mig_profiles, g.shareable, g.resource_name)
+            )
         },
     )
     if rev is not None:
         with _lock:
             _cache[engine] = view
     return view
+
+
+def pod_policy_reader(
+    session_factory: sessionmaker[Session], install: InstallPolicy
+) -> Callable[[str], PodPolicy | None]:
+    """``team -> PodPolicy`` from the cached catalog, for the bind-time re-check
+    (one tiny revision read per bind while the catalog is unchanged)."""
+
+    def read(team: str) -> PodPolicy | None:
+        with session_factory() as session:
+            cat = current_catalog(session)
+            ref = cat.teams.get(team)
+            return cat.pod_policy(ref, install) if ref is not None else None
+
+    return read

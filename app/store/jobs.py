@@ -15,7 +15,8 @@ from datetime import datetime
 from sqlalchemy import Connection, select, text
 from sqlalchemy.orm import Session, selectinload
 
-from app.domain.errors import Conflict, InputError, NotFound
+from app.domain.errors import Conflict, InputError, NotFound, PodPolicyError
+from app.domain.pod_policy import InstallPolicy, check_template
 from app.domain.spec import JobSpec
 from app.domain.states import CANCELLABLE, STATUSES, TERMINAL
 from app.store.catalog_cache import (
@@ -59,9 +60,14 @@ def spec_hash(spec: JobSpec) -> str:
 
 
 def resolve_references(
-    session: Session | None, spec: JobSpec, catalog: CatalogView | None = None
+    session: Session | None,
+    spec: JobSpec,
+    catalog: CatalogView | None = None,
+    install: InstallPolicy | None = None,
 ) -> tuple[TeamRef, NameRef, NameRef]:
-    """Team, pool and priority of a spec; every unknown name is an :class:`InputError`.
+    """Team, pool and priority of a spec; every unknown name is an :class:`InputError`,
+    a ``pod_template`` the team's Pod policy refuses is one naming the field path
+    (app/domain/pod_policy.py).
 
     Checked against the cached catalog (:mod:`app.store.catalog_cache`); the
     foreign keys of ``jobs`` still guard the insert itself.
@@ -70,6 +76,12 @@ def resolve_references(
     team = cat.teams.get(spec.team)
     if team is None:
         raise InputError(f"unknown team {spec.team!r}", "team")
+    if spec.pod_template:
+        violations = check_template(
+            spec.pod_template, cat.pod_policy(team, install or InstallPolicy())
+        )
+        if violations:
+            raise PodPolicyError(violations)
     pool_name = spec.pool or team.pool
     pool = cat.pools.get(pool_name)
     if pool is None:
@@ -129,16 +141,18 @@ _INSERT_ONE = text(
     WITH ok AS (SELECT 1 FROM catalog_revision WHERE id = 1 AND revision = :rev),
     j AS (
         INSERT INTO jobs (name, team, pool, priority, status, spec, units, submitted_at,
-            queued_at, waited_s, preemption_count, idempotency_key, idempotency_hash)
+            queued_at, waited_s, preemption_count, idempotency_key, idempotency_hash,
+            submitted_by)
         SELECT :name, :team, :pool, :priority, 'pending', CAST(:spec AS jsonb), :units,
-            :now, :now, 0, 0, :key, :hash
+            :now, :now, 0, 0, :key, :hash, :by
         FROM ok
         ON CONFLICT ON CONSTRAINT uq_jobs_team_idempotency_key DO NOTHING
         RETURNING id
     ),
     e AS (
         INSERT INTO job_events (job_id, at, type, from_status, to_status, reason, data)
-        SELECT id, :now, 'submitted', NULL, 'pending', NULL, '{{}}'::jsonb FROM j
+        SELECT id, :now, 'submitted', NULL, 'pending', NULL,
+            jsonb_strip_nulls(jsonb_build_object('submitted_by', CAST(:by AS text))) FROM j
     )
     SELECT r.revision, j.id, n.sent
     FROM catalog_revision AS r
@@ -164,14 +178,15 @@ _INSERT_MANY = text(
     ),
     j AS (
         INSERT INTO jobs (name, team, pool, priority, status, spec, units, submitted_at,
-            queued_at, waited_s, preemption_count)
-        SELECT name, team, pool, priority, 'pending', spec, units, :now, :now, 0, 0
+            queued_at, waited_s, preemption_count, submitted_by)
+        SELECT name, team, pool, priority, 'pending', spec, units, :now, :now, 0, 0, :by
         FROM v ORDER BY k
         RETURNING id
     ),
     e AS (
         INSERT INTO job_events (job_id, at, type, from_status, to_status, reason, data)
-        SELECT id, :now, 'submitted', NULL, 'pending', NULL, '{{}}'::jsonb FROM j
+        SELECT id, :now, 'submitted', NULL, 'pending', NULL,
+            jsonb_strip_nulls(jsonb_build_object('submitted_by', CAST(:by AS text))) FROM j
     )
     SELECT j.id FROM j, (SELECT pg_notify('{NOTIFY_CHANNEL}', '')) AS n ORDER BY j.id
     """
@@ -189,10 +204,17 @@ class NewJob:
     units: float | None
     spec: dict
     submitted_at: datetime
+    submitted_by: str | None = None
 
 
 def insert_job(
-    conn: Connection, spec: JobSpec, *, now: datetime, idempotency_key: str | None = None
+    conn: Connection,
+    spec: JobSpec,
+    *,
+    now: datetime,
+    idempotency_key: str | None = None,
+    submitted_by: str | None = None,
+    install: InstallPolicy | None = None,
 ) -> NewJob | int:
     """Submit one job in one round trip: checks against the cached catalog, then
     one INSERT ... RETURNING that also writes the event and the NOTIFY.
@@ -210,7 +232,7 @@ def insert_job(
     body = spec.model_dump(mode="json", exclude_none=True)
     for _attempt in range(3):
         try:
-            team, pool, prio = resolve_references(None, spec, catalog)
+            team, pool, prio = resolve_references(None, spec, catalog, install)
         except InputError:
             if fresh:
                 raise
@@ -230,10 +252,13 @@ def insert_job(
                 "now": now,
                 "key": idempotency_key,
                 "hash": h,
+                "by": submitted_by,
             },
         ).one()
         if row.id is not None:
-            return NewJob(row.id, team.name, pool.name, prio.name, units, body, now)
+            return NewJob(
+                row.id, team.name, pool.name, prio.name, units, body, now, submitted_by
+            )
         if row.revision == catalog.revision:  # the key was used before
             existing = conn.execute(
                 select(JobRow.id, JobRow.idempotency_hash).where(
@@ -250,11 +275,24 @@ def insert_job(
 
 
 def submit_job(
-    session: Session, spec: JobSpec, *, now: datetime, idempotency_key: str | None = None
+    session: Session,
+    spec: JobSpec,
+    *,
+    now: datetime,
+    idempotency_key: str | None = None,
+    submitted_by: str | None = None,
+    install: InstallPolicy | None = None,
 ) -> Submitted:
     """:func:`insert_job` in the session's transaction, the job read back as a row
     (for callers that go on with the ORM object)."""
-    got = insert_job(session.connection(), spec, now=now, idempotency_key=idempotency_key)
+    got = insert_job(
+        session.connection(),
+        spec,
+        now=now,
+        idempotency_key=idempotency_key,
+        submitted_by=submitted_by,
+        install=install,
+    )
     job_id = got.id if isinstance(got, NewJob) else got
     job = session.scalar(
         select(JobRow).where(JobRow.id == job_id).options(selectinload(JobRow.allocations))
@@ -263,7 +301,14 @@ def submit_job(
     return Submitted(job, isinstance(got, NewJob))
 
 
-def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> list[int]:
+def submit_jobs(
+    session: Session,
+    specs: list[JobSpec],
+    *,
+    now: datetime,
+    submitted_by: str | None = None,
+    install: InstallPolicy | None = None,
+) -> list[int]:
     """Insert many pending jobs in one statement (jobs, their ``submitted`` events,
     one NOTIFY). All or nothing: the first bad spec is an :class:`InputError` naming
     its index, and nothing is inserted."""
@@ -274,7 +319,7 @@ def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> lis
     rows = []
     for i, spec in enumerate(specs):
         try:
-            team, pool, prio = resolve_references(None, spec, catalog)
+            team, pool, prio = resolve_references(None, spec, catalog, install)
         except InputError as e:
             msg = e.detail.split(": ", 1)[1] if e.field else e.detail
             raise InputError(msg, f"jobs[{i}].{e.field}" if e.field else f"jobs[{i}]") from None
@@ -288,7 +333,8 @@ def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> lis
                 "units": requested_units(None, spec, catalog),
             }
         )
-    return list(conn.execute(_INSERT_MANY, {"rows": json.dumps(rows), "now": now}).scalars())
+    params = {"rows": json.dumps(rows), "now": now, "by": submitted_by}
+    return list(conn.execute(_INSERT_MANY, params).scalars())
 
 
 def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRow | None:

@@ -64,7 +64,15 @@ class Timestamps:
     )
 
 
-class GpuTypeRow(Timestamps, Base):
+class ManagedBy:
+    """``managed_by``: the config file an object came from (``None``: made through the
+    API). API writes to a config-managed object are refused (409 naming the file), so
+    the file and the API never undo each other (docs/security.md)."""
+
+    managed_by: Mapped[str | None] = mapped_column(String(255))
+
+
+class GpuTypeRow(ManagedBy, Timestamps, Base):
     __tablename__ = "gpu_types"
 
     name: Mapped[str] = mapped_column(NAME, primary_key=True)
@@ -77,7 +85,7 @@ class GpuTypeRow(Timestamps, Base):
     shareable: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
-class NodeRow(Timestamps, Base):
+class NodeRow(ManagedBy, Timestamps, Base):
     __tablename__ = "nodes"
 
     name: Mapped[str] = mapped_column(NAME, primary_key=True)
@@ -96,7 +104,7 @@ class NodeRow(Timestamps, Base):
     source: Mapped[str] = mapped_column(String(16), default="config")
 
 
-class PoolRow(Timestamps, Base):
+class PoolRow(ManagedBy, Timestamps, Base):
     __tablename__ = "pools"
 
     name: Mapped[str] = mapped_column(NAME, primary_key=True)
@@ -110,7 +118,7 @@ class PoolRow(Timestamps, Base):
     weight: Mapped[float] = mapped_column(Float, default=1.0)
 
 
-class PriorityClassRow(Timestamps, Base):
+class PriorityClassRow(ManagedBy, Timestamps, Base):
     __tablename__ = "priority_classes"
 
     name: Mapped[str] = mapped_column(NAME, primary_key=True)
@@ -118,7 +126,7 @@ class PriorityClassRow(Timestamps, Base):
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
 
 
-class TeamRow(Timestamps, Base):
+class TeamRow(ManagedBy, Timestamps, Base):
     __tablename__ = "teams"
 
     name: Mapped[str] = mapped_column(NAME, primary_key=True)
@@ -130,20 +138,44 @@ class TeamRow(Timestamps, Base):
     default_priority: Mapped[str] = mapped_column(
         ForeignKey("priority_classes.name", ondelete="RESTRICT"), default="P1"
     )
+    # Pod policy (app/domain/pod_policy.py): namespaces its Pods may use (empty: the
+    # install's job namespace), Pod Security Standards level, ServiceAccount allowlist
+    namespaces: Mapped[list[Any]] = mapped_column(
+        JSONB, default=list, server_default=text("'[]'::jsonb")
+    )
+    pod_security: Mapped[str] = mapped_column(
+        String(16), default="restricted", server_default="restricted"
+    )
+    service_accounts: Mapped[list[Any]] = mapped_column(
+        JSONB, default=lambda: ["default"], server_default=text("'[\"default\"]'::jsonb")
+    )
+    automount_service_account_token: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=text("false")
+    )
 
 
 class ApiTokenRow(Base):
-    """A team's API token; only its SHA-256 is stored (tokens are random, 32 bytes)."""
+    """An API token; only its SHA-256 is stored (tokens are random, 32 bytes).
+
+    ``scope`` is ``admin``, ``team:<name>`` or ``team:<name>:read`` (NULL on rows
+    written before migration 0006: ``team:<team>``). Admin tokens have no team.
+    """
 
     __tablename__ = "api_tokens"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    team: Mapped[str] = mapped_column(ForeignKey("teams.name", ondelete="CASCADE"), index=True)
+    team: Mapped[str | None] = mapped_column(
+        ForeignKey("teams.name", ondelete="CASCADE"), index=True
+    )
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))
     description: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    name: Mapped[str | None] = mapped_column(String(63))
+    scope: Mapped[str | None] = mapped_column(String(140))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_by: Mapped[str | None] = mapped_column(String(255))
 
 
 class SettingRow(Base):
@@ -200,6 +232,8 @@ class JobRow(Base):
         BigInteger, server_default=text("nextval('job_revision_seq')"), index=True
     )
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    # who submitted: a token's name (``token:<name>``) or a JWT subject (``oidc:<sub>``)
+    submitted_by: Mapped[str | None] = mapped_column(String(255))
     idempotency_hash: Mapped[str | None] = mapped_column(String(64))
     # id of the transaction that last took a revision for this row (set by the
     # jobs_xact trigger, migration 0002): what incremental refreshes key on
@@ -312,7 +346,24 @@ class JobEventRow(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
 
 
+class AuditRow(Base):
+    """One admin write: who changed which object, when, its old and new value."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_kind_name", "kind", "name"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    actor: Mapped[str] = mapped_column(String(255))
+    action: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(255))
+    old: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    new: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+
+
 ALL_TABLES = [
+    "audit_log",
     "job_events",
     "leases",
     "allocations",

@@ -13,6 +13,16 @@ from app.store import migrate
 from app.store.config_loader import apply_config, ensure_priority_classes
 from app.store.db import make_engine, make_session_factory
 
+#: One A100 type, a training pool guaranteed 16 cards' CU, team nlp (the k8s tests' world).
+A100_TRAINING_CONFIG = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10, product: "NVIDIA-A100.*80GB"}
+pools:
+  - {name: training, gpu_types: [a100-80g], guaranteed: {a100-80g: 160}}
+teams:
+  - {name: nlp, pool: training, quota_units: 1000}
+"""
+
 
 def fresh_database(base_url: str, config_yaml: str) -> Iterator[str]:
     name = f"gpuq_k8s_{uuid.uuid4().hex[:10]}"

@@ -158,16 +158,26 @@ def test_teams_quota_usage_tokens(client, admin, team_token, dispatcher):
         headers=admin,
     )
     assert r.status_code == 200 and r.json()["quota_units"] == 50
-    r = client.put("/v1/teams/vision/quota", json={"quota_by_type": {"h100": 5}}, headers=admin)
+    r = client.put(
+        "/v1/teams/vision/quota",
+        json={"quota_units": 50, "quota_by_type": {"h100": 5}},
+        headers=admin,
+    )
     assert r.status_code == 422 and "quota_by_type" in r.json()["detail"]
-    r = client.put("/v1/teams/vision/quota", json={"quota_units": -1}, headers=admin)
+    r = client.put(
+        "/v1/teams/vision/quota", json={"quota_units": -1, "quota_by_type": {}}, headers=admin
+    )
     assert r.status_code == 422 and "quota_units" in r.json()["detail"]
     assert client.get("/v1/teams/vision", headers=admin).json()["quota_units"] == 50
     r = client.patch("/v1/teams/vision", json={"weight": 3}, headers=admin)
     assert r.json()["weight"] == 3
     vision = team_token("vision")
     assert (
-        client.put("/v1/teams/vision/quota", json={"quota_units": 999}, headers=vision).status_code
+        client.put(
+            "/v1/teams/vision/quota",
+            json={"quota_units": 999, "quota_by_type": {}},
+            headers=vision,
+        ).status_code
         == 403
     )
     assert client.post("/v1/teams/vision/tokens", headers=vision).status_code == 403

@@ -125,3 +125,28 @@ def test_clear_errors(server, tmp_path):
     # --url and --token flags win over the environment
     r = gpuq("http://127.0.0.1:1", "queue", "--url", url, "--token", ADMIN, token=None)
     assert r.returncode == 0, r.stderr
+
+
+def test_tokens_create_list_rotate_revoke(server):
+    _env, url = server
+    r = gpuq(url, "tokens", "create", "team:nlp", "--name", "cli-bot", "--expires-in", "3600")
+    assert r.returncode == 0, r.stderr
+    assert "cli-bot (team:nlp)" in r.stdout
+    first = r.stdout.strip().splitlines()[-1].strip()
+    token_id = r.stdout.split("token ", 1)[1].split()[0]
+    assert gpuq(url, "jobs", token=first).returncode == 0
+    r = gpuq(url, "tokens", "list", "--team", "nlp")
+    assert r.returncode == 0 and "cli-bot" in r.stdout and "active" in r.stdout, r.stderr
+    r = gpuq(url, "tokens", "rotate", token_id)
+    assert r.returncode == 0, r.stderr
+    second = r.stdout.strip().splitlines()[-1].strip()
+    new_id = r.stdout.split("token ", 1)[1].split()[0]
+    assert gpuq(url, "jobs", token=first).returncode == 1  # 401 now
+    assert gpuq(url, "jobs", token=second).returncode == 0
+    r = gpuq(url, "tokens", "revoke", new_id)
+    assert r.returncode == 0 and "revoked" in r.stdout, r.stderr
+    r = gpuq(url, "jobs", token=second)
+    assert r.returncode == 1 and "revoked" in r.stderr
+    # team tokens do not manage tokens
+    r = gpuq(url, "tokens", "list", token=second)
+    assert r.returncode == 1

@@ -29,7 +29,7 @@ def test_embedded_server_migrates_itself_and_keeps_state():
 
 
 def _run(tmp_path: Path) -> None:
-    settings = Settings(GPUQ_DATA_DIR=tmp_path / "data", GPUQ_ADMIN_TOKEN="t")
+    settings = Settings(GPUQ_DATA_DIR=tmp_path / "data", GPUQ_ADMIN_TOKEN="t" * 40)
     assert settings.database_url is None
     svc = open_services(settings, with_loops=False)
     try:

@@ -19,21 +19,14 @@ from app.domain.spec import JobSpec
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
 from app.store.orm import JobEventRow, JobRow, NodeRow
-from tests.fakekube.db import fresh_database
+from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
 from tests.fakekube.fixtures import kube, make_cluster, wait_until
 from tests.fakekube.objects import article_a100, node
 
 BASE = os.environ.get("TEST_DATABASE_URL")
 pytestmark = pytest.mark.skipif(not BASE, reason="TEST_DATABASE_URL not set")
 
-CONFIG = """
-gpu_types:
-  - {name: a100-80g, memory_gb: 80, weight: 10, product: "NVIDIA-A100.*80GB"}
-pools:
-  - {name: training, gpu_types: [a100-80g], guaranteed: {a100-80g: 160}}
-teams:
-  - {name: nlp, pool: training, quota_units: 1000}
-"""
+CONFIG = A100_TRAINING_CONFIG
 
 
 @pytest.fixture
@@ -232,12 +225,20 @@ def test_invalid_pod_template_fails_the_job_instead_of_retrying_forever(kube, db
     c.start(wait_s=10)
     d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"))
     try:
+        sc = {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+              "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
         with sf() as s:
-            bad = JobSpec.model_validate({
+            ok = JobSpec.model_validate({
                 "name": "bad-template", "team": "nlp", "resources": {"gpus": 1},
-                "pod_template": {"spec": {"containers": [{"image": "trainer:1"}]}},  # no name
+                "pod_template": {"spec": {"containers": [
+                    {"name": "main", "image": "trainer:1", "securityContext": sc}]}},
             })
-            job_id = submit_job(s, bad, now=utcnow()).job.id
+            job = submit_job(s, ok, now=utcnow()).job
+            job_id = job.id
+            # a row queued before submit checked templates: its container has no name,
+            # which only the API server notices
+            job.spec = {**job.spec, "pod_template": {"spec": {"containers": [
+                {"image": "trainer:1", "securityContext": sc}]}}}
             s.commit()
         d.run_once()
         with sf() as s:

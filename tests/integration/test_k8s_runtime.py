@@ -53,7 +53,7 @@ def test_gpuq_cluster_kubernetes_from_kubeconfig(kube, db_url, tmp_path, monkeyp
     monkeypatch.setenv("GPUQ_K8S_WATCH_TIMEOUT_S", "2")
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     settings = Settings(DATABASE_URL=db_url, GPUQ_CLUSTER="kubernetes", GPUQ_CONFIG=config,
-                        GPUQ_ADMIN_TOKEN="t", GPUQ_DATA_DIR=tmp_path)
+                        GPUQ_ADMIN_TOKEN="t" * 40, GPUQ_DATA_DIR=tmp_path)
     svc = open_services(settings, with_loops=True)
     try:
         assert isinstance(svc.cluster, KubernetesCluster)

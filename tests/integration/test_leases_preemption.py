@@ -130,7 +130,9 @@ def test_team_quota_lowered_below_use_blocks_new_work_never_kills(
     client, admin, dispatcher
 ):
     a, b = borrow_setup(client, admin, dispatcher)
-    r = client.put("/v1/teams/nlp/quota", json={"quota_units": 50}, headers=admin)
+    r = client.put(
+        "/v1/teams/nlp/quota", json={"quota_units": 50, "quota_by_type": {}}, headers=admin
+    )
     assert r.status_code == 200, r.text
     n = submit(client, admin, "more", "nlp", 1, 100)
     dispatcher.run_once()
@@ -138,7 +140,9 @@ def test_team_quota_lowered_below_use_blocks_new_work_never_kills(
     assert job(client, admin, b)["status"] == "running"
     nj = job(client, admin, n)
     assert nj["status"] == "pending" and "quota" in nj["reason"]
-    bad = client.put("/v1/teams/nlp/quota", json={"quota_units": -1}, headers=admin)
+    bad = client.put(
+        "/v1/teams/nlp/quota", json={"quota_units": -1, "quota_by_type": {}}, headers=admin
+    )
     assert bad.status_code == 422 and "quota_units" in str(bad.json()["detail"])
 
 

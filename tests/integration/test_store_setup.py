@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 from app.dispatch.base import LoopService
 from app.dispatch.notify import NotifyListener
 from app.domain.config import load_config_text
-from app.runtime import demo_config_text, open_services, resolve_admin_token
+from app.runtime import UnsafeAdminToken, demo_config_text, open_services, resolve_admin_token
 from app.settings import Settings
 from app.store import migrate
 from app.store.config_loader import apply_config
@@ -45,7 +45,9 @@ def test_migrations_create_every_table(engine):
 
 
 def test_serve_refuses_a_database_that_is_not_current(empty_database, tmp_path):
-    settings = Settings(DATABASE_URL=empty_database, GPUQ_DATA_DIR=tmp_path, GPUQ_ADMIN_TOKEN="x")
+    settings = Settings(
+        DATABASE_URL=empty_database, GPUQ_DATA_DIR=tmp_path, GPUQ_ADMIN_TOKEN="x" * 40
+    )
     with pytest.raises(migrate.SchemaNotCurrent, match="gpuq db upgrade"):
         open_services(settings, with_loops=False)
     # after the upgrade the same settings start, and load the demo config
@@ -95,9 +97,14 @@ def test_admin_token_generated_once_and_kept(tmp_path):
     second = resolve_admin_token(s, announce=shown.append)
     assert first == second and len(shown) == 1 and first in shown[0]
     assert (tmp_path / "admin_token").stat().st_mode & 0o077 == 0
-    assert (
-        resolve_admin_token(Settings(GPUQ_DATA_DIR=tmp_path, GPUQ_ADMIN_TOKEN="given")) == "given"
-    )
+    given = "given-" + "g" * 32
+    assert resolve_admin_token(Settings(GPUQ_DATA_DIR=tmp_path, GPUQ_ADMIN_TOKEN=given)) == given
+
+
+@pytest.mark.parametrize("bad", ["short", "change-me-admin-token", "Change-Me-Admin-Token"])
+def test_unsafe_admin_token_is_refused(tmp_path, bad):
+    with pytest.raises(UnsafeAdminToken):
+        resolve_admin_token(Settings(GPUQ_DATA_DIR=tmp_path, GPUQ_ADMIN_TOKEN=bad))
 
 
 class Counting(LoopService):

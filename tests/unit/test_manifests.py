@@ -14,6 +14,7 @@ import yaml
 
 from app.cluster.k8s_settings import KubeSettings
 from app.domain.config import DEFAULT_PRIORITY_CLASSES, load_config_text
+from app.domain.pod_policy import PodPolicy, check_template
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 # Oldest and newest Kubernetes versions gpuq's manifests must be valid for.
@@ -36,9 +37,10 @@ def docs(path: Path) -> list[dict]:
 
 
 def all_objects() -> dict[tuple[str, str], dict]:
+    """The base's objects by (kind, name) (examples and overlays left out)."""
     out = {}
     for p in manifest_files():
-        if "examples" in p.parts:
+        if {"examples", "overlays"} & set(p.relative_to(K8S).parts):
             continue
         for d in docs(p):
             out[(d["kind"], d["metadata"]["name"])] = d
@@ -49,11 +51,13 @@ def all_objects() -> dict[tuple[str, str], dict]:
 @pytest.mark.parametrize("path", manifest_files(), ids=lambda p: str(p.relative_to(K8S)))
 def test_manifest_is_valid_against_the_openapi_schema(path: Path, version: str) -> None:
     if path.name == "job-pod-template.yaml":
-        # a gpuq job spec, not a Kubernetes object: its pod_template must be valid
+        # a gpuq job spec, not a Kubernetes object: its pod_template must be valid,
+        # and accepted by the default team Pod policy (restricted)
         spec = yaml.safe_load(path.read_text())
         pod = {"apiVersion": "v1", "kind": "Pod", **spec["pod_template"]}
         pod["metadata"] = {**pod.get("metadata", {}), "name": "x"}
         kubernetes_validate.validate(pod, version, strict=True)
+        assert check_template(spec["pod_template"], PodPolicy()) == []
         return
     for d in docs(path):
         kubernetes_validate.validate(d, version, strict=True)
@@ -78,26 +82,66 @@ def test_kustomization_lists_existing_files() -> None:
     assert listed == top, "every top-level manifest is part of the base"
 
 
+def _rules(role: dict) -> set[tuple[str, str]]:
+    assert all(r["apiGroups"] == [""] for r in role["rules"])
+    return {(res, verb) for r in role["rules"] for res in r["resources"] for verb in r["verbs"]}
+
+
+GPUQ_SA = [{"kind": "ServiceAccount", "name": "gpuq", "namespace": "gpuq"}]
+JOB_RIGHTS = {
+    ("pods", "create"), ("pods", "delete"), ("pods", "get"), ("pods", "list"),
+    ("pods", "watch"), ("pods/binding", "create"), ("pods/eviction", "create"),
+}
+
+
 def test_rbac_is_least_privilege() -> None:
-    role = all_objects()[("ClusterRole", "gpuq-scheduler")]
-    rules = {
-        (res, verb)
-        for rule in role["rules"]
-        for res in rule["resources"]
-        for verb in rule["verbs"]
-        if rule["apiGroups"] == [""]
-    }
-    assert rules == {
+    objs = all_objects()
+    # cluster-wide: read nodes and pods, create events; no write to anything else
+    assert _rules(objs[("ClusterRole", "gpuq-scheduler")]) == {
         ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
-        ("pods", "create"), ("pods", "get"), ("pods", "list"), ("pods", "watch"),
-        ("pods", "delete"),
-        ("pods/binding", "create"), ("pods/eviction", "create"),
+        ("pods", "get"), ("pods", "list"), ("pods", "watch"),
         ("events", "create"),
     }
-    assert all(r["apiGroups"] == [""] for r in role["rules"])
-    binding = all_objects()[("ClusterRoleBinding", "gpuq-scheduler")]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuq",
-                                    "namespace": "gpuq"}]
+    assert objs[("ClusterRoleBinding", "gpuq-scheduler")]["subjects"] == GPUQ_SA
+    # Pods/Binding/Eviction rights only in the job namespace
+    role = objs[("Role", "gpuq-jobs")]
+    assert role["metadata"]["namespace"] == "gpuq-jobs"
+    assert _rules(role) == JOB_RIGHTS
+    binding = objs[("RoleBinding", "gpuq-jobs")]
+    assert binding["metadata"]["namespace"] == "gpuq-jobs"
+    assert binding["roleRef"]["name"] == "gpuq-jobs" and binding["subjects"] == GPUQ_SA
+    # nothing grants secrets, configmaps or a wildcard
+    for (kind, _name), o in objs.items():
+        if kind in ("ClusterRole", "Role"):
+            for r in o["rules"]:
+                assert "*" not in r["verbs"] and "*" not in r["resources"]
+                assert not {"secrets", "configmaps"} & set(r["resources"])
+
+
+def test_overlay_adds_the_same_rights_in_another_namespace() -> None:
+    overlay = K8S / "overlays" / "extra-job-namespace"
+    objs = {(d["kind"], d["metadata"]["name"]): d
+            for p in sorted(overlay.glob("*.yaml")) if p.name != "kustomization.yaml"
+            for d in docs(p)}
+    ns = objs[("Namespace", "nlp-jobs")]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    role = objs[("Role", "gpuq-jobs")]
+    assert role["metadata"]["namespace"] == "nlp-jobs" and _rules(role) == JOB_RIGHTS
+    assert objs[("RoleBinding", "gpuq-jobs")]["subjects"] == GPUQ_SA
+
+
+def test_job_namespace_enforces_pod_security() -> None:
+    labels = all_objects()[("Namespace", "gpuq-jobs")]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert KubeSettings().namespace == "gpuq-jobs"
+
+
+def test_no_secret_in_any_manifest() -> None:
+    """No default credentials ship: the install steps create the Secrets."""
+    for p in K8S.rglob("*.yaml"):
+        for d in docs(p):
+            assert not (isinstance(d, dict) and d.get("kind") == "Secret"), p
+        assert "change-me" not in p.read_text(), p
 
 
 def test_deployments_replicas_probes_non_root() -> None:
@@ -119,8 +163,6 @@ def test_deployments_replicas_probes_non_root() -> None:
     assert api["automountServiceAccountToken"] is False  # the API never calls Kubernetes
     job = objs[("Job", "gpuq-db-upgrade")]["spec"]["template"]["spec"]
     assert job["containers"][0]["args"] == ["db", "upgrade"]
-    secret = objs[("Secret", "gpuq-secrets")]
-    assert set(secret["stringData"]) == {"admin-token", "database-url"}
     svc = objs[("Service", "gpuq")]
     assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "api"
 
@@ -162,7 +204,7 @@ def test_node_label_examples_are_read_by_node_sync() -> None:
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-@pytest.mark.parametrize("target", ["", "postgres"])
+@pytest.mark.parametrize("target", ["", "postgres", "overlays/extra-job-namespace"])
 def test_kubectl_kustomize_builds(target: str) -> None:
     out = subprocess.run(
         ["kubectl", "kustomize", str(K8S / target)],

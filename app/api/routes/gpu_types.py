@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Body
 
-from app.api.deps import AdminDep, PrincipalDep, SessionDep
+from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep
 from app.domain.config import GpuTypeConfig
 from app.store import catalog
 from app.store.orm import GpuTypeRow
@@ -20,8 +20,8 @@ def list_gpu_types(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]
 
 
 @router.post("", status_code=201)
-def create_gpu_type(body: GpuTypeConfig, session: SessionDep, _: AdminDep) -> dict[str, Any]:
-    row = catalog.create_named(session, GpuTypeRow, body)
+def create_gpu_type(body: GpuTypeConfig, session: SessionDep, by: AdminWriteDep) -> dict[str, Any]:
+    row = catalog.create_named(session, GpuTypeRow, body, by)
     session.commit()
     return catalog.gpu_type_dict(row)
 
@@ -33,14 +33,14 @@ def get_gpu_type(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, A
 
 @router.patch("/{name}")
 def patch_gpu_type(
-    name: str, session: SessionDep, _: AdminDep, patch: dict[str, Any] = Body(...)
+    name: str, session: SessionDep, by: AdminWriteDep, patch: dict[str, Any] = Body(...)
 ) -> dict[str, Any]:
-    row = catalog.patch_named(session, catalog.get_named(session, GpuTypeRow, name), patch)
+    row = catalog.patch_named(session, catalog.get_named(session, GpuTypeRow, name), patch, by)
     session.commit()
     return catalog.gpu_type_dict(row)
 
 
 @router.delete("/{name}", status_code=204)
-def delete_gpu_type(name: str, session: SessionDep, _: AdminDep) -> None:
-    catalog.delete_named(session, catalog.get_named(session, GpuTypeRow, name))
+def delete_gpu_type(name: str, session: SessionDep, by: AdminWriteDep) -> None:
+    catalog.delete_named(session, catalog.get_named(session, GpuTypeRow, name), by)
     session.commit()

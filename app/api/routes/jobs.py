@@ -10,7 +10,15 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import AdminDep, NowDep, PrincipalDep, SessionDep, resolve_principal
+from app.api.deps import (
+    AdminDep,
+    BearerDep,
+    NowDep,
+    PrincipalDep,
+    SessionDep,
+    bearer_token,
+    resolve_principal,
+)
 from app.api.schemas import EventOut, JobOut, JobPage, event_out, job_out, new_job_out
 from app.domain.spec import JobSpec
 from app.store import jobs as job_store
@@ -19,9 +27,6 @@ from app.store import requeue
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)]
-
-
-AuthHeader = Annotated[str | None, Header(description="Bearer TOKEN")]
 
 
 @router.post(
@@ -33,11 +38,13 @@ AuthHeader = Annotated[str | None, Header(description="Bearer TOKEN")]
 async def submit_job(
     spec: JobSpec,
     request: Request,
-    authorization: AuthHeader = None,
+    credentials: BearerDep = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Submit one job: 201 with the job (200 with the earlier job for a repeated
-    ``Idempotency-Key`` with the same body, 409 with another body).
+    ``Idempotency-Key`` with the same body, 409 with another body). A
+    ``pod_template`` the team's Pod policy refuses is a 422 naming the field path
+    (docs/security.md), and nothing is written.
 
     The hot path of CI systems submitting one job per request: the body is
     parsed on the event loop, then one worker-thread hop does the token lookup
@@ -46,19 +53,27 @@ async def submit_job(
     """
     state = request.app.state
     status, body = await run_in_threadpool(
-        _submit_one, state, authorization, spec, state.clock(), idempotency_key
+        _submit_one, state, bearer_token(credentials), spec, state.clock(), idempotency_key
     )
     return Response(body, status_code=status, media_type="application/json")
 
 
 def _submit_one(
-    state: Any, authorization: str | None, spec: JobSpec, now: datetime, key: str | None
+    state: Any, token: str | None, spec: JobSpec, now: datetime, key: str | None
 ) -> tuple[int, bytes]:
     with state.engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # one statement
         with Session(bind=conn) as session:
-            resolve_principal(state, session, authorization).require_team(spec.team)
-            got = job_store.insert_job(conn, spec, now=now, idempotency_key=key)
+            principal = resolve_principal(state, session, token, now)
+            principal.require_team(spec.team, write=True)
+            got = job_store.insert_job(
+                conn,
+                spec,
+                now=now,
+                idempotency_key=key,
+                submitted_by=principal.name,
+                install=state.install_policy,
+            )
             if isinstance(got, job_store.NewJob):
                 return 201, new_job_out(got, spec.name).model_dump_json().encode()
             job = job_store.get_job(session, str(got))
@@ -83,13 +98,13 @@ class BatchOut(BaseModel):
 
 
 @router.post(":batch", status_code=201, response_model=BatchOut)
-async def submit_batch(
-    body: JobBatch, request: Request, authorization: AuthHeader = None
-) -> Response:
+async def submit_batch(body: JobBatch, request: Request, credentials: BearerDep = None) -> Response:
     """Many jobs in one transaction (all or nothing): one statement writes the jobs
     (as column arrays), their events and one NOTIFY."""
     state = request.app.state
-    ids = await run_in_threadpool(_submit_many, state, authorization, body.jobs, state.clock())
+    ids = await run_in_threadpool(
+        _submit_many, state, bearer_token(credentials), body.jobs, state.clock()
+    )
     out = BatchOut(
         items=[BatchItem(id=str(i), name=s.name) for i, s in zip(ids, body.jobs, strict=True)]
     )
@@ -97,13 +112,15 @@ async def submit_batch(
 
 
 def _submit_many(
-    state: Any, authorization: str | None, specs: list[JobSpec], now: datetime
+    state: Any, token: str | None, specs: list[JobSpec], now: datetime
 ) -> list[int]:
     with state.session_factory() as session:
-        principal = resolve_principal(state, session, authorization)
+        principal = resolve_principal(state, session, token, now)
         for spec in specs:
-            principal.require_team(spec.team)
-        ids = job_store.submit_jobs(session, specs, now=now)
+            principal.require_team(spec.team, write=True)
+        ids = job_store.submit_jobs(
+            session, specs, now=now, submitted_by=principal.name, install=state.install_policy
+        )
         session.commit()
         return ids
 
@@ -151,7 +168,8 @@ def get_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowD
 @router.post("/{job_id}/cancel")
 def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowDep) -> JobOut:
     job = job_store.get_job(session, job_id, team=principal.team, for_update=True)
-    job_store.cancel_job(session, job, now=now, by=principal.team or "admin")
+    principal.require_team(job.team, write=True)
+    job_store.cancel_job(session, job, now=now, by=principal.name)
     session.commit()
     return job_out(job, now, job_store.active_lease(session, job))
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Body
 
-from app.api.deps import AdminDep, PrincipalDep, SessionDep, SettingsDep
+from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep, SettingsDep
 from app.domain.config import NodeConfig
 from app.domain.errors import Conflict
 from app.settings import Settings
@@ -38,10 +38,10 @@ def list_nodes(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]:
 
 @router.post("", status_code=201)
 def create_node(
-    body: NodeConfig, session: SessionDep, settings: SettingsDep, _: AdminDep
+    body: NodeConfig, session: SessionDep, settings: SettingsDep, by: AdminWriteDep
 ) -> dict[str, Any]:
     _static_only(settings)
-    row = catalog.create_named(session, NodeRow, body, source="api")
+    row = catalog.create_named(session, NodeRow, body, by, source="api")
     session.commit()
     return _view(row, {})
 
@@ -57,17 +57,17 @@ def patch_node(
     name: str,
     session: SessionDep,
     settings: SettingsDep,
-    _: AdminDep,
+    by: AdminWriteDep,
     patch: dict[str, Any] = Body(...),
 ) -> dict[str, Any]:
     _static_only(settings)
-    row = catalog.patch_named(session, catalog.get_named(session, NodeRow, name), patch)
+    row = catalog.patch_named(session, catalog.get_named(session, NodeRow, name), patch, by)
     session.commit()
     return _view(row, node_allocations(session))
 
 
 @router.delete("/{name}", status_code=204)
-def delete_node(name: str, session: SessionDep, settings: SettingsDep, _: AdminDep) -> None:
+def delete_node(name: str, session: SessionDep, settings: SettingsDep, by: AdminWriteDep) -> None:
     _static_only(settings)
-    catalog.delete_named(session, catalog.get_named(session, NodeRow, name))
+    catalog.delete_named(session, catalog.get_named(session, NodeRow, name), by)
     session.commit()

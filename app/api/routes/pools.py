@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Body
 
-from app.api.deps import AdminDep, PrincipalDep, SessionDep
+from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep
 from app.domain.config import PoolConfig
 from app.store import catalog
 from app.store.orm import PoolRow
@@ -21,8 +21,8 @@ def list_pools(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]:
 
 
 @router.post("", status_code=201)
-def create_pool(body: PoolConfig, session: SessionDep, _: AdminDep) -> dict[str, Any]:
-    row = catalog.create_named(session, PoolRow, body)
+def create_pool(body: PoolConfig, session: SessionDep, by: AdminWriteDep) -> dict[str, Any]:
+    row = catalog.create_named(session, PoolRow, body, by)
     session.commit()
     return catalog.pool_dict(row)
 
@@ -34,16 +34,16 @@ def get_pool(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
 
 @router.patch("/{name}")
 def patch_pool(
-    name: str, session: SessionDep, _: AdminDep, patch: dict[str, Any] = Body(...)
+    name: str, session: SessionDep, by: AdminWriteDep, patch: dict[str, Any] = Body(...)
 ) -> dict[str, Any]:
-    row = catalog.patch_named(session, catalog.get_named(session, PoolRow, name), patch)
+    row = catalog.patch_named(session, catalog.get_named(session, PoolRow, name), patch, by)
     session.commit()
     return catalog.pool_dict(row)
 
 
 @router.delete("/{name}", status_code=204)
-def delete_pool(name: str, session: SessionDep, _: AdminDep) -> None:
-    catalog.delete_named(session, catalog.get_named(session, PoolRow, name))
+def delete_pool(name: str, session: SessionDep, by: AdminWriteDep) -> None:
+    catalog.delete_named(session, catalog.get_named(session, PoolRow, name), by)
     session.commit()
 
 

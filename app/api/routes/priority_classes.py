@@ -6,8 +6,9 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.api.deps import AdminDep, PrincipalDep, SessionDep
+from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep
 from app.domain.config import PriorityClassConfig
+from app.domain.errors import Conflict
 from app.store import catalog
 from app.store.orm import PriorityClassRow
 
@@ -22,8 +23,16 @@ def list_priority_classes(session: SessionDep, _: PrincipalDep) -> list[dict[str
 
 @router.post("", status_code=201)
 def create_priority_class(
-    body: PriorityClassConfig, session: SessionDep, _: AdminDep
+    body: PriorityClassConfig, session: SessionDep, by: AdminWriteDep
 ) -> dict[str, Any]:
-    row = catalog.create_named(session, PriorityClassRow, body)
+    # Pods get the class "<prefix><name lower-cased>": P0 and p0 would be one class
+    for other in catalog.list_named(session, PriorityClassRow):
+        if other.name != body.name and other.name.lower() == body.name.lower():
+            raise Conflict(
+                f"priority class {other.name!r} already has the Kubernetes name of "
+                f"{body.name!r} (names are compared lower-cased)",
+                "name",
+            )
+    row = catalog.create_named(session, PriorityClassRow, body, by)
     session.commit()
     return catalog.priority_dict(row)

@@ -2,32 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import AdminDep, PrincipalDep, SessionDep
-from app.api.schemas import TokenOut
+from app.api.deps import AdminDep, AdminWriteDep, NowDep, PrincipalDep, SessionDep
+from app.api.routes.tokens import TokenIn, issue_token, token_out
+from app.api.schemas import TokenInfo, TokenOut
 from app.domain.config import TeamConfig
-from app.domain.errors import InputError
+from app.domain.principal import team_scope
 from app.store import catalog
 from app.store.orm import TeamRow
-from app.store.tokens import create_team_token
+from app.store.tokens import list_tokens, token_dict
 from app.store.usage import team_usage
 
 router = APIRouter(prefix="/v1/teams", tags=["teams"])
 
 
 class QuotaIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    quota_units: float | None = Field(default=None, ge=0, le=10_000_000)
-    quota_by_type: dict[str, float] = Field(default_factory=dict)
+    """A team's whole quota; both fields are required, so ``{}`` is a 422, never
+    "unlimited" by accident."""
 
-
-class TokenIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    description: str | None = Field(default=None, max_length=255)
+    quota_units: float | None = Field(
+        ge=0,
+        le=10_000_000,
+        description="CU cap over all GPU types; an explicit null means unlimited",
+    )
+    quota_by_type: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        description="CU cap per GPU type ({} for none; a type not named is only capped by "
+        "quota_units)",
+    )
 
 
 @router.get("")
@@ -36,8 +42,8 @@ def list_teams(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]:
 
 
 @router.post("", status_code=201)
-def create_team(body: TeamConfig, session: SessionDep, _: AdminDep) -> dict[str, Any]:
-    row = catalog.create_named(session, TeamRow, body)
+def create_team(body: TeamConfig, session: SessionDep, by: AdminWriteDep) -> dict[str, Any]:
+    row = catalog.create_named(session, TeamRow, body, by)
     session.commit()
     return catalog.team_dict(row)
 
@@ -49,25 +55,27 @@ def get_team(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
 
 @router.patch("/{name}")
 def patch_team(
-    name: str, session: SessionDep, _: AdminDep, patch: dict[str, Any] = Body(...)
+    name: str, session: SessionDep, by: AdminWriteDep, patch: dict[str, Any] = Body(...)
 ) -> dict[str, Any]:
-    row = catalog.patch_named(session, catalog.get_named(session, TeamRow, name), patch)
+    row = catalog.patch_named(session, catalog.get_named(session, TeamRow, name), patch, by)
     session.commit()
     return catalog.team_dict(row)
 
 
 @router.delete("/{name}", status_code=204)
-def delete_team(name: str, session: SessionDep, _: AdminDep) -> None:
-    catalog.delete_named(session, catalog.get_named(session, TeamRow, name))
+def delete_team(name: str, session: SessionDep, by: AdminWriteDep) -> None:
+    catalog.delete_named(session, catalog.get_named(session, TeamRow, name), by)
     session.commit()
 
 
 @router.put("/{name}/quota")
-def put_team_quota(name: str, body: QuotaIn, session: SessionDep, _: AdminDep) -> dict[str, Any]:
-    for k, v in body.quota_by_type.items():
-        if v < 0:
-            raise InputError("must be >= 0", f"quota_by_type.{k}")
-    row = catalog.patch_named(session, catalog.get_named(session, TeamRow, name), body.model_dump())
+def put_team_quota(
+    name: str, body: QuotaIn, session: SessionDep, by: AdminWriteDep
+) -> dict[str, Any]:
+    """Replace the team's quota (both fields required; ``quota_units: null`` = unlimited)."""
+    row = catalog.patch_named(
+        session, catalog.get_named(session, TeamRow, name), body.model_dump(), by
+    )
     session.commit()
     return catalog.team_dict(row)
 
@@ -80,9 +88,21 @@ def get_team_usage(name: str, session: SessionDep, principal: PrincipalDep) -> d
 
 @router.post("/{name}/tokens", status_code=201)
 def create_token(
-    name: str, session: SessionDep, _: AdminDep, body: TokenIn | None = None
+    name: str, session: SessionDep, by: AdminWriteDep, body: TokenIn | None = None
 ) -> TokenOut:
+    """A token for the team (scope ``team:<name>``, or ``team:<name>:read`` with
+    ``read_only``); the clear token is in this answer only."""
     team = catalog.get_named(session, TeamRow, name)
-    token = create_team_token(session, team.name, body.description if body else None)
+    body = body or TokenIn()
+    row, token = issue_token(session, by, team_scope(team.name, body.read_only), body)
     session.commit()
-    return TokenOut(team=team.name, token=token, prefix=token[:12])
+    return token_out(row, token)
+
+
+@router.get("/{name}/tokens")
+def list_team_tokens(
+    name: str, session: SessionDep, _: AdminDep, now: NowDep
+) -> list[TokenInfo]:
+    """The team's tokens (never their value): name, scope, expiry, revoked or not."""
+    team = catalog.get_named(session, TeamRow, name)
+    return [TokenInfo(**token_dict(r, now)) for r in list_tokens(session, team.name)]

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from app.api.deps import AdminDep, PrincipalDep, SessionDep
+from app.api.deps import AdminDep, AdminWriteDep, PrincipalDep, SessionDep
 from app.dispatch.tuner import TunerLoop
 from app.domain.errors import InputError
 from app.store.orm import PoolRow
@@ -61,7 +61,7 @@ def get_tuning(session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
 
 
 @router.put("")
-def put_tuning(body: TuningUpdate, session: SessionDep, _: AdminDep) -> dict[str, Any]:
+def put_tuning(body: TuningUpdate, session: SessionDep, by: AdminWriteDep) -> dict[str, Any]:
     cfg = TunerConfig.from_dict(load_state(session)["config"])
     patch = body.model_dump(exclude_none=True)
     known = set(session.scalars(select(PoolRow.name)))
@@ -69,7 +69,10 @@ def put_tuning(body: TuningUpdate, session: SessionDep, _: AdminDep) -> dict[str
         unknown = sorted(set(patch.get(field, [])) - known)
         if unknown:
             raise InputError(f"unknown pool(s) {', '.join(unknown)}", field)
-    save_config(session, TunerConfig.from_dict({**cfg.to_dict(), **patch}))
+    new = TunerConfig.from_dict({**cfg.to_dict(), **patch})
+    save_config(session, new)
+    if new.to_dict() != cfg.to_dict():
+        by.record(session, "update", "tuning", "config", cfg.to_dict(), new.to_dict())
     session.commit()
     return _body(session)
 
