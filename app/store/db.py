@@ -7,7 +7,10 @@ render a row it just committed.
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, create_engine
+import time
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -25,7 +28,6 @@ def make_engine(url: str, *, null_pool: bool = False, pool_size: int = 10) -> En
     # with it on, a report query whose estimate crosses jit_above_cost spent 1.5-2 s
     # compiling before running for milliseconds
     kwargs: dict = {
-        "pool_pre_ping": True,
         "future": True,
         "connect_args": {"options": "-c jit=off"},
     }
@@ -34,7 +36,44 @@ def make_engine(url: str, *, null_pool: bool = False, pool_size: int = 10) -> En
     else:
         kwargs["pool_size"] = pool_size
         kwargs["max_overflow"] = pool_size
-    return create_engine(normalize_url(url), **kwargs)
+    engine = create_engine(normalize_url(url), **kwargs)
+    ping_when_idle(engine)
+    return engine
+
+
+PING_IDLE_S = 1.0
+
+
+def ping_when_idle(engine: Engine, idle_s: float = PING_IDLE_S) -> None:
+    """Check a pooled connection before use when it sat unused for ``idle_s`` or more.
+
+    ``pool_pre_ping`` pings on every checkout: a round trip per request, half of a
+    submit's. A connection used less than a second ago is taken as alive; after a
+    database restart the idle ones reconnect here (the ping fails, the pool opens a
+    new one), and a busy one fails its one statement (the API answers 503 with
+    Retry-After) while SQLAlchemy sees the disconnect and replaces every connection
+    of the pool, so the next requests reconnect.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _connected(dbapi_conn: Any, record: Any) -> None:
+        record.info["gpuq_used_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(dbapi_conn: Any, record: Any) -> None:
+        record.info["gpuq_used_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        used = record.info.get("gpuq_used_at")
+        if used is not None and time.monotonic() - used < idle_s:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_conn)
+        except Exception as e:  # the database went away: let the pool reconnect
+            raise exc.DisconnectionError(str(e)) from e
+        if not alive:
+            raise exc.DisconnectionError("ping failed")
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

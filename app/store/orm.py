@@ -166,8 +166,10 @@ class JobRow(Base):
         Index("ix_jobs_team_id", "team", "id"),
         # windowed reports: jobs submitted, admitted or finished since T (migration 0004)
         Index("ix_jobs_submitted_at", "submitted_at"),
-        Index("ix_jobs_admitted_at", "admitted_at"),
-        Index("ix_jobs_finished_at", "finished_at"),
+        *(
+            Index(f"ix_jobs_{c}", c, postgresql_where=text(f"{c} IS NOT NULL"))
+            for c in ("admitted_at", "finished_at")
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

@@ -164,6 +164,7 @@ def seeded_env(config_text: str = CONFIG, prometheus_url: str | None = None) -> 
             dispatcher = MeteredDispatcher(sf, cluster, clock=clock, metrics=metrics)
             app = create_app(settings, services)
             app.state.metrics_max_age_s = 0.0  # every scrape recomputes
+            app.state.metrics_alerts_every_s = 0.0  # the head-of-line alert too
             with TestClient(app) as client:
                 yield Env(client, services, clock, cluster, dispatcher)
         finally:

@@ -24,6 +24,7 @@ def metrics_loop(request: Request):
             state.metrics,
             clock=state.clock,
             prometheus_url=state.settings.prometheus_url,
+            alerts_every_s=getattr(state, "metrics_alerts_every_s", 60.0),
         )
     return loop
 
