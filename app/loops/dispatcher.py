@@ -140,6 +140,9 @@ class Dispatcher(LoopService):
         if elector is not None:
             elector.on_change = self._leadership_changed
         self._reconcile_cluster = True  # on the first pass as leader
+        # Cluster events polled but not yet recorded: they are dropped only after
+        # the transaction recording them commits (a failed pass keeps them).
+        self._unrecorded: list[JobStatusEvent] = []
         self._nodes_fingerprint: str | None = None
         self.live_nodes: list | None = None
         self.session_factory = session_factory
@@ -158,6 +161,10 @@ class Dispatcher(LoopService):
     def _leadership_changed(self, leader: bool) -> None:
         if leader:
             self._reconcile_cluster = True
+        else:
+            # the next leader re-derives them from the cluster; kept, they could
+            # finish an attempt that leader started meanwhile
+            self._unrecorded.clear()
         if self.picture is not None:
             self.picture.invalidate()  # another leader wrote meanwhile: start afresh
 
@@ -175,10 +182,23 @@ class Dispatcher(LoopService):
         """One leader-only pass that persists ``decide(snapshot)`` (default: the
         policy) -- the descheduler and the lease reaper write through here, so
         every decision takes the same path. None when another process leads."""
+        try:
+            return self._run_with(decide)
+        except BaseException:
+            # A failed pass (connection killed, failover, serialization error) may
+            # have lost track of what the cluster did: the next pass re-reads the
+            # cluster's view of every job holding capacity.
+            self._reconcile_cluster = True
+            if self.picture is not None:
+                self.picture.invalidate()
+            raise
+
+    def _run_with(self, decide: Decide | None) -> CycleResult | None:
         if self.elector is not None and not self.elector.ensure():
             # Standby: do not act, but do not let the cluster's events pile up
             # either (a new leader reconciles from the Pods themselves).
             self.cluster.poll_events()
+            self._unrecorded.clear()
             return None
         with self.engine.connect() as conn:
             leader = conn.scalar(select(func.pg_try_advisory_lock(ADVISORY_LOCK_KEY)))
@@ -249,9 +269,15 @@ class Dispatcher(LoopService):
     # 2. ingest ------------------------------------------------------------
 
     def ingest_events(self) -> None:
-        events = self.cluster.poll_events()
-        if not events:
+        """Record what the cluster reported. Events are acknowledged (dropped from
+        ``_unrecorded``) only once the transaction recording them has committed:
+        when it fails they are applied again on the next pass (applying one twice
+        is harmless, every rule checks the job's current state)."""
+        self._unrecorded.extend(self.cluster.poll_events())
+        if not self._unrecorded:
             return
+        events = list(self._unrecorded)
+        taken = len(events)
         with self.session_factory() as session:
             if self.picture is not None:
                 events = self._ingest_batch(session, events)
@@ -261,6 +287,7 @@ class Dispatcher(LoopService):
                 for ev in events:
                     self._apply_event(session, jobs.get(ev.job_id), ev)
             session.commit()
+        del self._unrecorded[:taken]
 
     def _ingest_batch(self, session: Session, events: list[JobStatusEvent]) -> list[JobStatusEvent]:
         """Started and finished jobs as a few set-based statements; returns the
