@@ -160,7 +160,14 @@ def open_services(
 ) -> Services:
     """Connect (starting embedded PostgreSQL if needed), check the schema, load config."""
     url, embedded = resolve_database(settings)
-    engine = make_engine(url)
+    engine = make_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout_s=settings.db_pool_timeout_s,
+        connect_timeout_s=settings.db_connect_timeout_s,
+        statement_timeout_s=settings.request_timeout_s,
+    )
     try:
         if embedded is not None:
             migrate.upgrade(engine)  # embedded mode keeps its own schema current

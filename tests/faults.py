@@ -136,6 +136,9 @@ class TcpProxy:
     def cut(self) -> None:
         """The database is gone: new connections are refused, open ones reset."""
         if self._listener is not None:
+            # shutdown() first: close() alone does not wake the thread in accept()
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
             self._listener = None
         with self._lock:

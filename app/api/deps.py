@@ -72,6 +72,10 @@ def get_principal(
     if admin and same_token(token, admin):
         return Principal(team=None)
     team = team_for_token(session, token)
+    # End the lookup's transaction: the pooled connection goes back to the pool
+    # while this request waits for a worker thread to run its route. Held across
+    # that wait, 100 concurrent clients deadlocked the pool (issue 12, defect 2).
+    session.commit()
     if team is None:
         raise Unauthorized("unknown or revoked token", "Authorization")
     return Principal(team=team)

@@ -20,13 +20,37 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, *, null_pool: bool = False, pool_size: int = 10) -> Engine:
-    kwargs: dict = {"pool_pre_ping": True, "future": True}
+def make_engine(
+    url: str,
+    *,
+    null_pool: bool = False,
+    pool_size: int = 10,
+    max_overflow: int | None = None,
+    pool_timeout_s: float = 30.0,
+    connect_timeout_s: int | None = None,
+    statement_timeout_s: float | None = None,
+) -> Engine:
+    """An engine whose connections are checked before use (``pool_pre_ping``:
+    after a database restart the first request reconnects instead of failing).
+
+    ``pool_timeout_s`` bounds the wait for a pooled connection, ``connect_timeout_s``
+    a new connection, ``statement_timeout_s`` every statement (server side); the
+    API turns any of them running out into a 503 with Retry-After.
+    """
+    kwargs: dict = {"pool_pre_ping": True}
     if null_pool:
         kwargs["poolclass"] = NullPool
     else:
         kwargs["pool_size"] = pool_size
-        kwargs["max_overflow"] = pool_size
+        kwargs["max_overflow"] = pool_size if max_overflow is None else max_overflow
+        kwargs["pool_timeout"] = pool_timeout_s
+    connect_args: dict = {}
+    if connect_timeout_s:
+        connect_args["connect_timeout"] = connect_timeout_s
+    if statement_timeout_s:
+        connect_args["options"] = f"-c statement_timeout={int(statement_timeout_s * 1000)}"
+    if connect_args:
+        kwargs["connect_args"] = connect_args
     return create_engine(normalize_url(url), **kwargs)
 
 
