@@ -11,8 +11,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import BigInteger, column, insert, select, text
+from sqlalchemy import BigInteger, column, func, insert, select, text
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain.errors import Conflict, InputError, NotFound
@@ -349,11 +350,9 @@ def active_lease(session: Session, job: JobRow) -> LeaseRow | None:
     )
 
 
-def pending_queue(
-    session: Session, *, pool: str | None = None, team: str | None = None
-) -> list[JobRow]:
-    """Pending jobs in the dispatch order of the last cycle (then by submit time)."""
-    ranked = (
+def _last_order() -> Any:
+    """The last cycle's dispatch order as (job_id, ord) rows."""
+    return (
         text(
             "SELECT u.id AS job_id, u.ord AS ord FROM queue_order AS q, "
             "unnest(q.job_ids) WITH ORDINALITY AS u(id, ord) WHERE q.id = 1"
@@ -361,6 +360,13 @@ def pending_queue(
         .columns(column("job_id", BigInteger), column("ord", BigInteger))
         .subquery("ranked")
     )
+
+
+def pending_queue(
+    session: Session, *, pool: str | None = None, team: str | None = None
+) -> list[JobRow]:
+    """Pending jobs in the dispatch order of the last cycle (then by submit time)."""
+    ranked = _last_order()
     q = (
         select(JobRow)
         .outerjoin(ranked, ranked.c.job_id == JobRow.id)
@@ -372,3 +378,35 @@ def pending_queue(
         q = q.where(JobRow.team == team)
     q = q.order_by(ranked.c.ord.asc().nulls_last(), JobRow.submitted_at, JobRow.id)
     return list(session.scalars(q))
+
+
+def pending_queue_positions(
+    session: Session, *, pool: str | None = None, team: str | None = None
+) -> tuple[list[tuple[int, JobRow]], int]:
+    """(global position, job) of the pending jobs matching the filters, and how
+    many pending jobs of other teams the filters left out (same pool filter).
+
+    Positions count every pending job (what a team token sees: where its jobs
+    stand in the one queue, without the other teams' entries themselves).
+    """
+    ranked = _last_order()
+    position = func.row_number().over(
+        order_by=(ranked.c.ord.asc().nulls_last(), JobRow.submitted_at, JobRow.id)
+    )
+    everyone = (
+        select(JobRow.id.label("job_id"), position.label("position"))
+        .outerjoin(ranked, ranked.c.job_id == JobRow.id)
+        .where(JobRow.status == "pending")
+        .subquery("everyone")
+    )
+    q = select(everyone.c.position, JobRow).join(everyone, everyone.c.job_id == JobRow.id)
+    others = select(func.count()).select_from(JobRow).where(JobRow.status == "pending")
+    if pool:
+        q = q.where(JobRow.pool == pool)
+        others = others.where(JobRow.pool == pool)
+    if team:
+        q = q.where(JobRow.team == team)
+    rows = [(int(p), j) for p, j in session.execute(q.order_by(everyone.c.position))]
+    if not team:
+        return rows, 0
+    return rows, int(session.scalar(others.where(JobRow.team != team)) or 0)
