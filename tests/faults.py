@@ -61,6 +61,34 @@ def kill_connection_on(
         event.remove(engine, "before_cursor_execute", before)
 
 
+class Crash(BaseException):
+    """The process "dies" here (a BaseException: no handler of the code under
+    test catches it, as none survives a SIGKILL)."""
+
+
+@contextlib.contextmanager
+def crash_on(engine: Engine, *, skip: int = 0) -> Iterator[list[str]]:
+    """Raise :class:`Crash` just before the (``skip`` + 1)-th statement the engine
+    runs inside the block: a process killed at that point of its work. The
+    caller then disposes the engine (the dead process's connections close)."""
+    hits: list[str] = []
+    seen = [0]
+
+    def before(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        if hits:
+            return
+        seen[0] += 1
+        if seen[0] > skip:
+            hits.append(statement)
+            raise Crash(statement[:60])
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        yield hits
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+
+
 def kill_backends(url: str, *, except_pid: int | None = None) -> int:
     """Terminate every other backend connected to ``url``'s database; returns how many."""
     dbname = make_url(normalize_url(url)).database

@@ -39,6 +39,15 @@ class BindRequest:
     world_size: int = 1
 
 
+@dataclass(slots=True)
+class ReconcileReport:
+    """What a cluster's ``reconcile`` found (after a restart, failover or failed pass)."""
+
+    adopted: set[str] = field(default_factory=set)  # active in the DB, Pods found
+    missing: set[str] = field(default_factory=set)  # active in the DB, no usable Pods: requeue
+    orphans: set[str] = field(default_factory=set)  # Pods of jobs the DB does not run: removed
+
+
 class BindError(Exception):
     """A bind failed; whatever was bound for the job has been undone."""
 
@@ -82,3 +91,7 @@ class Cluster(Protocol):
     #   stop() is synchronous (the pods are gone when it returns).
     # live_job_ids() -> set[str]: jobs whose CURRENT attempt has pods (or was
     #   just bound). Absent: running_job_ids() minus draining_job_ids().
+    # reconcile(active_job_ids, placements, grace_seconds) -> ReconcileReport:
+    #   after a restart, failover or failed pass, report again (as events) the
+    #   phase of every active job's Pods, finished ones included, and remove
+    #   Pods of jobs the database does not run.

@@ -229,27 +229,31 @@ class Dispatcher(LoopService):
 
     def sync_cluster(self) -> None:
         """Live clusters: nodes from the cluster (mirrored into the nodes table
-        for the API), GPU types to the cluster, and a full reconcile after
-        gaining leadership."""
-        if not getattr(self.cluster, "live_nodes", False):
+        for the API) and GPU types to the cluster. Every cluster that can: a full
+        reconcile on the first pass, after gaining leadership and after a failed
+        pass (the cluster reports again what every active job's Pods are doing)."""
+        live = getattr(self.cluster, "live_nodes", False)
+        reconcile = self._reconcile_cluster and hasattr(self.cluster, "reconcile")
+        if not live and not reconcile:
             return
 
         with self.session_factory() as session:
-            self.cluster.set_gpu_types(gpu_type_configs(session))  # type: ignore[attr-defined]
-            nodes = self.cluster.list_nodes()
-            fp = fingerprint(nodes)
-            if fp != self._nodes_fingerprint:
-                sync_node_rows(session, nodes)
-                session.commit()
-                self._nodes_fingerprint = fp
-            self.live_nodes = nodes
-            if self._reconcile_cluster and hasattr(self.cluster, "reconcile"):
+            if live:
+                self.cluster.set_gpu_types(gpu_type_configs(session))  # type: ignore[attr-defined]
+                nodes = self.cluster.list_nodes()
+                fp = fingerprint(nodes)
+                if fp != self._nodes_fingerprint:
+                    sync_node_rows(session, nodes)
+                    session.commit()
+                    self._nodes_fingerprint = fp
+                self.live_nodes = nodes
+            if reconcile:
                 active = {
                     str(j)
                     for j in session.scalars(select(JobRow.id).where(JobRow.status.in_(ACTIVE)))
                 }
                 # a moved job's old Pods are not its current attempt
-                report = self.cluster.reconcile(
+                report = self.cluster.reconcile(  # type: ignore[attr-defined]
                     active, moved_placements(session), self.grace_seconds
                 )
                 self.log.info(
