@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
 from app.api.db_errors import install_db_error_handlers
+from app.api.openapi import AllowMethods, install_truthful_openapi
 from app.api.routes import (
     gpu_types,
     health,
@@ -216,6 +217,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
     for router in ROUTERS:
         app.include_router(router)
+    install_truthful_openapi(app)
+    app.add_middleware(AllowMethods, router_app=app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RefuseNul)
     return app
