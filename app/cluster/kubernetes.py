@@ -38,6 +38,7 @@ from app.cluster import k8s_metrics as M
 from app.cluster.base import (
     BindError,
     BindRequest,
+    Capabilities,
     InvalidPodError,
     JobStatusEvent,
     ReconcileReport,
@@ -102,7 +103,7 @@ def _body(e: ApiException) -> dict:
 class KubernetesCluster:
     # The dispatcher schedules on list_nodes() (live capacity and usage by
     # other Pods) rather than on the nodes table of a static/simulated cluster.
-    live_nodes = True
+    capabilities = Capabilities(live_nodes=True)
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """The hot state changes of a dispatcher pass, as set-based statements.
 
-:func:`app.domain.states.change_state` is the one place that defines what
+:func:`app.store.states.change_state` is the one place that defines what
 a transition does. Going through it row by row (ORM objects, one event
 object each) costs more than the scheduling itself when a pass admits
 hundreds of jobs, so the three transitions every job makes on its way -
@@ -38,10 +38,12 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Session
 
 from app.clock import from_epoch
 from app.scheduling.model import Admission
-from app.store.orm import AllocationRow, JobEventRow, LeaseRow
+from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
+from app.store.states import change_state, record_event
 
 ALLOCATIONS = AllocationRow.__table__
 EVENTS = JobEventRow.__table__
@@ -196,6 +198,46 @@ def admit_many(
     _insert(conn, LEASES, leases)
     _insert(conn, EVENTS, events)
     return admitted
+
+
+def admit_one(session: Session, job: JobRow, a: Admission, now: datetime) -> None:
+    """``pending -> admitted`` for one locked job through :func:`change_state`
+    (a job preempted and admitted anew in the same transaction, which the
+    batch's revision check would refuse): its allocations, leases, notes."""
+    for p in a.placements:
+        session.add(
+            AllocationRow(
+                job_id=job.id,
+                replica=p.replica,
+                node=p.node,
+                gpu_type=p.gpu_type,
+                devices=list(p.devices),
+                mig=[list(m) for m in p.mig],
+                share=p.share,
+                share_memory_gb=p.share_memory_gb,
+                units=p.units,
+                cpu=p.cpu,
+                memory_gb=p.memory_gb,
+                pool=job.pool,
+            )
+        )
+    for g in a.leases:
+        session.add(
+            LeaseRow(
+                borrower=g.borrower,
+                lender=g.lender,
+                gpu_type=g.gpu_type,
+                units=g.units,
+                job_id=job.id,
+                started_at=now,
+                expires_at=from_epoch(g.expires_at),
+                state="active",
+            )
+        )
+    job.units = a.units
+    for note in a.notes:  # e.g. "duration_estimate_s outlasts its lease"
+        record_event(session, job, "lease_warning", now=now, reason=note)
+    change_state(session, job, "admitted", now=now, data=admission_event_data(a))
 
 
 def _bind_spec(r: Any) -> dict[str, Any]:

@@ -190,8 +190,7 @@ def test_batched_transitions_write_what_change_state_writes(session_factory, dem
     with session_factory() as s:
         job = s.get(JobRow, ids[0])
         rev = s.get(JobRow, ids[1]).revision
-        d = Dispatcher.__new__(Dispatcher)
-        Dispatcher._admit(d, s, job, Admission(str(ids[0]), (placement,)), clock())
+        batch_states.admit_one(s, job, Admission(str(ids[0]), (placement,)), clock())
         s.flush()
         admitted = batch_states.admit_many(
             s.connection(), [(Admission(str(ids[1]), (placement,)), rev)], clock()
