@@ -163,12 +163,12 @@ class SimulatedCluster:
     ) -> ReconcileReport:
         """After a restart or a failed pass of the dispatcher (this cluster outlived
         it): report again, as events, what every active job's pods are doing --
-        running, or how they ended -- and stop pods of jobs the database does not
-        run. A moved job's pods elsewhere than ``placements`` say are stopped."""
+        running, or how they ended. A moved job's pods elsewhere than
+        ``placements`` say are stopped (the job is then bound where it belongs)."""
         report = ReconcileReport()
-        for job_id in sorted(self.running_job_ids() - set(active_job_ids)):
-            report.orphans.add(job_id)
-            self.stop(job_id, "orphan: gpuq's database does not run this job", 0)
+        # pods of jobs the database does not run are named, not stopped here: the
+        # reconcile step stops them with every other job that holds no capacity
+        report.orphans = self.running_job_ids() - set(active_job_ids)
         with self._lock:
             pending = {(e.job_id, e.phase) for e in self._events}
             for job_id in sorted(active_job_ids):
