@@ -16,10 +16,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.cluster.base import Cluster, JobStatusEvent
 from app.domain.states import ACTIVE
-from app.store import batch_states
 from app.store.dispatch_rows import lock_jobs, retry_count
 from app.store.orm import JobRow
-from app.store.states import change_state
+from app.store.states import Change, apply_changes, change_state
 
 log = logging.getLogger("gpuq.loops.dispatcher")
 
@@ -76,8 +75,12 @@ class Ingest:
                 rest.append(ev)
         now = self.clock()
         conn = session.connection()
-        batch_states.mark_running(conn, running, now)
-        batch_states.finish_many(conn, finished, now)
+        apply_changes(conn, [Change(i, "running") for i in running], now)
+        apply_changes(
+            conn,
+            [Change(i, ph, reason=why, pods_gone=True) for i, (ph, why) in finished.items()],
+            now,
+        )
         return rest
 
     def _apply(self, session: Session, job: JobRow | None, ev: JobStatusEvent) -> None:

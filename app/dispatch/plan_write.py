@@ -11,25 +11,23 @@ for the bind part.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.dispatch.picture import QueuePicture
 from app.dispatch.plan import Plan, bind_request
-from app.domain.states import ACTIVE
-from app.scheduling.model import Admission, CycleResult, Node, Snapshot
+from app.scheduling.model import Admission, CycleResult, Node, Preemption, Snapshot
 from app.scheduling.policies import get_policy
 from app.scheduling.releasing import hold_in_snapshot
 from app.store import batch_states, queue_order
-from app.store.batch_states import admit_one
-from app.store.dispatch_rows import lock_jobs
-from app.store.orm import JobRow
 from app.store.snapshot import SnapshotContext
-from app.store.states import change_state
+from app.store.states import Change, apply_changes
 
 Decide = Callable[[Snapshot], CycleResult]
+_D = TypeVar("_D", Admission, Preemption)
 
 
 class PlanAndWrite:
@@ -72,64 +70,38 @@ class PlanAndWrite:
             timings["snapshot"], timings["core"] = t1 - t0, t2 - t1
             plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
             plan.result = result
+            conn = session.connection()
+            # Each kind of decision is one set-based change; a job that changed since
+            # the snapshot (its revision moved on: a cancel raced the cycle) is left
+            # to the next cycle by the statement itself.
+            preempted = apply_changes(
+                conn, [_preemption(p, rev) for p, rev in _seen(result.preemptions, ctx)], now
+            )
+            stopped: set[str] = set()
+            for p in result.preemptions:
+                if _id(p.job_id) in preempted and p.job_id not in stopped:
+                    plan.stops.append((p.job_id, p.reason))
+                    stopped.add(p.job_id)
+            # a moved job is preempted, then admitted anew at its new revision
+            admissions = [
+                (a, preempted[i].revision if i in preempted else rev)
+                for a, rev in _seen(result.admissions, ctx)
+                for i in (int(a.job_id),)
+            ]
+            admitted = batch_states.admit_many(conn, admissions, now)
+            plan.binds += [bind_request(admitted[int(a.job_id)], list(a.placements))
+                           for a, _ in admissions if int(a.job_id) in admitted]
+            unschedulable = [
+                Change(int(job_id), "unschedulable", reason=why, revision=ctx.revisions[job_id])
+                for job_id, why in result.unschedulable.items()
+                if job_id in ctx.revisions and job_id.isdigit()
+            ]
+            apply_changes(conn, unschedulable, now)
             decided = (
                 {a.job_id for a in result.admissions}
                 | {p.job_id for p in result.preemptions}
                 | set(result.unschedulable)
             )
-            victims = {p.job_id for p in result.preemptions}
-            # admissions of jobs nobody preempts this cycle are written as one batch
-            # (the revision check is in the statement); the rest row by row
-            batch: list[tuple[Admission, int]] = []
-            for a in result.admissions:
-                rev = ctx.revisions.get(a.job_id)
-                if a.job_id not in victims and rev is not None and a.job_id.isdigit():
-                    batch.append((a, rev))
-            batched = {a.job_id for a, _ in batch}
-            jobs = lock_jobs(session, decided - batched)
-
-            def fresh(job_id: str) -> JobRow | None:
-                job = jobs.get(job_id)
-                if job is None or job.revision != ctx.revisions.get(job_id):
-                    return None  # changed since the snapshot: leave it to the next cycle
-                return job
-
-            requeued: set[str] = set()  # a moved job is preempted, then admitted anew
-            for p in result.preemptions:
-                job = fresh(p.job_id)
-                if job is not None and job.status in ACTIVE:
-                    by = f" by job {p.by_job}" if p.by_job else ""
-                    reclaim = p.kind == "reclaim"
-                    change_state(
-                        session,
-                        job,
-                        "pending",
-                        now=now,
-                        event_type="reclaimed" if reclaim else "preempted",
-                        lease_state="reclaimed" if reclaim else "returned",
-                        reason=f"{'reclaimed' if reclaim else 'preempted'}{by}: {p.reason}",
-                        data={"by_job": p.by_job, "kind": p.kind},
-                    )
-                    plan.stops.append((p.job_id, p.reason))
-                    requeued.add(p.job_id)
-            for a in result.admissions:
-                if a.job_id in batched:
-                    continue
-                job = jobs.get(a.job_id) if a.job_id in requeued else fresh(a.job_id)
-                if job is not None and job.status == "pending":
-                    admit_one(session, job, a, now)
-                    plan.binds.append(bind_request(job, list(a.placements)))
-            for job_id, why in result.unschedulable.items():
-                job = fresh(job_id)
-                if job is not None and job.status == "pending":
-                    change_state(session, job, "unschedulable", now=now, reason=why)
-            if batch:
-                session.flush()  # the row-by-row changes first, then the batch
-                admitted = batch_states.admit_many(session.connection(), batch, now)
-                for a, _ in batch:
-                    row = admitted.get(int(a.job_id))
-                    if row is not None:
-                        plan.binds.append(bind_request(row, list(a.placements)))
             reasons: list[tuple[int, int, str | None]] = []
             order: list[int] | None = None
             if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
@@ -174,3 +146,28 @@ class PlanAndWrite:
         return order, rows
 
 
+def _id(job_id: str) -> int:
+    return int(job_id) if job_id.isdigit() else -1
+
+
+def _seen(decisions: Sequence[_D], ctx: SnapshotContext) -> list[tuple[_D, int]]:
+    """Decisions about jobs the snapshot saw, each with the revision it saw."""
+    return [
+        (d, ctx.revisions[d.job_id])
+        for d in decisions
+        if d.job_id in ctx.revisions and d.job_id.isdigit()
+    ]
+
+
+def _preemption(p: Preemption, revision: int) -> Change:
+    by = f" by job {p.by_job}" if p.by_job else ""
+    reclaim = p.kind == "reclaim"
+    return Change(
+        int(p.job_id),
+        "pending",
+        reason=f"{'reclaimed' if reclaim else 'preempted'}{by}: {p.reason}",
+        event_type="reclaimed" if reclaim else "preempted",
+        lease_state="reclaimed" if reclaim else "returned",
+        data={"by_job": p.by_job, "kind": p.kind},
+        revision=revision,
+    )

@@ -78,7 +78,11 @@ def overview_page(util: Mapping[str, Any], tuning: Mapping[str, Any] | None = No
 
 
 def queue_page(
-    items: Sequence[Mapping[str, Any]], *, pool: str | None = None, pools: Sequence[str] = ()
+    items: Sequence[Mapping[str, Any]],
+    *,
+    pool: str | None = None,
+    pools: Sequence[str] = (),
+    next_cursor: str | None = None,
 ) -> str:
     rows = [
         [
@@ -93,7 +97,20 @@ def queue_page(
         ]
         for q in items
     ]
-    title = f"Queue ({len(items)} pending)" + (f" · pool {pool}" if pool else "")
+    first = items[0].get("position") if items else 1
+    shown = (
+        f"{len(items)} pending"
+        if first == 1 and not next_cursor
+        else f"#{first}-{items[-1].get('position')} of the pending jobs"
+    )
+    title = f"Queue ({shown})" + (f" · pool {pool}" if pool else "")
+    more = (
+        '<p class="note">'
+        + link("/ui/queue", "next page", **({"pool": pool} if pool else {}), cursor=next_cursor)
+        + "</p>"
+        if next_cursor
+        else ""
+    )
     filters = (
         '<p class="note">pool: '
         + " · ".join([link("/ui/queue", "all"), *(link("/ui/queue", p, pool=p) for p in pools)])
@@ -111,7 +128,8 @@ def queue_page(
             numeric=(0,),
             empty="the queue is empty",
             table_id="queue",
-        ),
+        )
+        + more,
     )
 
 

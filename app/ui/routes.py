@@ -14,17 +14,21 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
 from app.api.deps import NowDep, SessionDep
+from app.api.routes.metrics import metrics_loop
 from app.api.schemas import event_out, job_out, lease_out
 from app.domain.errors import GpuqError
 from app.reports.live import DEFAULT_WINDOW_S, live_fairness, live_utilization
 from app.store import catalog
 from app.store import jobs as job_store
 from app.store.orm import LeaseRow, PoolRow, PriorityClassRow, TeamRow
+from app.store.queue_order import queue_page
 from app.store.states import wait_seconds
 from app.store.usage import pool_usage
 from app.tuning.store import current_weights, load_history, load_state
 from app.ui import pages
 from app.ui.html import esc, page
+
+QUEUE_PAGE = 100  # jobs per queue page
 
 router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
 
@@ -42,16 +46,24 @@ def _error(title: str, e: GpuqError) -> HTMLResponse:
 
 @router.get("", response_class=HTMLResponse)
 def overview(request: Request, session: SessionDep, now: NowDep) -> HTMLResponse:
-    _snap, util = live_utilization(session, now, request.app.state.settings.prometheus_url)
+    snap = metrics_loop(request).snapshot(now)
+    util = live_utilization(session, snap, request.app.state.settings.prometheus_url)
     return _html(pages.overview_page(util, load_state(session)["config"]))
 
 
 @router.get("/queue", response_class=HTMLResponse)
-def queue(session: SessionDep, now: NowDep, pool: str | None = None) -> HTMLResponse:
-    rows = job_store.pending_queue(session, pool=pool or None)
+def queue(
+    session: SessionDep, now: NowDep, pool: str | None = None, cursor: str | None = None
+) -> HTMLResponse:
+    try:
+        rows, first, next_cursor = queue_page(
+            session.connection(), limit=QUEUE_PAGE, cursor=cursor or None, pool=pool or None
+        )
+    except GpuqError as e:
+        return _error("Queue", e)
     items = [
         {
-            "position": i + 1,
+            "position": first + i,
             "id": str(j.id),
             "name": j.name,
             "team": j.team,
@@ -63,7 +75,7 @@ def queue(session: SessionDep, now: NowDep, pool: str | None = None) -> HTMLResp
         for i, j in enumerate(rows)
     ]
     pools = [r.name for r in catalog.list_named(session, PoolRow)]
-    return _html(pages.queue_page(items, pool=pool, pools=pools))
+    return _html(pages.queue_page(items, pool=pool, pools=pools, next_cursor=next_cursor))
 
 
 @router.get("/pools", response_class=HTMLResponse)

@@ -2,40 +2,68 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
 from app.api.schemas import QueueItem
 from app.store import jobs as job_store
+from app.store.queue_order import queue_page
 from app.store.states import wait_seconds
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
 
-# pending jobs of other teams the answer leaves out (same pool filter)
+MAX_LIMIT = 500
+# pending jobs of other teams a team token's answer leaves out (same pool filter)
 OTHER_TEAMS_HEADER = "X-Queue-Other-Teams"
+NEXT_HEADERS = {
+    "X-Next-Cursor": {"description": "cursor of the next page (absent on the last page)"},
+    "Link": {"description": 'the next page as `<URL>; rel="next"` (absent on the last page)'},
+}
 
 
-@router.get("")
+@router.get("", responses={200: {"headers": NEXT_HEADERS}})
 def get_queue(
+    request: Request,
+    response: Response,
     session: SessionDep,
     principal: PrincipalDep,
     now: NowDep,
-    response: Response,
     pool: str | None = None,
     team: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="jobs per page")] = 100,
+    cursor: Annotated[
+        str | None, Query(description="the X-Next-Cursor of the previous page")
+    ] = None,
 ) -> list[QueueItem]:
-    """Pending jobs in dispatch order. Positions are places in the ONE queue; a
-    team token sees only its own team's entries (the others are counted: in the
-    positions, and in the ``X-Queue-Other-Teams`` header), never their names."""
-    if not principal.is_admin:
+    """Pending jobs in dispatch order, a page at a time (keyset: ``limit`` and ``cursor``).
+
+    The body stays a list (what clients of the unpaged queue read); the next
+    page's cursor comes in the ``X-Next-Cursor`` and ``Link`` headers.
+
+    A team token sees only its own team's entries; their positions are their
+    places in the ONE queue as the last cycle ranked it, and the other teams'
+    entries are counted in ``X-Queue-Other-Teams``, never shown.
+    """
+    team_view = not principal.is_admin
+    if team_view:
         if team is not None and team != principal.team:
             return []  # nothing of another team is visible to this token
         team = principal.team
-    rows, others = job_store.pending_queue_positions(session, pool=pool, team=team)
-    response.headers[OTHER_TEAMS_HEADER] = str(others)
+        response.headers[OTHER_TEAMS_HEADER] = str(
+            job_store.pending_count_of_others(session, team=team, pool=pool)
+        )
+    rows, first, next_cursor = queue_page(
+        session.connection(), limit=limit, cursor=cursor, pool=pool, team=team
+    )
+    if next_cursor is not None:
+        response.headers["X-Next-Cursor"] = next_cursor
+        url = request.url.include_query_params(cursor=next_cursor)
+        response.headers["Link"] = f'<{url}>; rel="next"'
     return [
         QueueItem(
-            position=position,
+            position=j.ord if team_view and j.ord is not None else first + i,
             id=str(j.id),
             name=j.name,
             team=j.team,
@@ -46,5 +74,5 @@ def get_queue(
             reason=j.reason,
             preemption_count=j.preemption_count,
         )
-        for position, j in rows
+        for i, j in enumerate(rows)
     ]
