@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.dispatch.node_sync import fingerprint
 from app.dispatch.picture import QueuePicture
 from app.dispatch.plan import Plan, bind_request
 from app.scheduling.model import (
@@ -31,6 +32,7 @@ from app.scheduling.policies import get_policy
 from app.scheduling.releasing import hold_in_snapshot
 from app.store import batch_states, queue_order
 from app.store.leases import return_leases
+from app.store.requeue import any_unschedulable, requeue_if_fits
 from app.store.snapshot import SnapshotContext
 from app.store.states import Change, apply_changes
 
@@ -52,6 +54,8 @@ class PlanAndWrite:
         self.policy_name = policy
         self.reason_refresh_s = 5.0  # see _write_queue
         self.timings: dict[str, float] = {}  # snapshot / core / write seconds, last run
+        # the inventory unschedulable jobs were last re-checked against (see _recheck)
+        self.inventory_sig: tuple[str, str, str] | None = None
 
     def run(self, decide: Decide | None = None, live_nodes: list[Node] | None = None) -> Plan:
         """One planning transaction; ``decide`` defaults to the policy. On any
@@ -68,10 +72,10 @@ class PlanAndWrite:
         with self.session_factory() as session:
             now = self.clock()
             t0 = time.perf_counter()
-            ctx = self.picture.refresh(session, now)
-            if live_nodes is not None:
-                ctx.snapshot.nodes = list(live_nodes)
-                hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity
+            ctx = self._snapshot(session, now, live_nodes)
+            if decide is None and self._recheck(session, ctx.snapshot, now):
+                self.picture.invalidate()  # requeued jobs join this very cycle
+                ctx = self._snapshot(session, now, live_nodes)
             t1 = time.perf_counter()
             result = (decide or get_policy(self.policy_name))(ctx.snapshot)
             t2 = time.perf_counter()
@@ -121,6 +125,29 @@ class PlanAndWrite:
             self.picture.queue_written(reasons, order, ctx.snapshot.now)
             timings["write"] = time.perf_counter() - t2
         return plan
+
+    def _snapshot(
+        self, session: Session, now: datetime, live_nodes: list[Node] | None
+    ) -> SnapshotContext:
+        ctx = self.picture.refresh(session, now)
+        if live_nodes is not None:
+            ctx.snapshot.nodes = list(live_nodes)
+            hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity
+        return ctx
+
+    def _recheck(self, session: Session, snap: Snapshot, now: datetime) -> bool:
+        """When the inventory changed since the last look (a node added,
+        uncordoned, relabelled, its MIG layout cut anew; a GPU type or pool
+        edited), every ``unschedulable`` job that could now fit goes back to
+        the queue (app/store/requeue.py). True if any did."""
+        if not any_unschedulable(session):
+            return False
+        sig = (fingerprint(snap.nodes), repr(sorted(snap.gpu_types.items())),
+               repr(sorted(snap.pools.items())))
+        if sig == self.inventory_sig:
+            return False
+        self.inventory_sig = sig
+        return bool(requeue_if_fits(session, snap, now))
 
     def _write_queue(
         self, session: Session, ctx: SnapshotContext, result: CycleResult, decided: set[str]

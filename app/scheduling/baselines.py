@@ -183,6 +183,13 @@ def random_fit(snap: Snapshot) -> CycleResult:
     return _fifo_policy(snap, typed=True, choose=choose)
 
 
+def bestfit_left(cpu_after: float, max_cpu: float, gpu_after: float, max_gpu: float) -> float:
+    """The FGD paper simulator's BestFit measure (lower is better): CPU and GPU left on the
+    node after the placement, each over the largest node's, weighted half and half. One
+    definition for this replay policy and the fill protocol's ``bestfit``."""
+    return 0.5 * cpu_after / max_cpu + 0.5 * gpu_after / max_gpu
+
+
 def best_fit(snap: Snapshot) -> CycleResult:
     """The paper's BestFit: the feasible node with the least CPU and GPU left after."""
     max_cpu = max((n.cpu for n in snap.nodes), default=1.0) or 1.0
@@ -194,7 +201,7 @@ def best_fit(snap: Snapshot) -> CycleResult:
                    if not (d.whole_used or d.mig_layout or d.external))
         taken = len(p.devices) if p.share <= 0 else p.share
         cpu_after = node.cpu_free - p.cpu
-        return (0.5 * cpu_after / max_cpu + 0.5 * (free - taken) / max_cards, p.node)
+        return (bestfit_left(cpu_after, max_cpu, free - taken, max_cards), p.node)
 
     def choose(job: JobRequest, options: list[ReplicaPlacement], state: ClusterState):
         return min(options, key=lambda p: left(p, state))

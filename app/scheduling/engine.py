@@ -49,7 +49,12 @@ from app.scheduling.pool_steps import (
 from app.scheduling.pools import PoolLedger
 from app.scheduling.preemption import VictimPool
 from app.scheduling.quota import QuotaLedger, units_by_type
-from app.scheduling.reasons import StaticCapacity, capacity_reason, never_fits
+from app.scheduling.reasons import (
+    StaticCapacity,
+    capacity_reason,
+    cordoned_reason,
+    never_fits,
+)
 from app.scheduling.reservations import add_holds, reserve_for
 from app.scheduling.state import ClusterState
 
@@ -77,6 +82,12 @@ class Cycle:
         self.ledger = QuotaLedger.from_snapshot(snap)
         self.ctx = PlacementContext.from_snapshot(snap)
         self.static = static_capacity(snap)
+        # the schedulable part, only when some node is cordoned or not ready
+        self.ready = (
+            StaticCapacity.of(snap.nodes, schedulable_only=True)
+            if self.static.unschedulable else None
+        )
+        self.cordon_memo: dict[tuple, str | None] = {}
         self.never_memo: dict[tuple, str | None] = {}
         self.fail_memo: dict[tuple, tuple[int, str]] = {}
         self.min_units_memo: dict[tuple, float] = {}
@@ -151,6 +162,15 @@ class Cycle:
         if never:
             res.unschedulable[job.id] = never
             return
+        if self.ready is not None:  # fits the full inventory: but the schedulable part?
+            blocked = self.cordon_memo.get(key, False)
+            if blocked is False:
+                why = never_fits(job, self.ready, self.ctx)
+                blocked = cordoned_reason(job, why, self.static) if why else None
+                self.cordon_memo[key] = blocked
+            if blocked:
+                res.reasons[job.id] = blocked
+                return
         if self.admitted >= self.max_admissions:
             res.reasons[job.id] = "cycle admission limit reached; next cycle"
             return

@@ -5,6 +5,13 @@ capacity (what no amount of waiting will fix: it becomes
 ``unschedulable``). ``capacity_reason`` describes what is free now,
 from the capacity index, e.g. "needs 2 x 4 x a100-80g (>= 40 GB); largest
 free block: a100-80g 2, v100-16g 0".
+
+"Never" is judged on the FULL inventory (issue 11): cordoned and NotReady
+nodes are still the cluster's (an upgrade ends, a node comes back), MIG-cut
+cards count as their slices and not as whole cards, and CPU and memory are
+those of the same node as the cards. A request that fits the full inventory
+but not the schedulable part waits with a reason naming the nodes it waits
+for (:func:`cordoned_reason`).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from app.scheduling.capacity_index import CapacityIndex
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
 from app.scheduling.filters import FAST_NETWORKS, allowed_type_names, allowed_types
-from app.scheduling.model import GpuType, JobRequest, Node
+from app.scheduling.model import GpuType, JobRequest, Node, Snapshot
 
 EPS = 1e-9
 
@@ -30,6 +37,8 @@ class TypeCapacity:
     max_cpu: float = 0.0
     max_memory_gb: float = 0.0
     mig_slices: dict[str, int] = field(default_factory=dict)
+    # per node: (name, whole cards, cards cut into MIG slices, cpu, memory_gb)
+    node_caps: list[tuple[str, int, int, float, float]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -39,14 +48,20 @@ class StaticCapacity:
     by_type: dict[str, TypeCapacity]
     max_cpu: float
     max_memory_gb: float
+    unschedulable: tuple[str, ...] = ()  # nodes counted although cordoned / not ready
 
     @classmethod
-    def of(cls, nodes: Sequence[Node]) -> StaticCapacity:
+    def of(cls, nodes: Sequence[Node], *, schedulable_only: bool = False) -> StaticCapacity:
+        """The capacity of ``nodes`` with nothing running: all of them (what
+        could ever fit), or only the schedulable ones (what could fit today)."""
         by_type: dict[str, TypeCapacity] = {}
         max_cpu = max_mem = 0.0
+        off: list[str] = []
         for n in nodes:
             if not n.schedulable:
-                continue
+                if schedulable_only:
+                    continue
+                off.append(n.name)
             max_cpu = max(max_cpu, n.cpu)
             max_mem = max(max_mem, n.memory_gb)
             if not n.devices or n.gpu_type is None:
@@ -60,10 +75,12 @@ class StaticCapacity:
                 tc.fast_cards += whole
             tc.max_cpu = max(tc.max_cpu, n.cpu)
             tc.max_memory_gb = max(tc.max_memory_gb, n.memory_gb)
+            cut = sum(1 for d in n.devices if d.mig_layout)
+            tc.node_caps.append((n.name, whole, cut, n.cpu, n.memory_gb))
             for d in n.devices:
                 for p in d.mig_layout:
                     tc.mig_slices[p] = tc.mig_slices.get(p, 0) + 1
-        return cls(by_type, max_cpu, max_mem)
+        return cls(by_type, max_cpu, max_mem, tuple(off))
 
 
 def _types_text(job: JobRequest, names: Sequence[str]) -> str:
@@ -101,19 +118,28 @@ def never_fits(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) -
                 f"(types that would fit: {', '.join(t.name for t in types)}; "
                 f"nodes have: {', '.join(sorted(static.by_type)) or 'no GPUs'})"
             )
-        ok = [t for t in present if _host_ok(job, static, t) and static.by_type[t.name].max_cards
-              >= k]
-        if not ok:
+        # replicas each node could hold at once: whole cards, CPU and memory of the same node
+        caps = [c for t in present for c in static.by_type[t.name].node_caps]
+        slots = {name: _slots(job, k, whole, cpu, mem) for name, whole, _c, cpu, mem in caps}
+        if not any(slots.values()):
             return (
-                f"no node of {_types_text(job, [t.name for t in types])} has {k} GPU(s) with "
-                f"{job.cpu:g} CPU and {job.memory_gb:g} GB memory"
+                f"no node of {_types_text(job, [t.name for t in types])} has {k} whole GPU(s) "
+                f"with {job.cpu:g} CPU and {job.memory_gb:g} GB memory"
+                f"{_mig_note(caps, k)}"
             )
-        if job.topology == "same_node" and job.min_available > 1 and not any(
-            static.by_type[t.name].max_cards >= k * job.min_available for t in ok
-        ):
+        m = job.min_available
+        if job.topology == "same_node" and m > 1:
+            if max(slots.values()) < m:
+                return (
+                    f"same_node needs {m} x {k} GPU(s) (with {m * job.cpu:g} CPU, "
+                    f"{m * job.memory_gb:g} GB memory) on one node; the largest holds "
+                    f"{max(slots.values())} replica(s)"
+                )
+        elif sum(slots.values()) < m:
             return (
-                f"same_node needs {job.min_available} x {k} GPU(s) on one node; "
-                f"largest node has {max(static.by_type[t.name].max_cards for t in ok)}"
+                f"needs {m} replicas x {k} whole {_types_text(job, [t.name for t in present])} "
+                f"GPU(s) at once; the whole cluster holds at most {sum(slots.values())} "
+                f"({_holders(caps, slots)})"
             )
         return None
     if mode == "mig":
@@ -166,6 +192,44 @@ def never_fits(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) -
     return None
 
 
+def _slots(job: JobRequest, k: int, whole: int, cpu: float, mem: float) -> int:
+    """Replicas of ``k`` whole cards one empty node could hold at once."""
+    n = whole // k
+    if job.cpu > EPS:
+        n = min(n, int((cpu + EPS) // job.cpu))
+    if job.memory_gb > EPS:
+        n = min(n, int((mem + EPS) // job.memory_gb))
+    return max(0, n)
+
+
+def _mig_note(caps: Sequence[tuple[str, int, int, float, float]], k: int) -> str:
+    cut = [(name, whole, c) for name, whole, c, _cpu, _mem in caps if c and whole + c >= k]
+    if not cut:
+        return ""
+    name, whole, c = max(cut, key=lambda x: (x[1] + x[2], x[0]))
+    return f" ({name} has {whole} whole + {c} cut into MIG slices)"
+
+
+def _holders(caps: Sequence[tuple[str, int, int, float, float]], slots: dict[str, int]) -> str:
+    parts = []
+    for name, whole, cut, _cpu, _mem in sorted(caps, key=lambda c: (-slots[c[0]], c[0]))[:4]:
+        mig = f" + {cut} MIG-cut" if cut else ""
+        parts.append(f"{name}: {slots[name]} ({whole} whole card(s){mig})")
+    return "; ".join(parts)
+
+
+def cordoned_reason(job: JobRequest, why: str, static: StaticCapacity) -> str:
+    """A request that fits the full inventory but not its schedulable part waits
+    for the nodes that are cordoned or not ready (``why``: what the schedulable
+    nodes lack)."""
+    names = ", ".join(static.unschedulable[:6])
+    more = f" and {len(static.unschedulable) - 6} more" if len(static.unschedulable) > 6 else ""
+    return (
+        f"waits for nodes that are cordoned or not ready ({names}{more}): "
+        f"the schedulable ones cannot hold it ({why})"
+    )
+
+
 def _host_ok(job: JobRequest, static: StaticCapacity, t: GpuType) -> bool:
     tc = static.by_type[t.name]
     return tc.max_cpu + EPS >= job.cpu and tc.max_memory_gb + EPS >= job.memory_gb
@@ -186,10 +250,19 @@ def capacity_reason(job: JobRequest, index: CapacityIndex, ctx: PlacementContext
     if mode == "gpus":
         k = job.gpus or 0
         free = ", ".join(f"{t.name} {index.max_free_whole(t.name)}" for t in types)
-        fits = any(index.max_free_whole(t.name) >= k for t in types)
+        # a gang needs min_available such blocks at once (same_node: on one node)
+        fits = (
+            any(index.max_free_whole(t.name) >= k * job.min_available for t in types)
+            if job.topology == "same_node" and job.min_available > 1
+            else sum(index.blocks_of(t.name, k) for t in types) >= job.min_available
+        )
         head = f"needs {gang}{k} x {_types_text(job, [t.name for t in types])}{mem} per replica"
         if not fits:
-            return f"{head}; largest free block: {free}{topo}"
+            blocks = ""
+            if job.min_available > 1:
+                n = sum(index.blocks_of(t.name, k) for t in types)
+                blocks = f"; free {k}-card blocks: {n} of {job.min_available} needed"
+            return f"{head}; largest free block: {free}{blocks}{topo}"
         return (
             f"{head}; free GPU blocks exist ({free}) but not with {job.cpu:g} CPU and "
             f"{job.memory_gb:g} GB memory free on the same node{topo}, or they are reserved"
@@ -217,3 +290,13 @@ def capacity_reason(job: JobRequest, index: CapacityIndex, ctx: PlacementContext
         f"needs {gang}a {job.gpu_share:g} share of {_types_text(job, [t.name for t in shareable])}"
         f"{mem}; no card has that much share and memory free{topo}"
     )
+
+
+def could_fit(jobs: Sequence[JobRequest], snap: Snapshot) -> dict[str, str | None]:
+    """Job id -> why it still can never fit (None: it could now), judged on the
+    snapshot's full inventory: the re-check of ``unschedulable`` jobs when the
+    cluster changed (a node added, uncordoned, relabelled, its MIG layout cut
+    anew) and of an admin's requeue."""
+    static = StaticCapacity.of(snap.nodes)
+    ctx = PlacementContext(gpu_types=snap.gpu_types, pools=snap.pools)
+    return {j.id: never_fits(j, static, ctx) for j in jobs}

@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.scheduling.baselines import bestfit_left
 from app.scheduling.fragmentation import FragModel, IntTask
 from app.simulate.alibaba import TraceNode, TracePod
 
@@ -185,7 +186,7 @@ class BestFitPolicy:
         tied: list[int] = []
         req = pod.total
         for (_model, free, cpu, _mem), idx in cl.feasible(pod):
-            raw = 0.5 * (cpu - pod.cpu) / MAX_SPEC_CPU + 0.5 * (sum(free) - req) / MAX_SPEC_GPU
+            raw = bestfit_left(cpu - pod.cpu, MAX_SPEC_CPU, sum(free) - req, MAX_SPEC_GPU)
             score = int((1.0 - raw) * 100)
             if score > best:
                 best, tied = score, list(idx)

@@ -48,8 +48,12 @@ def test_queue_shows_position_and_actionable_reason(client, admin, dispatcher):
     assert _job(client, admin, filler)["status"] == "running", _job(client, admin, filler)["reason"]
     big = _submit(client, admin, name="big", team="nlp",
                   resources={"gpus": 8, "gpu_types": ["a100-80g"], "min_gpu_memory_gb": 40})
+    # 2 x 6 whole A100s fit the cluster (one replica per node; 2 x 8 could never: a100-0
+    # has 7 whole cards, so that gang is unschedulable) but not a 100 CU quota
+    r = client.put("/v1/teams/nlp/quota", json={"quota_units": 100}, headers=admin)
+    assert r.status_code == 200, r.text
     over = _submit(client, admin, name="over-quota", team="nlp",
-                   resources={"gpus": 8, "gpu_types": ["a100-80g"]}, replicas=2, min_available=2)
+                   resources={"gpus": 6, "gpu_types": ["a100-80g"]}, replicas=2, min_available=2)
     small = _submit(client, admin, name="small", team="nlp",
                     resources={"gpus": 1, "min_gpu_memory_gb": 30})
     dispatcher.run_once()
@@ -59,4 +63,4 @@ def test_queue_shows_position_and_actionable_reason(client, admin, dispatcher):
     # a100-0 has 7 whole cards (device 0 is cut into MIG slices), a100-1 is taken
     assert "needs 8 x a100-80g (>= 40 GB)" in q[big]["reason"]
     assert "largest free block: a100-80g 7" in q[big]["reason"]
-    assert "quota" in q[over]["reason"] and "150" in q[over]["reason"]
+    assert "quota" in q[over]["reason"] and "100" in q[over]["reason"]

@@ -58,7 +58,11 @@ def test_memory_fit_never_on_smaller_card() -> None:
 def test_gang_all_or_nothing() -> None:
     res = schedule(snap([node("a", "a100", 4)], [job("g", gpus=4, replicas=2, min_available=2)]))
     assert not res.admissions
-    assert "g" in res.reasons
+    # one 4-card node can never hold two 4-card replicas at once: a true verdict
+    assert res.unschedulable["g"].startswith("needs 2 replicas x 4 whole a100 GPU(s) at once")
+    res = schedule(snap([node("a", "a100", 4), node("b", "a100", 2)],
+                        [job("g", gpus=2, replicas=3, min_available=3)]))
+    assert [len(a.placements) for a in res.admissions] == [3]
 
 
 def test_team_quota_in_cu() -> None:

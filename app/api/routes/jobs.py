@@ -10,10 +10,11 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import NowDep, PrincipalDep, SessionDep, resolve_principal
+from app.api.deps import AdminDep, NowDep, PrincipalDep, SessionDep, resolve_principal
 from app.api.schemas import EventOut, JobOut, JobPage, event_out, job_out, new_job_out
 from app.domain.spec import JobSpec
 from app.store import jobs as job_store
+from app.store import requeue
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -151,6 +152,18 @@ def get_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowD
 def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowDep) -> JobOut:
     job = job_store.get_job(session, job_id, team=principal.team, for_update=True)
     job_store.cancel_job(session, job, now=now, by=principal.team or "admin")
+    session.commit()
+    return job_out(job, now, job_store.active_lease(session, job))
+
+
+@router.post("/{job_id}/requeue")
+def requeue_job(job_id: str, session: SessionDep, admin: AdminDep, now: NowDep) -> JobOut:
+    """Admins only: send an ``unschedulable`` job back to the queue (after fixing
+    the cluster or the config); the next cycle judges it again. 409 for a job in
+    any other status. The dispatcher also does this by itself when the
+    inventory changes (event ``requeued: cluster changed``)."""
+    job = job_store.get_job(session, job_id, for_update=True)
+    requeue.requeue_job(session, job, now=now, by="admin")
     session.commit()
     return job_out(job, now, job_store.active_lease(session, job))
 
