@@ -10,13 +10,16 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
+from app.api.db_errors import install_db_error_handlers
 from app.api.oidc import OidcVerifier
+from app.api.openapi import AllowMethods, install_truthful_openapi
 from app.api.routes import (
     audit,
     gpu_types,
@@ -87,6 +90,33 @@ def validation_detail(errors: list[dict]) -> str:
     return "; ".join(parts)
 
 
+class RefuseNul:
+    """A NUL character in the path or query is refused with a 422: PostgreSQL
+    cannot store or compare text holding one (it used to surface as a 500)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("query_string") or b""
+            if "\x00" in scope.get("path", "") or b"\x00" in raw or b"%00" in raw.lower():
+                where = "path" if "\x00" in scope.get("path", "") else "query"
+                payload = json.dumps(
+                    {"detail": f"{where}: NUL characters are not allowed"}
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 422,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": payload})
+                return
+        await self.app(scope, receive, send)
+
+
 class BodySizeLimit:
     """Refuse request bodies over ``max_bytes`` with a 413 (before any parsing)."""
 
@@ -144,6 +174,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # the worker threads of the synchronous routes (a setting, not anyio's 40)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         if services is not None:
             yield
             return
@@ -186,6 +218,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             status_code=422,
         )
 
+    install_db_error_handlers(app)
+
     @app.exception_handler(IntegrityError)
     async def _integrity(request: Request, exc: IntegrityError) -> JSONResponse:
         return JSONResponse(
@@ -195,5 +229,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
     for router in ROUTERS:
         app.include_router(router)
+    install_truthful_openapi(app)
+    app.add_middleware(AllowMethods, router_app=app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RefuseNul)
     return app

@@ -54,6 +54,8 @@ from app.store.tokens import ADMIN_PREFIX, new_token, seed_admin_token
 log = logging.getLogger("gpuq")
 
 ADMIN_TOKEN_FILE = "admin_token"
+# SIGTERM to exit: a pass in progress gets this long (Kubernetes' default grace is 30 s)
+SHUTDOWN_TIMEOUT_S = 6.0
 
 
 def demo_config_text() -> str:
@@ -186,13 +188,33 @@ class Services:
             self.listener = NotifyListener(psycopg_conninfo(url), self.loops)
             self._threads.append(self.listener.start_in_thread())
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Ask every loop and the NOTIFY listener to stop (returns at once; a
+        pass in progress finishes). Safe from a signal handler."""
         for loop in self.loops:
             loop.stop()
         if self.listener is not None:
             self.listener.stop()  # type: ignore[attr-defined]
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Join the loop threads (all of them within ``timeout_s`` overall);
+        True when every one has ended."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for t in self._threads:
-            t.join(timeout=5)
+            while t.is_alive():
+                left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+                if left <= 0:
+                    return False
+                t.join(timeout=left)
+        return True
+
+    def close(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+        """Stop the loops, give a pass in progress ``timeout_s`` to end (the
+        dispatcher releases its leader lock as its loop ends), then close the
+        cluster and the database."""
+        self.stop()
+        if not self.wait(timeout_s):
+            log.warning("loops still running after %.0f s; closing anyway", timeout_s)
         if self.cluster is not None:
             self.cluster.close()  # stop the Kubernetes informers
         self.engine.dispose()
@@ -209,7 +231,14 @@ def open_services(
 ) -> Services:
     """Connect (starting embedded PostgreSQL if needed), check the schema, load config."""
     url, embedded = resolve_database(settings)
-    engine = make_engine(url)
+    engine = make_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout_s=settings.db_pool_timeout_s,
+        connect_timeout_s=settings.db_connect_timeout_s,
+        statement_timeout_s=settings.request_timeout_s,
+    )
     try:
         if embedded is not None:
             migrate.upgrade(engine)  # embedded mode keeps its own schema current

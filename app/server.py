@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import uvicorn
@@ -14,6 +15,8 @@ from app.runtime import open_services, resolve_database
 from app.settings import Settings
 from app.store import migrate
 from app.store.db import make_engine
+
+GRACEFUL_S = 3  # open HTTP requests get this long after SIGTERM
 
 
 def _configure_logging() -> None:
@@ -46,7 +49,15 @@ def run_server(settings: Settings, *, with_loops: bool) -> None:
     require_current_schema(settings)
     app = create_app(settings)
     print(f"gpuq: API on http://{settings.host}:{settings.port} (docs: /docs)", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    # SIGTERM: uvicorn stops accepting, gives open requests GRACEFUL_S, then the
+    # lifespan closes the loops (bounded too): the process exits within ~10 s
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        timeout_graceful_shutdown=GRACEFUL_S,
+    )
 
 
 def run_dispatcher(settings: Settings) -> None:
@@ -57,20 +68,20 @@ def run_dispatcher(settings: Settings) -> None:
     require_current_schema(settings)
     svc = open_services(settings, with_loops=True)
 
+    stopping = threading.Event()
+
     def stop(*_: object) -> None:
-        for loop in svc.loops:
-            loop.stop()
+        stopping.set()
+        svc.stop()  # the loops end after their current pass; the listener within 1 s
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
         svc.start_loops()
-        for t in svc._threads:
-            while t.is_alive():
-                t.join(timeout=0.5)
-    except KeyboardInterrupt:
-        pass
+        while not stopping.wait(0.5):  # short waits: the signal handler runs in between
+            pass
     finally:
-        svc.close()
+        svc.close()  # bounded: a pass still running after SHUTDOWN_TIMEOUT_S is abandoned
 
 
 def db_upgrade(settings: Settings) -> str:

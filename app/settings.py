@@ -67,6 +67,33 @@ class Settings(BaseSettings):
     oidc_group_scopes: dict[str, str] = Field(
         default_factory=dict, alias="GPUQ_OIDC_GROUP_SCOPES"
     )
+    db_pool_size: int = Field(
+        default=10, ge=1, alias="GPUQ_DB_POOL_SIZE",
+        description="pooled database connections kept open per process",
+    )
+    db_max_overflow: int = Field(
+        default=10, ge=0, alias="GPUQ_DB_MAX_OVERFLOW",
+        description="extra connections opened under load above the pool size",
+    )
+    db_pool_timeout_s: float = Field(
+        default=3.0, gt=0, alias="GPUQ_DB_POOL_TIMEOUT",
+        description="seconds a request waits for a free connection before a 503 with "
+        "Retry-After (a request holds at most one connection at a time)",
+    )
+    db_connect_timeout_s: int = Field(
+        default=5, ge=1, alias="GPUQ_DB_CONNECT_TIMEOUT",
+        description="seconds to open a database connection (a database that does not "
+        "answer is unavailable: 503)",
+    )
+    request_timeout_s: float = Field(
+        default=30.0, ge=0, alias="GPUQ_REQUEST_TIMEOUT",
+        description="longest one SQL statement may run (PostgreSQL statement_timeout); "
+        "a request past it answers 503; 0 = no limit",
+    )
+    worker_threads: int = Field(
+        default=40, ge=1, alias="GPUQ_WORKER_THREADS",
+        description="threads serving the API's synchronous routes",
+    )
 
 
 def get_settings() -> Settings:

@@ -118,8 +118,11 @@ class Cluster(Protocol):
         placements: Mapping[str, Sequence[ReplicaPlacement]] | None = None,
         grace_seconds: float = 30.0,
     ) -> ReconcileReport:
-        """After a leader change: square the cluster's Pods with the jobs that
-        hold capacity (adopt, remove orphans and half-bound gangs)."""
+        """After a restart, leader change or failed pass: square the cluster's
+        Pods with the jobs that hold capacity (adopt, remove orphans and
+        half-bound gangs) and report again, as events, the phase of every
+        active job's Pods -- finished ones included -- so nothing a standby or
+        a failed pass dropped is lost."""
         ...
 
     def set_gpu_types(self, gpu_types: Sequence[GpuTypeConfig]) -> None:

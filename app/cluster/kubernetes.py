@@ -487,7 +487,8 @@ class KubernetesCluster:
         """After a restart or failover: square the database with the Pods.
 
         * active job with its whole gang bound -> adopted (its phase is
-          reported again so the caller catches up);
+          reported again, also for jobs already followed, so the caller
+          catches up on whatever a standby or a failed pass dropped);
         * active job without Pods, or with a gang half created/bound (the
           crash came mid-bind) -> its Pods are removed, it is ``missing`` and
           the caller requeues it;
@@ -538,9 +539,15 @@ class KubernetesCluster:
             with self._lock:
                 t = self._tracks.get(job_id)
                 if t is not None and t.bind_id == bind_id and not t.stopped:
-                    continue  # already followed (and reported) since the first list
-                self._tracks[job_id] = _Track(bind_id, expected, reported=phase)
-                if phase != "pending":
+                    t.reported = phase
+                else:
+                    self._tracks[job_id] = _Track(bind_id, expected, reported=phase)
+                # Reported again even when already followed: an earlier report may
+                # have been polled by a standby or by a pass whose transaction failed
+                # (unless that report is still waiting to be polled).
+                if phase != "pending" and not any(
+                    e.job_id == job_id and e.phase == phase for e in self._events
+                ):
                     self._events.append(JobStatusEvent(job_id, phase, message))
         return report
 

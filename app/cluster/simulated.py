@@ -10,7 +10,7 @@ so a double placement cannot go unnoticed.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +29,8 @@ from app.scheduling.model import Node, ReplicaPlacement
 from app.scheduling.state import copy_node
 
 DEFAULT_DURATION_S = 60.0
+# outcomes of finished pods kept for reconcile (like finished Pods kept on Kubernetes)
+FINISHED_KEPT = 100_000
 
 
 @dataclass
@@ -58,6 +60,9 @@ class SimulatedCluster:
         # bind checks its own placements against it instead of re-walking every pod
         self._held: dict[tuple, str] = {}
         self._events: list[JobStatusEvent] = []
+        # job -> how its last pod ended, until the job is bound again (oldest dropped
+        # first): a dispatcher that lost the report (crash, failed pass) asks again
+        self.finished: OrderedDict[str, JobStatusEvent] = OrderedDict()
         self._fail_at_end: dict[str, str] = {}
         self._fail_bind: dict[str, str] = {}
         self.bind_calls: Counter[str] = Counter()
@@ -94,6 +99,7 @@ class SimulatedCluster:
                 return  # idempotent: already bound (e.g. re-bind after a restart)
             if req.job_id in self._fail_bind:
                 raise BindError(self._fail_bind.pop(req.job_id))
+            self.finished.pop(req.job_id, None)
             taken = self._taken()
             for p in req.placements:
                 for key in _holds(p):
@@ -136,14 +142,59 @@ class SimulatedCluster:
                     del self.pods[job_id]
                     self._release(pod)
                     if pod.fail_message:
-                        out.append(JobStatusEvent(job_id, "failed", pod.fail_message))
+                        ev = JobStatusEvent(job_id, "failed", pod.fail_message)
                     else:
-                        out.append(JobStatusEvent(job_id, "succeeded", "completed"))
+                        ev = JobStatusEvent(job_id, "succeeded", "completed")
+                    out.append(ev)
+                    self.finished[job_id] = ev
+                    while len(self.finished) > FINISHED_KEPT:
+                        self.finished.popitem(last=False)
             return out
 
     def running_job_ids(self) -> set[str]:
         with self._lock:
             return set(self.pods)
+
+    def reconcile(
+        self,
+        active_job_ids: set[str],
+        placements: Mapping[str, Sequence[ReplicaPlacement]] | None = None,
+        grace_seconds: float = 30.0,
+    ) -> ReconcileReport:
+        """After a restart or a failed pass of the dispatcher (this cluster outlived
+        it): report again, as events, what every active job's pods are doing --
+        running, or how they ended. A moved job's pods elsewhere than
+        ``placements`` say are stopped (the job is then bound where it belongs)."""
+        report = ReconcileReport()
+        # pods of jobs the database does not run are named, not stopped here: the
+        # reconcile step stops them with every other job that holds no capacity
+        report.orphans = self.running_job_ids() - set(active_job_ids)
+        with self._lock:
+            pending = {(e.job_id, e.phase) for e in self._events}
+            for job_id in sorted(active_job_ids):
+                pod = self.pods.get(job_id)
+                want = (placements or {}).get(job_id)
+                if pod is not None and want is not None and sorted(
+                    map(_where, pod.placements)
+                ) != sorted(map(_where, want)):
+                    report.missing.add(job_id)
+                    continue  # stopped below, outside the lock
+                ev = (
+                    JobStatusEvent(job_id, "running", "adopted")
+                    if pod is not None
+                    else self.finished.get(job_id)
+                )
+                if ev is None:
+                    report.missing.add(job_id)
+                    continue
+                report.adopted.add(job_id)
+                if (ev.job_id, ev.phase) not in pending:
+                    self._events.append(ev)
+        for job_id in sorted(report.missing):
+            if job_id in self.pods:
+                self.stop(job_id, "pods of an earlier placement (moved); rebinding",
+                          grace_seconds)
+        return report
 
     def draining_job_ids(self) -> set[str]:
         """Jobs with stopped pods still holding devices (``stop_delay_s``)."""
@@ -157,15 +208,6 @@ class SimulatedCluster:
         with self._lock:
             self._expire_stopping()
             return set(self.pods) - set(self.stopping)
-
-    def reconcile(
-        self,
-        active_job_ids: set[str],
-        placements: Mapping[str, Sequence[ReplicaPlacement]] | None = None,
-        grace_seconds: float = 30.0,
-    ) -> ReconcileReport:
-        """Nothing to square: the pods live in this process and die with it."""
-        return ReconcileReport()
 
     def set_gpu_types(self, gpu_types: Sequence[GpuTypeConfig]) -> None:
         """Nodes carry their GPU type already; nothing to match."""
@@ -198,6 +240,11 @@ class SimulatedCluster:
             for key in _holds(p):
                 if self._held.get(key) == pod.job_id:
                     del self._held[key]
+
+
+def _where(p: ReplicaPlacement) -> tuple:
+    """Where a placement runs: node, cards, slices and share."""
+    return (p.node, tuple(p.devices), tuple(tuple(m) for m in p.mig), p.share)
 
 
 def _holds(p: ReplicaPlacement) -> list[tuple]:

@@ -120,6 +120,10 @@ class Dispatcher(LoopService):
     def _leadership_changed(self, leader: bool) -> None:
         if leader:
             self.reconciler.after_leader_change = True
+        else:
+            # the next leader re-derives them from the cluster; kept, they could
+            # finish an attempt that leader started meanwhile
+            self.ingest.forget()
         self.picture.invalidate()  # another leader wrote meanwhile: start afresh
 
     def start(self, loops: int | None = None) -> None:
@@ -136,10 +140,22 @@ class Dispatcher(LoopService):
         """One leader-only pass that persists ``decide(snapshot)`` (default: the
         policy) -- the descheduler and the lease reaper write through here, so
         every decision takes the same path. None when another process leads."""
+        try:
+            return self._run_with(decide)
+        except BaseException:
+            # A failed pass (connection killed, failover, serialization error) may
+            # have lost track of what the cluster did: the next pass re-reads the
+            # cluster's view of every job holding capacity.
+            self.reconciler.after_leader_change = True
+            self.picture.invalidate()
+            raise
+
+    def _run_with(self, decide: Decide | None) -> CycleResult | None:
         if self.elector is not None and not self.elector.ensure():
             # Standby: do not act, but do not let the cluster's events pile up
             # either (a new leader reconciles from the Pods themselves).
             self.cluster.poll_events()
+            self.ingest.forget()
             return None
         with self.engine.connect() as conn:
             leader = conn.scalar(select(func.pg_try_advisory_lock(ADVISORY_LOCK_KEY)))

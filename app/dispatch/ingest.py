@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -29,11 +29,20 @@ class Ingest:
     cluster: Cluster
     clock: Callable[[], datetime]
     max_retries: int = 0  # a failed run is requeued this many times
+    # Events polled but not yet recorded: dropped only once the transaction that
+    # records them has committed (a failed pass keeps them for the next one).
+    unrecorded: list[JobStatusEvent] = field(default_factory=list)
 
     def run(self) -> None:
-        events = self.cluster.poll_events()
-        if not events:
+        """Record what the cluster reported. When the recording transaction fails
+        (connection killed, failover, serialization error) the events stay in
+        ``unrecorded`` and are applied again next pass: applying one twice is
+        harmless, every rule checks the job's current state."""
+        self.unrecorded.extend(self.cluster.poll_events())
+        if not self.unrecorded:
             return
+        events = list(self.unrecorded)
+        taken = len(events)
         with self.session_factory() as session:
             events = self._batch(session, events)
             if events:
@@ -42,6 +51,11 @@ class Ingest:
                 for ev in events:
                     self._apply(session, jobs.get(ev.job_id), ev)
             session.commit()
+        del self.unrecorded[:taken]  # acknowledged: they are in the database now
+
+    def forget(self) -> None:
+        """Leadership lost: whoever leads next re-derives these from the cluster."""
+        self.unrecorded.clear()
 
     def _batch(self, session: Session, events: list[JobStatusEvent]) -> list[JobStatusEvent]:
         """Started and finished jobs as a few set-based statements; returns the

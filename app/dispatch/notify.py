@@ -33,7 +33,7 @@ class NotifyListener:
     def run(self) -> None:
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f"LISTEN {self.channel}")
                     while not self._stop.is_set():
                         for _n in conn.notifies(timeout=1.0):

@@ -46,19 +46,24 @@ class Reconcile:
 
     def sync_cluster(self) -> None:
         """Live clusters: nodes from the cluster (mirrored into the nodes table
-        for the API), GPU types to the cluster, and a full reconcile after
-        gaining leadership."""
-        if not self.cluster.capabilities.live_nodes:
+        for the API) and GPU types to the cluster. Every cluster: a full
+        reconcile on the first pass, after gaining leadership and after a failed
+        pass -- the cluster reports again what every active job's Pods are
+        doing, finished ones included (a simulated cluster outlives a crashed
+        dispatcher in tests; a Kubernetes one always does)."""
+        live = self.cluster.capabilities.live_nodes
+        if not live and not self.after_leader_change:
             return
         with self.session_factory() as session:
-            self.cluster.set_gpu_types(gpu_type_configs(session))
-            nodes = self.cluster.list_nodes()
-            fp = fingerprint(nodes)
-            if fp != self._nodes_fingerprint:
-                sync_node_rows(session, nodes)
-                session.commit()
-                self._nodes_fingerprint = fp
-            self.live_nodes = nodes
+            if live:
+                self.cluster.set_gpu_types(gpu_type_configs(session))
+                nodes = self.cluster.list_nodes()
+                fp = fingerprint(nodes)
+                if fp != self._nodes_fingerprint:
+                    sync_node_rows(session, nodes)
+                    session.commit()
+                    self._nodes_fingerprint = fp
+                self.live_nodes = nodes
             if self.after_leader_change:
                 # a moved job's old Pods are not its current attempt
                 report = self.cluster.reconcile(

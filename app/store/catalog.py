@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import exists, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.config import (
@@ -227,35 +227,58 @@ def patch_named(session: Session, row: R, patch: dict[str, Any], by: WriteBy | N
     return row
 
 
+def referrers(session: Session, row: Any) -> list[str]:
+    """What still refers to ``row`` by name, as "pool 'training' (guaranteed)"
+    phrases (at most three of each kind and field): a delete must not leave a dangling
+    name behind (a pool naming a deleted GPU type, a team allowed a deleted pool)."""
+    name = row.name
+    found: list[str] = []
+
+    def named(kind: str, query: Any, where: str = "") -> None:
+        names = list(session.scalars(query.limit(4)))
+        suffix = f" ({where})" if where else ""
+        found.extend(f"{kind} {n!r}{suffix}" for n in names[:3])
+        if len(names) > 3:
+            found.append(f"more {kind}s")
+
+    if isinstance(row, GpuTypeRow):
+        named("node", select(NodeRow.name).where(NodeRow.gpu_type == name).order_by(NodeRow.name))
+        for col in ("gpu_types", "guaranteed", "lend_limit"):
+            c = getattr(PoolRow, col)
+            cond = c.contains([name]) if col == "gpu_types" else c.has_key(name)
+            named("pool", select(PoolRow.name).where(cond).order_by(PoolRow.name), col)
+        named("team", select(TeamRow.name).where(TeamRow.quota_by_type.has_key(name))
+              .order_by(TeamRow.name), "quota_by_type")
+        named("job", select(AllocationRow.job_id).where(AllocationRow.gpu_type == name)
+              .distinct().order_by(AllocationRow.job_id), "running on it")
+    elif isinstance(row, NodeRow):
+        named("job", select(AllocationRow.job_id).where(AllocationRow.node == name)
+              .distinct().order_by(AllocationRow.job_id), "allocations on it")
+    elif isinstance(row, PoolRow):
+        named("team", select(TeamRow.name).where(TeamRow.pool == name).order_by(TeamRow.name),
+              "pool")
+        named("team", select(TeamRow.name).where(TeamRow.allowed_pools.contains([name]))
+              .order_by(TeamRow.name), "allowed_pools")
+        named("job", select(JobRow.id).where(JobRow.pool == name).order_by(JobRow.id))
+    elif isinstance(row, TeamRow):
+        named("job", select(JobRow.id).where(JobRow.team == name).order_by(JobRow.id))
+    elif isinstance(row, PriorityClassRow):
+        named("team", select(TeamRow.name).where(TeamRow.default_priority == name)
+              .order_by(TeamRow.name), "default_priority")
+        named("job", select(JobRow.id).where(JobRow.priority == name).order_by(JobRow.id))
+    return found
+
+
 def delete_named(session: Session, row: Any, by: WriteBy | None = None) -> None:
-    """Delete unless something still refers to it (409 naming what)."""
+    """Delete unless something still refers to it (409 naming what) or the config file
+    manages it (409 naming the file); the audit trail records the old value."""
     check_not_managed(row)
     name = row.name
-    in_use: list[tuple[str, Any]] = []
-    if isinstance(row, GpuTypeRow):
-        in_use = [("nodes", exists().where(NodeRow.gpu_type == name))]
-    elif isinstance(row, NodeRow):
-        in_use = [
-            (
-                "active allocations",
-                exists().where(AllocationRow.node == name),
-            )
-        ]
-    elif isinstance(row, PoolRow):
-        in_use = [
-            ("teams", exists().where(TeamRow.pool == name)),
-            ("jobs", exists().where(JobRow.pool == name)),
-        ]
-    elif isinstance(row, TeamRow):
-        in_use = [("jobs", exists().where(JobRow.team == name))]
-    elif isinstance(row, PriorityClassRow):
-        in_use = [
-            ("teams", exists().where(TeamRow.default_priority == name)),
-            ("jobs", exists().where(JobRow.priority == name)),
-        ]
-    for what, clause in in_use:
-        if session.scalar(select(clause)):
-            raise Conflict(f"{KINDS[type(row)]} {name!r} is still used by {what}", "name")
+    used_by = referrers(session, row)
+    if used_by:
+        raise Conflict(
+            f"{KINDS[type(row)]} {name!r} is still used by {', '.join(used_by)}", "name"
+        )
     old = SPECS[type(row)][2](row)
     session.delete(row)
     session.flush()

@@ -23,19 +23,40 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, *, null_pool: bool = False, pool_size: int = 10) -> Engine:
-    # JIT compilation pays off for long analytic queries, not for gpuq's short ones:
-    # with it on, a report query whose estimate crosses jit_above_cost spent 1.5-2 s
-    # compiling before running for milliseconds
-    kwargs: dict = {
-        "future": True,
-        "connect_args": {"options": "-c jit=off"},
-    }
+def make_engine(
+    url: str,
+    *,
+    null_pool: bool = False,
+    pool_size: int = 10,
+    max_overflow: int | None = None,
+    pool_timeout_s: float = 30.0,
+    connect_timeout_s: int | None = None,
+    statement_timeout_s: float | None = None,
+) -> Engine:
+    """An engine whose idle connections are checked before use (:func:`ping_when_idle`:
+    after a database restart the first request reconnects instead of failing).
+
+    ``pool_timeout_s`` bounds the wait for a pooled connection, ``connect_timeout_s``
+    a new connection, ``statement_timeout_s`` every statement (server side); the
+    API turns any of them running out into a 503 with Retry-After.
+    """
+    kwargs: dict = {"future": True}
     if null_pool:
         kwargs["poolclass"] = NullPool
     else:
         kwargs["pool_size"] = pool_size
-        kwargs["max_overflow"] = pool_size
+        kwargs["max_overflow"] = pool_size if max_overflow is None else max_overflow
+        kwargs["pool_timeout"] = pool_timeout_s
+    # JIT compilation pays off for long analytic queries, not for gpuq's short ones:
+    # with it on, a report query whose estimate crosses jit_above_cost spent 1.5-2 s
+    # compiling before running for milliseconds
+    options = ["-c jit=off"]
+    if statement_timeout_s:
+        options.append(f"-c statement_timeout={int(statement_timeout_s * 1000)}")
+    connect_args: dict = {"options": " ".join(options)}
+    if connect_timeout_s:
+        connect_args["connect_timeout"] = connect_timeout_s
+    kwargs["connect_args"] = connect_args
     engine = create_engine(normalize_url(url), **kwargs)
     ping_when_idle(engine)
     return engine

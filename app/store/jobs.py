@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, select, text
+from sqlalchemy import Connection, func, select, text
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain.errors import Conflict, InputError, NotFound, PodPolicyError
@@ -481,3 +481,14 @@ def active_lease(session: Session, job: JobRow) -> LeaseRow | None:
         .order_by(LeaseRow.state != "active", LeaseRow.id.desc())
         .limit(1)
     )
+
+
+def pending_count_of_others(session: Session, *, team: str, pool: str | None = None) -> int:
+    """Pending jobs of teams other than ``team`` (in ``pool`` when given): what a
+    team token's view of the queue counts but does not show."""
+    q = select(func.count()).select_from(JobRow).where(
+        JobRow.status == "pending", JobRow.team != team
+    )
+    if pool:
+        q = q.where(JobRow.pool == pool)
+    return int(session.scalar(q) or 0)

@@ -42,7 +42,7 @@ def test_gpu_types_crud(client, admin, team_token):
     assert r.status_code == 422 and r.json()["detail"].startswith("weight")
     # in use by nodes: refused
     r = client.delete("/v1/gpu-types/a100-80g", headers=admin)
-    assert r.status_code == 409 and "nodes" in r.json()["detail"]
+    assert r.status_code == 409 and "node 'a100-0'" in r.json()["detail"]
     assert client.delete("/v1/gpu-types/h100-80g", headers=admin).status_code == 204
     assert client.get("/v1/gpu-types/h100-80g", headers=admin).status_code == 404
 
@@ -92,7 +92,7 @@ def test_pools_crud_and_usage(client, admin, session_factory, dispatcher, clock)
     assert r.json()["reclaim"] == "when_needed"
     assert client.delete("/v1/pools/batch", headers=admin).status_code == 204
     r = client.delete("/v1/pools/training", headers=admin)
-    assert r.status_code == 409 and "teams" in r.json()["detail"]
+    assert r.status_code == 409 and "team 'nlp' (pool)" in r.json()["detail"]
 
     j = client.post("/v1/jobs", json=job_body(), headers=admin).json()
     client.post("/v1/jobs", json=job_body("big", resources={"gpus": 9}), headers=admin)
@@ -187,7 +187,7 @@ def test_teams_quota_usage_tokens(client, admin, team_token, dispatcher):
     assert u["used_units"] == 20.0 and u["used_by_type"] == {"a100-80g": 20.0}
     assert client.get("/v1/teams/nlp/usage", headers=vision).status_code == 403
     r = client.delete("/v1/teams/vision", headers=admin)
-    assert r.status_code == 409 and "jobs" in r.json()["detail"]
+    assert r.status_code == 409 and "job " in r.json()["detail"]
     assert client.post("/v1/teams/nobody/tokens", headers=admin).status_code == 404
 
 

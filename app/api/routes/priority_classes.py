@@ -36,3 +36,15 @@ def create_priority_class(
     row = catalog.create_named(session, PriorityClassRow, body, by)
     session.commit()
     return catalog.priority_dict(row)
+
+
+@router.get("/{name}")
+def get_priority_class(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
+    return catalog.priority_dict(catalog.get_named(session, PriorityClassRow, name))
+
+
+@router.delete("/{name}", status_code=204)
+def delete_priority_class(name: str, session: SessionDep, by: AdminWriteDep) -> None:
+    """Refused (409) while a team's default_priority or any job names it."""
+    catalog.delete_named(session, catalog.get_named(session, PriorityClassRow, name), by)
+    session.commit()

@@ -8,12 +8,15 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
 from app.api.schemas import QueueItem
+from app.store import jobs as job_store
 from app.store.queue_order import queue_page
 from app.store.states import wait_seconds
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
 
 MAX_LIMIT = 500
+# pending jobs of other teams a team token's answer leaves out (same pool filter)
+OTHER_TEAMS_HEADER = "X-Queue-Other-Teams"
 NEXT_HEADERS = {
     "X-Next-Cursor": {"description": "cursor of the next page (absent on the last page)"},
     "Link": {"description": 'the next page as `<URL>; rel="next"` (absent on the last page)'},
@@ -25,7 +28,7 @@ def get_queue(
     request: Request,
     response: Response,
     session: SessionDep,
-    _: PrincipalDep,
+    principal: PrincipalDep,
     now: NowDep,
     pool: str | None = None,
     team: str | None = None,
@@ -38,7 +41,19 @@ def get_queue(
 
     The body stays a list (what clients of the unpaged queue read); the next
     page's cursor comes in the ``X-Next-Cursor`` and ``Link`` headers.
+
+    A team token sees only its own team's entries; their positions are their
+    places in the ONE queue as the last cycle ranked it, and the other teams'
+    entries are counted in ``X-Queue-Other-Teams``, never shown.
     """
+    team_view = not principal.is_admin
+    if team_view:
+        if team is not None and team != principal.team:
+            return []  # nothing of another team is visible to this token
+        team = principal.team
+        response.headers[OTHER_TEAMS_HEADER] = str(
+            job_store.pending_count_of_others(session, team=team, pool=pool)
+        )
     rows, first, next_cursor = queue_page(
         session.connection(), limit=limit, cursor=cursor, pool=pool, team=team
     )
@@ -48,7 +63,7 @@ def get_queue(
         response.headers["Link"] = f'<{url}>; rel="next"'
     return [
         QueueItem(
-            position=first + i,
+            position=j.ord if team_view and j.ord is not None else first + i,
             id=str(j.id),
             name=j.name,
             team=j.team,

@@ -21,7 +21,8 @@ router = APIRouter(prefix="/v1/tuning", tags=["tuning"])
 class TuningUpdate(BaseModel):
     """Any subset of the tuner's knobs; the rest keep their values."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: a JSON true is not the number 1 (the schema says number)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     mode: Literal["off", "recommend", "auto"] | None = None
     cooldown_s: float | None = Field(default=None, ge=0, le=30 * 86400)
