@@ -21,7 +21,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from app.ui.html import secs as fmt_s  # one duration format for the CLI and the dashboard
+from app.ui.format import secs as fmt_s  # one duration format for the CLI and the dashboard
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

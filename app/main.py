@@ -50,7 +50,6 @@ ROUTERS = [
     reports.router,
     tuning.router,
     metrics.router,
-    ui_routes.router,
 ]
 
 
@@ -183,5 +182,6 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
     for router in ROUTERS:
         app.include_router(router)
+    ui_routes.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -34,6 +34,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1_000_000, alias="GPUQ_MAX_BODY_BYTES")
     run_loops: bool = Field(default=True, alias="GPUQ_RUN_LOOPS")
     prometheus_url: str | None = Field(default=None, alias="GPUQ_PROMETHEUS_URL")
+    # the dashboard asks for a token unless an operator opens it read-only to everyone
+    ui_public: bool = Field(default=False, alias="GPUQ_UI_PUBLIC")
 
 
 def get_settings() -> Settings:
