@@ -20,6 +20,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check app tests bench
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python bench/core.py

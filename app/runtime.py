@@ -21,14 +21,24 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.clock import utcnow
 from app.cluster import build_cluster
 from app.cluster.base import Cluster
+from app.cluster.k8s_settings import KubeSettings
+from app.dispatch.base import LoopService
+from app.dispatch.descheduler import Descheduler
+from app.dispatch.leader import LeaderElector
+from app.dispatch.leases import LeaseReaper
+from app.dispatch.metrics import MeteredDispatcher
+from app.dispatch.node_sync import gpu_type_configs
+from app.dispatch.notify import NotifyListener
+from app.dispatch.tuner import TunerLoop
 from app.domain.config import GpuqConfig, load_config, load_config_text
-from app.loops.base import LoopService
 from app.metrics import GpuqMetrics
 from app.settings import Settings
 from app.store import migrate
 from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.convert import node_info
 from app.store.db import make_engine, make_session_factory, psycopg_conninfo
 from app.store.embedded import EmbeddedPostgres, start_embedded
+from app.store.orm import NodeRow
 from app.store.tokens import ADMIN_PREFIX, new_token
 
 log = logging.getLogger("gpuq")
@@ -98,8 +108,6 @@ class Services:
         for loop in self.loops:
             self._threads.append(loop.start_in_thread())
         if self.loops and self.listener is None:
-            from app.loops.notify import NotifyListener
-
             url = self.engine.url.render_as_string(hide_password=False)
             # only the dispatcher reacts to a new job; the others keep their pace
             woken = [lp for lp in self.loops if lp.name == "dispatcher"] or self.loops
@@ -147,25 +155,16 @@ def open_services(
         metrics = GpuqMetrics()
         loops: list[LoopService] = []
         if with_loops:
-            from app.loops.metrics import MeteredDispatcher
-            from app.loops.snapshot import node_info
-            from app.loops.tuner import TunerLoop
-            from app.store.orm import NodeRow
-
             elector = None
             gpu_types: list = []
             with session_factory() as session:
                 nodes = [node_info(r) for r in session.scalars(select(NodeRow))]
                 if settings.cluster == "kubernetes":
-                    from app.loops.node_sync import gpu_type_configs
-
                     gpu_types = gpu_type_configs(session)
             cluster = build_cluster(settings, nodes=nodes, clock=clock, gpu_types=gpu_types)
             max_retries = 0
             if settings.cluster == "kubernetes":
                 # any number of dispatcher replicas: one leads (PostgreSQL advisory lock)
-                from app.cluster.k8s_settings import KubeSettings
-                from app.loops.leader import LeaderElector
 
                 elector = LeaderElector(url)
                 max_retries = KubeSettings().max_retries
@@ -179,8 +178,6 @@ def open_services(
                 metrics=metrics,
             )
             loops.append(dispatcher)
-            from app.loops.descheduler import Descheduler
-            from app.loops.leases import LeaseReaper
 
             loops.append(Descheduler(dispatcher, interval=settings.descheduler_interval_s))
             loops.append(LeaseReaper(dispatcher, interval=settings.lease_reaper_interval_s))

@@ -7,7 +7,13 @@ import signal
 import sys
 from pathlib import Path
 
+import uvicorn
+
+from app.main import create_app
+from app.runtime import open_services, resolve_database
 from app.settings import Settings
+from app.store import migrate
+from app.store.db import make_engine
 
 
 def _configure_logging() -> None:
@@ -20,8 +26,6 @@ def require_current_schema(settings: Settings) -> None:
     which command fixes it (the embedded database upgrades itself at start)."""
     if not settings.database_url:
         return
-    from app.store import migrate
-    from app.store.db import make_engine
 
     engine = make_engine(settings.database_url, null_pool=True)
     try:
@@ -35,9 +39,6 @@ def require_current_schema(settings: Settings) -> None:
 
 def run_server(settings: Settings, *, with_loops: bool) -> None:
     """API (and, for ``serve``, the loops) in one uvicorn process."""
-    import uvicorn
-
-    from app.main import create_app
 
     _configure_logging()
     settings = settings.model_copy(update={"run_loops": with_loops})
@@ -49,7 +50,6 @@ def run_server(settings: Settings, *, with_loops: bool) -> None:
 
 def run_dispatcher(settings: Settings) -> None:
     """Only the loops (a separate dispatcher process next to ``gpuq api``)."""
-    from app.runtime import open_services
 
     _configure_logging()
     require_current_schema(settings)
@@ -73,9 +73,6 @@ def run_dispatcher(settings: Settings) -> None:
 
 def db_upgrade(settings: Settings) -> str:
     """Apply migrations (embedded database when DATABASE_URL is unset)."""
-    from app.runtime import resolve_database
-    from app.store import migrate
-    from app.store.db import make_engine
 
     url, embedded = resolve_database(settings)
     engine = make_engine(url, null_pool=True)

@@ -43,11 +43,11 @@ from sqlalchemy.engine import make_url
 
 from app.clock import ManualClock
 from app.cluster.simulated import SimulatedCluster
+from app.dispatch.dispatcher import Dispatcher
 from app.domain.config import load_config_text
+from app.domain.from_config import cluster_model
 from app.domain.spec import JobSpec
-from app.loops.dispatcher import Dispatcher
 from app.runtime import demo_config_text
-from app.scheduling.from_config import cluster_model
 from app.store import migrate
 from app.store.config_loader import apply_config
 from app.store.db import make_engine, make_session_factory, normalize_url, psycopg_conninfo

@@ -30,10 +30,9 @@ from sqlalchemy import create_engine, insert, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from app.clock import to_epoch  # noqa: E402
+from app.dispatch.metrics import MetricsLoop  # noqa: E402
+from app.dispatch.tuner import recent_arrivals  # noqa: E402
 from app.domain.config import load_config_text  # noqa: E402
-from app.loops.metrics import MetricsLoop  # noqa: E402
-from app.loops.snapshot import build_snapshot  # noqa: E402
-from app.loops.tuner import recent_arrivals  # noqa: E402
 from app.metrics import GpuqMetrics  # noqa: E402
 from app.reports.live import live_fairness, live_utilization  # noqa: E402
 from app.runtime import demo_config_text  # noqa: E402
@@ -42,6 +41,7 @@ from app.store import migrate  # noqa: E402
 from app.store.config_loader import apply_config, ensure_priority_classes  # noqa: E402
 from app.store.db import make_engine, make_session_factory, normalize_url  # noqa: E402
 from app.store.orm import AllocationRow, JobEventRow, JobRow  # noqa: E402
+from app.store.snapshot import build_snapshot  # noqa: E402
 from app.tuning.whatif import make_replay  # noqa: E402
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.domain.states import wait_seconds
 from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
+from app.store.states import wait_seconds
 
 
 class AllocationOut(BaseModel):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from app.cluster.base import Cluster
-    from app.domain.config import GpuTypeConfig
-    from app.scheduling.model import Node
-    from app.settings import Settings
+from app.clock import utcnow
+from app.cluster.base import Cluster
+from app.cluster.kubernetes import KubernetesCluster
+from app.cluster.simulated import SimulatedCluster
+from app.domain.config import GpuTypeConfig
+from app.scheduling.model import Node
+from app.settings import Settings
 
 
 def build_cluster(
@@ -22,15 +23,10 @@ def build_cluster(
 ) -> Cluster:
     """The cluster ``GPUQ_CLUSTER`` names: ``simulated`` (default) or ``kubernetes``."""
     if settings.cluster == "simulated":
-        from app.clock import utcnow
-        from app.cluster.simulated import SimulatedCluster
-
         return SimulatedCluster(
             nodes=list(nodes or []), clock=clock or utcnow, speed=settings.sim_speed
         )
     if settings.cluster == "kubernetes":
-        from app.cluster.kubernetes import KubernetesCluster
-
         # GPU types (with product patterns) to match the nodes' labels against
         return KubernetesCluster.from_settings(settings, gpu_types=gpu_types)
     raise ValueError(f"unknown cluster {settings.cluster!r}")

@@ -74,7 +74,7 @@ class Cluster(Protocol):
         """Jobs that have pods on the cluster now (for reconcile after restart)."""
         ...
 
-    # Optional (looked up with getattr; app/loops/releasing.py):
+    # Optional (looked up with getattr; app/dispatch/releasing.py):
     #
     # draining_job_ids() -> set[str]: jobs with pods of a STOPPED attempt that
     #   still hold resources (evicted Pods in their grace period). A stopped

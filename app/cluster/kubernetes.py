@@ -41,7 +41,7 @@ from app.cluster.k8s_pods import build_pod, job_phase, placement_key, pod_placem
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.k8s_watch import Informer
 from app.domain.config import GpuTypeConfig
-from app.scheduling.from_config import gpu_type_from_config
+from app.domain.from_config import gpu_type_from_config
 from app.scheduling.model import Node, ReplicaPlacement
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.loops.snapshot import build_snapshot
 from app.reports.alerts import AlertThresholds
 from app.reports.dcgm import fetch_gpu_util
 from app.reports.fairness import fairness_report
@@ -20,6 +19,7 @@ from app.reports.queries import job_records
 from app.reports.utilization import utilization_report
 from app.scheduling.model import Snapshot
 from app.store.config_loader import scheduler_knobs
+from app.store.snapshot import build_snapshot
 
 log = logging.getLogger("gpuq.reports")
 

@@ -16,10 +16,10 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
-from app.domain.states import wait_seconds
 from app.reports.records import JobRecord
 from app.reports.utilization import ANY_TYPE, CPU_ONLY
 from app.store.orm import AllocationRow, JobEventRow, JobRow, NodeRow, PoolRow
+from app.store.states import wait_seconds
 
 
 def _wanted_from_spec(spec: Mapping) -> str:

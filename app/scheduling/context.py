@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from app.scheduling.fragmentation import WorkloadMix
+from app.scheduling.fragmentation import WorkloadMix, with_gpuq_terms
+from app.scheduling.mix import mix_from_jobs
 from app.scheduling.model import GpuType, JobRequest, PoolInfo, SchedulerConfig, Snapshot
 
 EPS = 1e-9
@@ -60,9 +61,6 @@ class PlacementContext:
 
     @classmethod
     def from_snapshot(cls, snap: Snapshot, mix: WorkloadMix | None = None) -> PlacementContext:
-        from app.scheduling.fragmentation import with_gpuq_terms
-        from app.scheduling.mix import mix_from_jobs
-
         if mix is None:
             cards: dict[str, float] = {}
             for n in snap.nodes:

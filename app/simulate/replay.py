@@ -36,11 +36,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.domain.config import GpuqConfig
+from app.domain.from_config import ClusterModel, cluster_model
 from app.domain.requests import request_from_spec
 from app.domain.spec import JobSpec
 from app.scheduling.baselines import out_of_memory
 from app.scheduling.descheduler import deschedule
-from app.scheduling.from_config import ClusterModel, cluster_model
 from app.scheduling.model import (
     CycleResult,
     JobRequest,

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.domain.config import (
+    DEFAULT_PRIORITY_CLASSES,
     GpuqConfig,
     GpuTypeConfig,
     NodeConfig,
@@ -124,7 +125,6 @@ def scheduler_knobs(session: Session) -> dict[str, Any]:
 
 def ensure_priority_classes(session: Session) -> None:
     """A database always has the default priority table (P0/P1/P2)."""
-    from app.domain.config import DEFAULT_PRIORITY_CLASSES
 
     for p in DEFAULT_PRIORITY_CLASSES:
         if session.get(PriorityClassRow, p.name) is None:

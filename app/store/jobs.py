@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from app.domain.errors import Conflict, InputError, NotFound
 from app.domain.spec import JobSpec
-from app.domain.states import CANCELLABLE, STATUSES, TERMINAL, change_state
+from app.domain.states import CANCELLABLE, STATUSES, TERMINAL
 from app.store.catalog_cache import CatalogView, NameRef, TeamRef, current_catalog
 from app.store.orm import (
     AllocationRow,
@@ -26,6 +26,7 @@ from app.store.orm import (
     LeaseRow,
 )
 from app.store.queue_order import fill_queue_positions
+from app.store.states import change_state
 
 NOTIFY_CHANNEL = "gpuq_jobs"
 MAX_LIMIT = 500
@@ -294,7 +295,7 @@ def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
 def released_placements(session: Session, job: JobRow) -> list[dict]:
     """What a stopped job held: a finished job's from its last admission event
     (its allocation rows are gone), a requeued job's from its rows still
-    releasing while its old pods stop (app/loops/releasing.py)."""
+    releasing while its old pods stop (app/store/releasing.py)."""
     if job.allocations:
         return []
     if job.status not in TERMINAL:

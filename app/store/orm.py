@@ -242,7 +242,7 @@ class AllocationRow(Base):
     pool: Mapped[str] = mapped_column(String(63))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # Set when the job stopped holding this capacity; the row still counts as
-    # used until the cluster confirms the Pods are gone (app/loops/releasing.py).
+    # used until the cluster confirms the Pods are gone (app/store/releasing.py).
     releasing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     job: Mapped[JobRow] = relationship(back_populates="allocations")

@@ -10,8 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.states import ACTIVE
-from app.loops.snapshot import pool_info
 from app.scheduling.pools import PoolLedger
+from app.store.convert import pool_info
 from app.store.orm import AllocationRow, GpuTypeRow, JobRow, LeaseRow, NodeRow, PoolRow
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.states import ACTIVE
 from app.store.orm import AllocationRow, JobRow, LeaseRow, NodeRow, PoolRow, TeamRow
+from app.store.pool_ledger import ledger_from_db
 
 
 def pool_usage(session: Session, pool: PoolRow) -> dict[str, Any]:
@@ -50,7 +51,6 @@ def pool_usage(session: Session, pool: PoolRow) -> dict[str, Any]:
         }
         for t in types
     }
-    from app.store.pool_ledger import ledger_from_db
 
     ledger = ledger_from_db(session)
     for t, row in by_type.items():

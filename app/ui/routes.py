@@ -22,11 +22,12 @@ from app.api.deps import NowDep, SessionDep, Unauthorized
 from app.api.routes.jobs import cancel_job as api_cancel_job
 from app.api.schemas import event_out, job_out, lease_out
 from app.domain.errors import Forbidden, GpuqError
-from app.domain.states import STATUSES, wait_seconds
+from app.domain.states import STATUSES
 from app.reports.live import DEFAULT_WINDOW_S, live_fairness, live_utilization
 from app.store import catalog
 from app.store import jobs as job_store
 from app.store.orm import JobRow, LeaseRow, PoolRow, PriorityClassRow, TeamRow
+from app.store.states import wait_seconds
 from app.store.usage import pool_usage
 from app.tuning.store import current_weights, load_history, load_state
 from app.ui import views

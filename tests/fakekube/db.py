@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import psycopg
 
+from app.dispatch.leader import libpq_dsn
 from app.domain.config import load_config_text
-from app.loops.leader import libpq_dsn
 from app.store import migrate
 from app.store.config_loader import apply_config, ensure_priority_classes
 from app.store.db import make_engine, make_session_factory

@@ -12,12 +12,12 @@ from sqlalchemy import Engine, select
 
 from app.clock import ManualClock
 from app.cluster.simulated import SimulatedCluster
-from app.loops.dispatcher import Dispatcher
-from app.loops.snapshot import node_info
+from app.dispatch.dispatcher import Dispatcher
 from app.main import create_app
 from app.runtime import Services, load_settings_config
 from app.settings import Settings
 from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.convert import node_info
 from app.store.orm import NodeRow
 from tests.conftest import truncate_all
 

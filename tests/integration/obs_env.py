@@ -26,15 +26,15 @@ from sqlalchemy.engine import make_url
 
 from app.clock import ManualClock
 from app.cluster.simulated import SimulatedCluster
+from app.dispatch.metrics import MeteredDispatcher
 from app.domain.config import load_config_text
-from app.loops.metrics import MeteredDispatcher
-from app.loops.snapshot import node_info
 from app.main import create_app
 from app.metrics import GpuqMetrics
 from app.runtime import Services
 from app.settings import Settings
 from app.store import migrate
 from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.convert import node_info
 from app.store.db import make_engine, make_session_factory, normalize_url
 from app.store.orm import NodeRow
 

@@ -13,7 +13,7 @@ from sqlalchemy import func, select, text
 
 from app.clock import to_epoch
 from app.cluster.simulated import SimulatedCluster
-from app.loops.dispatcher import ADVISORY_LOCK_KEY, Dispatcher
+from app.dispatch.dispatcher import ADVISORY_LOCK_KEY, Dispatcher
 from app.scheduling import policies
 from app.scheduling.model import (
     Admission,

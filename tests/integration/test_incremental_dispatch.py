@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.picture import QueuePicture
 from app.domain.spec import JobSpec
-from app.domain.states import change_state
-from app.loops.dispatcher import Dispatcher
-from app.loops.picture import QueuePicture
-from app.loops.snapshot import build_snapshot
 from app.scheduling.model import Admission, ReplicaPlacement
 from app.scheduling.policies import get_policy
 from app.store import batch_states
 from app.store.jobs import submit_job, submit_jobs
 from app.store.orm import AllocationRow, JobEventRow, JobRow
+from app.store.snapshot import build_snapshot
+from app.store.states import change_state
 from tests.integration.conftest import job_body
 
 

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import select
 
 from app.clock import utcnow
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.leader import LeaderElector, libpq_dsn
+from app.dispatch.node_sync import gpu_type_configs
 from app.domain.spec import JobSpec
-from app.loops.dispatcher import Dispatcher
-from app.loops.leader import LeaderElector, libpq_dsn
-from app.loops.node_sync import gpu_type_configs
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
 from app.store.orm import JobEventRow, JobRow, NodeRow

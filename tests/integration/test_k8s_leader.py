@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from app.loops.leader import LeaderElector, fence, libpq_dsn, lock_key
+from app.dispatch.leader import LeaderElector, fence, libpq_dsn, lock_key
 
 BASE = os.environ.get("TEST_DATABASE_URL")
 pytestmark = pytest.mark.skipif(not BASE, reason="TEST_DATABASE_URL not set")

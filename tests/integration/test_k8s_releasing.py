@@ -16,9 +16,9 @@ from sqlalchemy import func, select
 
 from app.clock import ManualClock
 from app.cluster import k8s_labels as L
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.node_sync import gpu_type_configs
 from app.domain.spec import JobSpec
-from app.loops.dispatcher import Dispatcher
-from app.loops.node_sync import gpu_type_configs
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import cancel_job, submit_job
 from app.store.orm import AllocationRow, JobEventRow, JobRow

@@ -6,9 +6,9 @@ inference 20, mixed 30 of 160 CU, so 10 CU are shared)."""
 from __future__ import annotations
 
 from app.clock import to_epoch
-from app.loops.descheduler import Descheduler
-from app.loops.leases import LeaseReaper
-from app.loops.snapshot import build_snapshot
+from app.dispatch.descheduler import Descheduler
+from app.dispatch.leases import LeaseReaper
+from app.store.snapshot import build_snapshot
 from tests.integration.conftest import job_body
 
 A100 = {"gpu_types": ["a100-80g"]}
@@ -178,11 +178,11 @@ def test_tiers_config_holds_p0_reservation_through_the_dispatcher(session_factor
     from sqlalchemy import select
 
     from app.cluster.simulated import SimulatedCluster
+    from app.dispatch.dispatcher import Dispatcher
     from app.domain.config import load_config_text
     from app.domain.spec import JobSpec
-    from app.loops.dispatcher import Dispatcher
-    from app.loops.snapshot import node_info
     from app.store.config_loader import apply_config, ensure_priority_classes
+    from app.store.convert import node_info
     from app.store.jobs import submit_job
     from app.store.orm import JobRow, LeaseRow, NodeRow
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from app.loops.dispatcher import Dispatcher
-from app.loops.releasing import releasing_units
-from app.loops.snapshot import build_snapshot
+from app.dispatch.dispatcher import Dispatcher
 from app.scheduling.model import Admission, CycleResult, Preemption
 from app.store.orm import AllocationRow
+from app.store.releasing import releasing_units
+from app.store.snapshot import build_snapshot
 from tests.integration.conftest import job_body
 
 A100 = {"gpu_types": ["a100-80g"]}

@@ -13,14 +13,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from app.cluster.simulated import SimulatedCluster
+from app.dispatch.dispatcher import Dispatcher
 from app.domain.config import load_config_text
-from app.loops.dispatcher import Dispatcher
-from app.loops.snapshot import node_info
 from app.main import create_app
 from app.runtime import Services
 from app.scheduling.policies import POLICIES
 from app.simulate.replay import ScenarioModel, Simulator, to_json
 from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.convert import node_info
 from app.store.orm import NodeRow
 from tests.integration.conftest import ADMIN_TOKEN
 

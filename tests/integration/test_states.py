@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from app.domain.spec import JobSpec
-from app.domain.states import InvalidTransition, change_state, next_revision, wait_seconds
+from app.domain.states import InvalidTransition
 from app.store.jobs import submit_job
+from app.store.states import change_state, next_revision, wait_seconds
 
 
 def _job(session, clock):

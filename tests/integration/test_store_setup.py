@@ -11,9 +11,9 @@ from psycopg import sql
 from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import make_url
 
+from app.dispatch.base import LoopService
+from app.dispatch.notify import NotifyListener
 from app.domain.config import load_config_text
-from app.loops.base import LoopService
-from app.loops.notify import NotifyListener
 from app.runtime import demo_config_text, open_services, resolve_admin_token
 from app.settings import Settings
 from app.store import migrate

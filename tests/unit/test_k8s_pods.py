@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.cluster.base import BindRequest
 from app.cluster.k8s_pods import accelerator_resources, build_pod, job_phase
 from app.cluster.k8s_settings import KubeSettings
-from app.scheduling.from_config import gpu_type_from_config
+from app.domain.from_config import gpu_type_from_config
 from app.scheduling.model import ReplicaPlacement
 from tests.fakekube.objects import GPU_TYPES
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.loops.base import LoopService
+from app.dispatch.base import LoopService
 
 
 class Flaky(LoopService):

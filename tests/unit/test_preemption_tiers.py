@@ -4,7 +4,7 @@ P0 holds its 30%-of-A100 reservation under load, P1 yields to P0, P2 to both."""
 from importlib.resources import files
 
 from app.domain.config import load_config_text
-from app.scheduling.from_config import cluster_model
+from app.domain.from_config import cluster_model
 from tests.unit.quota_sim import Sim, job
 
 

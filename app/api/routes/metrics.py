@@ -6,6 +6,7 @@ import logging
 
 from fastapi import APIRouter, Request, Response
 
+from app.dispatch.metrics import MetricsLoop
 from app.metrics import CONTENT_TYPE
 
 router = APIRouter(tags=["metrics"])
@@ -13,8 +14,7 @@ log = logging.getLogger("gpuq.metrics")
 
 
 def metrics_loop(request: Request):
-    """The app's :class:`~app.loops.metrics.MetricsLoop`, created on first use."""
-    from app.loops.metrics import MetricsLoop
+    """The app's :class:`~app.dispatch.metrics.MetricsLoop`, created on first use."""
 
     state = request.app.state
     loop = getattr(state, "metrics_loop", None)

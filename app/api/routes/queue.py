@@ -6,8 +6,8 @@ from fastapi import APIRouter
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
 from app.api.schemas import QueueItem
-from app.domain.states import wait_seconds
 from app.store import jobs as job_store
+from app.store.states import wait_seconds
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
 

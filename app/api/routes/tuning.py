@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
 from app.api.deps import AdminDep, PrincipalDep, SessionDep
+from app.dispatch.tuner import TunerLoop
 from app.domain.errors import InputError
 from app.store.orm import PoolRow
 from app.tuning.store import current_weights, load_history, load_state, save_config
@@ -88,7 +89,6 @@ def tuning_history(
 @router.post("/evaluate")
 def evaluate_now(request: Request, _: AdminDep) -> dict[str, Any]:
     """Run one tuner pass now (same rules: triggers, cooldown, bounds, gate)."""
-    from app.loops.tuner import TunerLoop
 
     loop = TunerLoop(request.app.state.session_factory, clock=request.app.state.clock)
     return loop.run_once().to_dict()

@@ -3,7 +3,7 @@
 One pass (:meth:`Dispatcher.run_once`), as numbered steps:
 
 1. Leadership: with a live cluster (Kubernetes) only the holder of the
-   session advisory lock of :class:`~app.loops.leader.LeaderElector`
+   session advisory lock of :class:`~app.dispatch.leader.LeaderElector`
    dispatches; standbys keep their cluster cache warm and take over when the
    leader's session dies. On gaining leadership the cluster is reconciled
    (adopt Pods, remove orphans and half-bound gangs). Every pass also takes
@@ -39,20 +39,12 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from app.clock import from_epoch, utcnow
 from app.cluster.base import BindError, BindRequest, Cluster, JobStatusEvent
-from app.domain.states import ACTIVE, change_state, record_event
-from app.loops.base import LoopService
-from app.loops.leader import LeaderElector
-from app.loops.picture import QueuePicture
-from app.loops.releasing import (
-    any_releasing,
-    blocked_binds,
-    cluster_view,
-    finalise,
-    hold_in_snapshot,
-    hold_releasing_in_context,
-    moved_placements,
-)
-from app.loops.snapshot import SnapshotContext, build_snapshot
+from app.dispatch.base import LoopService
+from app.dispatch.leader import LeaderElector
+from app.dispatch.node_sync import fingerprint, gpu_type_configs, sync_node_rows
+from app.dispatch.picture import QueuePicture
+from app.dispatch.releasing import cluster_view, hold_releasing_in_context
+from app.domain.states import ACTIVE
 from app.scheduling.model import (
     Admission,
     CycleResult,
@@ -61,9 +53,14 @@ from app.scheduling.model import (
     Snapshot,
 )
 from app.scheduling.policies import get_policy
+from app.scheduling.releasing import hold_in_snapshot
 from app.store import batch_states, queue_order
 from app.store.batch_states import AdmittedRow, admission_event_data
-from app.store.orm import AllocationRow, JobRow, LeaseRow
+from app.store.convert import placement_of
+from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
+from app.store.releasing import any_releasing, blocked_binds, finalise, moved_placements
+from app.store.snapshot import SnapshotContext, build_snapshot
+from app.store.states import change_state, record_event
 
 ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
 
@@ -93,7 +90,6 @@ def bind_request(
 ) -> BindRequest:
     """What the cluster needs to start ``job``: its stored allocations, or the
     placements just written for it (saves reloading them)."""
-    from app.loops.snapshot import placement_of
 
     if placements is None:
         assert isinstance(job, JobRow)
@@ -217,7 +213,6 @@ class Dispatcher(LoopService):
         gaining leadership."""
         if not getattr(self.cluster, "live_nodes", False):
             return
-        from app.loops.node_sync import fingerprint, gpu_type_configs, sync_node_rows
 
         with self.session_factory() as session:
             self.cluster.set_gpu_types(gpu_type_configs(session))  # type: ignore[attr-defined]
@@ -323,8 +318,6 @@ class Dispatcher(LoopService):
 
     @staticmethod
     def _retries(session: Session, job: JobRow) -> int:
-        from app.store.orm import JobEventRow
-
         return int(
             session.scalar(
                 select(func.count())
@@ -645,7 +638,7 @@ class Dispatcher(LoopService):
     def _release_and_gate(self, binds: list[BindRequest]) -> dict[str, str]:
         """After the stops: release what the cluster already let go (a synchronous
         stop frees capacity in the same pass), then name the binds that would
-        land on capacity stopping Pods still hold (app/loops/releasing.py)."""
+        land on capacity stopping Pods still hold (app/store/releasing.py)."""
         with self.session_factory() as session:
             if not any_releasing(session):
                 return {}

@@ -1,7 +1,7 @@
 """Capacity of stopped jobs, held until the cluster confirms their Pods are gone.
 
 When a job stops holding capacity (cancel, preemption, lease reclaim, a
-descheduler move, a failed bind) :func:`app.domain.states.change_state`
+descheduler move, a failed bind) :func:`app.store.states.change_state`
 marks its allocation rows ``releasing_since`` instead of deleting them:
 on Kubernetes the evicted Pods keep their GPUs for the grace period, so
 handing those cards to another job at once would over-allocate them (the
@@ -10,7 +10,7 @@ kubelet rejects the new Pod, or it sits pending). The rows are deleted
 Until then:
 
 * the snapshot counts them as used capacity that belongs to nobody
-  (:func:`hold_releasing`): not a running job, so never a preemption
+  (:func:`app.scheduling.releasing.hold_releasing`): not a running job, so never a preemption
   victim and never part of a team's or pool's usage;
 * a job admitted onto such capacity in the same cycle (a preemptor onto
   its victim's cards: kube-scheduler's *nominated node*) keeps its
@@ -27,26 +27,35 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from app.cluster.base import BindRequest, Cluster
 from app.domain.states import ACTIVE
-from app.loops.snapshot import SnapshotContext
-from app.scheduling.model import Node, ReplicaPlacement, Snapshot
-from app.scheduling.state import EPS, copy_node
+from app.scheduling.model import ReplicaPlacement
+from app.scheduling.releasing import placement_devices
+from app.scheduling.state import EPS
+from app.store.convert import placement_of
 from app.store.orm import AllocationRow, JobRow, NodeRow
 
 log = logging.getLogger(__name__)
 
 
+class BindLike(Protocol):
+    """What :func:`blocked_binds` reads of a bind (``app.cluster.base.BindRequest``)."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def placements(self) -> Sequence[ReplicaPlacement]: ...
+
+
 def releasing_placements(session: Session) -> list[tuple[str, ReplicaPlacement]]:
     """(job id, placement) of every releasing row."""
-    from app.loops.snapshot import placement_of
-
     rows = session.scalars(
         select(AllocationRow)
         .where(AllocationRow.releasing_since.is_not(None))
@@ -71,8 +80,6 @@ def moved_placements(session: Session) -> dict[str, list[ReplicaPlacement]]:
     """Live placements of active jobs that also have releasing rows: jobs moved
     (preempted and admitted anew in one cycle). After a restart the cluster
     must not adopt their old Pods as the current attempt."""
-    from app.loops.snapshot import placement_of
-
     moved = (
         select(AllocationRow.job_id)
         .where(AllocationRow.releasing_since.is_not(None))
@@ -95,95 +102,6 @@ def moved_placements(session: Session) -> dict[str, list[ReplicaPlacement]]:
     return dict(out)
 
 
-# -- snapshot ---------------------------------------------------------------
-
-
-def hold_releasing(
-    nodes: Sequence[Node],
-    running: Iterable[Sequence[ReplicaPlacement]],
-    releasing: Iterable[ReplicaPlacement],
-) -> list[Node]:
-    """``nodes`` with the releasing placements marked used (changed nodes are copies).
-
-    Marked as plain usage on the node (``whole_used``, slices, shares, cpu,
-    memory) rather than as a running job, so the core cannot preempt it or
-    count it against a quota, and the empty cluster's static capacity (what
-    could *ever* fit) is unchanged. A card a live allocation already holds
-    (a preemptor admitted onto its victim's card, waiting to bind) is not
-    marked again; cpu and memory are capped at the node's capacity for the
-    same reason.
-    """
-    by_node: dict[str, list[ReplicaPlacement]] = defaultdict(list)
-    for p in releasing:
-        by_node[p.node].append(p)
-    if not by_node:
-        return list(nodes)
-    live_whole: set[tuple[str, int]] = set()
-    live_slices: set[tuple[str, int, int]] = set()
-    live_share: dict[tuple[str, int], float] = defaultdict(float)
-    live_cpu: dict[str, float] = defaultdict(float)
-    live_mem: dict[str, float] = defaultdict(float)
-    for placements in running:
-        for p in placements:
-            if p.node not in by_node:
-                continue
-            live_cpu[p.node] += p.cpu
-            live_mem[p.node] += p.memory_gb
-            if p.mig:
-                live_slices.update((p.node, d, i) for d, i, _ in p.mig)
-            elif p.share > 0:
-                live_share[(p.node, p.devices[0])] += p.share
-            else:
-                live_whole.update((p.node, d) for d in p.devices)
-    out: list[Node] = []
-    for node in nodes:
-        held = by_node.get(node.name)
-        if not held:
-            out.append(node)
-            continue
-        n = copy_node(node)
-        for p in held:
-            room_cpu = n.cpu - n.cpu_used - live_cpu[n.name]
-            room_mem = n.memory_gb - n.memory_used_gb - live_mem[n.name]
-            n.cpu_used += max(0.0, min(p.cpu, room_cpu))
-            n.memory_used_gb += max(0.0, min(p.memory_gb, room_mem))
-            for d in _devices(p):
-                if d >= len(n.devices):
-                    continue  # the node shrank; nothing left to hold
-                dev = n.devices[d]
-                if p.mig:
-                    for dd, i, _ in p.mig:
-                        free = (n.name, d, i) not in live_slices
-                        if dd == d and i < len(dev.slices_used) and free:
-                            dev.slices_used[i] = True
-                elif p.share > 0:
-                    room = 1.0 - dev.share_used - live_share[(n.name, d)]
-                    dev.share_used += max(0.0, min(p.share, room))
-                    dev.share_memory_gb += p.share_memory_gb
-                elif (n.name, d) not in live_whole:
-                    dev.whole_used = True
-        out.append(n)
-    return out
-
-
-def hold_releasing_in_context(session: Session, ctx: SnapshotContext) -> None:
-    """For a snapshot not made by build_snapshot (the dispatcher's incremental
-    picture): read the releasing rows and mark them used."""
-    ctx.releasing = [p for _job, p in releasing_placements(session)]
-    hold_in_snapshot(ctx.snapshot, ctx.releasing)
-
-
-def hold_in_snapshot(snap: Snapshot, releasing: Iterable[ReplicaPlacement]) -> None:
-    """Apply :func:`hold_releasing` to ``snap.nodes`` (the nodes list is replaced)."""
-    snap.nodes = hold_releasing(snap.nodes, (j.placements for j in snap.running), releasing)
-
-
-def _devices(p: ReplicaPlacement) -> list[int]:
-    if p.mig:
-        return sorted({d for d, _, _ in p.mig})
-    return list(p.devices)
-
-
 # -- finalising ---------------------------------------------------------------
 
 
@@ -194,17 +112,6 @@ class ClusterView:
     running: set[str] = field(default_factory=set)  # jobs with Pods (any attempt)
     draining: set[str] = field(default_factory=set)  # jobs with stopped Pods still holding
     live: set[str] = field(default_factory=set)  # jobs whose current attempt has Pods
-
-
-def cluster_view(cluster: Cluster) -> ClusterView:
-    """Clusters without ``draining_job_ids`` stop synchronously (nothing drains);
-    without ``live_job_ids`` every job with Pods runs its current attempt."""
-    running = set(cluster.running_job_ids())
-    draining_fn = getattr(cluster, "draining_job_ids", None)
-    live_fn = getattr(cluster, "live_job_ids", None)
-    draining = set(draining_fn()) if draining_fn is not None else set()
-    live = set(live_fn()) if live_fn is not None else running - draining
-    return ClusterView(running=running, draining=draining, live=live)
 
 
 def any_releasing(session: Session) -> bool:
@@ -253,7 +160,7 @@ def finalise(session: Session, view: ClusterView) -> set[str]:
 # -- binds ----------------------------------------------------------------------
 
 
-def blocked_binds(session: Session, binds: Sequence[BindRequest]) -> dict[str, str]:
+def blocked_binds(session: Session, binds: Sequence[BindLike]) -> dict[str, str]:
     """Binds that would land on capacity still held by stopping Pods -> why.
 
     Checked against the database (releasing rows of any job, the job's own
@@ -300,7 +207,7 @@ def blocked_binds(session: Session, binds: Sequence[BindRequest]) -> dict[str, s
 
 
 def _why_blocked(
-    b: BindRequest,
+    b: BindLike,
     rel_by_node: dict[str, list[AllocationRow]],
     live_cpu: dict[str, float],
     live_mem: dict[str, float],
@@ -310,7 +217,7 @@ def _why_blocked(
         held = rel_by_node.get(p.node)
         if not held:
             continue
-        mine = set(_devices(p))
+        mine = set(placement_devices(p))
         mine_slices = {(d, i) for d, i, _ in p.mig}
         for r in held:
             theirs_slices = {(int(d), int(i)) for d, i, _ in r.mig}

@@ -19,15 +19,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.clock import to_epoch, utcnow
-from app.domain.states import wait_seconds
-from app.loops.base import LoopService
-from app.loops.snapshot import build_snapshot, job_request
+from app.dispatch.base import LoopService
 from app.reports.alerts import AlertThresholds, type_imbalance_alerts
 from app.reports.live import thresholds as alert_thresholds
 from app.reports.utilization import pending_by_type, utilization, wanted_type
 from app.scheduling.model import Snapshot
 from app.scheduling.policies import get_policy
+from app.store.convert import job_request
 from app.store.orm import JobRow
+from app.store.snapshot import build_snapshot
+from app.store.states import wait_seconds
 from app.tuning.store import load_history, load_state, record_decision
 from app.tuning.tuner import Decision, TunerConfig, TunerInputs, decide, memory_from_history
 from app.tuning.whatif import DEFAULT_RUNTIME_S, Arrival, make_replay

@@ -11,7 +11,7 @@ import threading
 
 import psycopg
 
-from app.loops.base import LoopService
+from app.dispatch.base import LoopService
 from app.store.jobs import NOTIFY_CHANNEL
 
 log = logging.getLogger("gpuq.loops.notify")

@@ -39,15 +39,6 @@ from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
 from app.domain.states import ACTIVE
-from app.loops.snapshot import (
-    Catalog,
-    SnapshotContext,
-    job_request,
-    lease_info,
-    placement_of,
-    read_catalog,
-    with_preemption_history,
-)
 from app.scheduling.model import (
     JobRequest,
     LeaseInfo,
@@ -58,12 +49,14 @@ from app.scheduling.model import (
     SchedulerConfig,
 )
 from app.store.config_loader import scheduler_knobs
+from app.store.convert import job_request, lease_info, placement_of
 from app.store.orm import (
     AllocationRow,
     JobRow,
     LeaseRow,
 )
 from app.store.queue_order import last_writer
+from app.store.snapshot import Catalog, SnapshotContext, read_catalog, with_preemption_history
 
 LIVE = ("pending", *sorted(ACTIVE))
 _DIGITS = re.compile(r"\d+(\.\d+)?")
@@ -210,7 +203,7 @@ class QueuePicture:
         leases: dict[int, list[LeaseInfo]] = defaultdict(list)
         if not job_ids:
             return placements, leases
-        aq = (  # live rows only: releasing ones are held apart (app/loops/releasing.py)
+        aq = (  # live rows only: releasing ones are held apart (app/store/releasing.py)
             select(AllocationRow)
             .where(AllocationRow.releasing_since.is_(None))
             .order_by(AllocationRow.job_id, AllocationRow.replica)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from sqlalchemy import select, update
 
+from app.dispatch.base import LoopService
+from app.dispatch.dispatcher import Dispatcher
 from app.domain.states import ACTIVE
-from app.loops.base import LoopService
-from app.loops.dispatcher import Dispatcher
 from app.scheduling.leases import reclaim_only
 from app.store.orm import JobRow, LeaseRow
 

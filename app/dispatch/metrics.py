@@ -27,15 +27,15 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.clock import utcnow
-from app.loops.base import LoopService
-from app.loops.dispatcher import Dispatcher
-from app.loops.picture import XMIN
-from app.loops.releasing import releasing_units
+from app.dispatch.base import LoopService
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.picture import XMIN
 from app.metrics import GpuqMetrics
 from app.reports.alerts import Alert
 from app.reports.live import live_fairness, live_utilization
 from app.reports.utilization import borrowed_units, pending_counts, utilization
 from app.store.orm import JobEventRow, JobRow
+from app.store.releasing import releasing_units
 
 SEEN_CAP = 200_000
 

@@ -19,6 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from sqlalchemy import text
+
+from app.store.db import normalize_url, psycopg_conninfo
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,6 @@ def lock_key(name: str) -> int:
 
 def libpq_dsn(url: str) -> str:
     """SQLAlchemy URL (``postgresql+psycopg://...``) -> a libpq connection string."""
-    from app.store.db import normalize_url, psycopg_conninfo
 
     return psycopg_conninfo(normalize_url(url))
 
@@ -141,7 +143,6 @@ def fence(connection: Any, name: str = "gpuq-dispatcher") -> bool:
     if hasattr(connection, "exec_driver_sql"):
         row = connection.exec_driver_sql(f"SELECT pg_try_advisory_xact_lock({key})").fetchone()
     elif hasattr(connection, "execute") and hasattr(connection, "get_bind"):  # ORM Session
-        from sqlalchemy import text
 
         row = connection.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).first()
     else:

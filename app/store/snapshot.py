@@ -15,16 +15,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from app.clock import to_epoch
-from app.domain.requests import request_from_spec
-from app.domain.spec import JobSpec
 from app.domain.states import ACTIVE
-from app.scheduling.from_config import pool_from_config, team_from_config
 from app.scheduling.model import (
-    Device,
     GpuType,
     JobRequest,
     LeaseInfo,
-    MigProfile,
     Node,
     PoolInfo,
     PriorityInfo,
@@ -34,9 +29,18 @@ from app.scheduling.model import (
     Snapshot,
     TeamInfo,
 )
+from app.scheduling.releasing import hold_in_snapshot
 from app.store.config_loader import scheduler_knobs
+from app.store.convert import (
+    gpu_type_info,
+    job_request,
+    lease_info,
+    node_info,
+    placement_of,
+    pool_info,
+    team_info,
+)
 from app.store.orm import (
-    AllocationRow,
     GpuTypeRow,
     JobEventRow,
     JobRow,
@@ -46,6 +50,7 @@ from app.store.orm import (
     PriorityClassRow,
     TeamRow,
 )
+from app.store.releasing import releasing_placements
 
 
 @dataclass
@@ -59,93 +64,6 @@ class SnapshotContext:
     # placements of stopped jobs whose Pods may still hold them (already marked
     # used on snapshot.nodes; re-apply with hold_in_snapshot if nodes are replaced)
     releasing: list[ReplicaPlacement] = field(default_factory=list)
-
-
-def gpu_type_info(r: GpuTypeRow) -> GpuType:
-    return GpuType(
-        name=r.name,
-        memory_gb=r.memory_gb,
-        weight=r.weight,
-        mig_profiles={
-            k: MigProfile(k, float(v["memory_gb"]), float(v["compute_fraction"]))
-            for k, v in (r.mig_profiles or {}).items()
-        },
-        shareable=r.shareable,
-        resource_name=r.resource_name,
-    )
-
-
-def node_info(r: NodeRow) -> Node:
-    layout = {int(k): tuple(v) for k, v in (r.mig_layout or {}).items()}
-    return Node(
-        name=r.name,
-        gpu_type=r.gpu_type if r.gpus > 0 else None,
-        devices=[Device(index=i, mig_layout=layout.get(i, ())) for i in range(r.gpus)],
-        cpu=r.cpu,
-        memory_gb=r.memory_gb,
-        rack=r.rack,
-        network=r.network,
-        nvlink_domain=r.nvlink_domain,
-        labels=dict(r.labels or {}),
-        taints=tuple(
-            (t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
-            for t in (r.taints or [])
-        ),
-        schedulable=r.schedulable,
-    )
-
-
-def pool_info(r: PoolRow) -> PoolInfo:
-    return pool_from_config(r)  # the same conversion as a config file's pool
-
-
-def team_info(r: TeamRow) -> TeamInfo:
-    return team_from_config(r)
-
-
-def placement_of(a: AllocationRow) -> ReplicaPlacement:
-    return ReplicaPlacement(
-        replica=a.replica,
-        node=a.node,
-        gpu_type=a.gpu_type,
-        devices=tuple(int(d) for d in a.devices),
-        mig=tuple((int(d), int(i), str(p)) for d, i, p in a.mig),
-        share=a.share,
-        share_memory_gb=a.share_memory_gb,
-        units=a.units,
-        cpu=a.cpu,
-        memory_gb=a.memory_gb,
-    )
-
-
-def lease_info(r: LeaseRow) -> LeaseInfo:
-    return LeaseInfo(
-        id=str(r.id),
-        borrower=r.borrower,
-        lender=r.lender,
-        gpu_type=r.gpu_type,
-        units=r.units,
-        job_id=str(r.job_id),
-        started_at=to_epoch(r.started_at),
-        expires_at=to_epoch(r.expires_at),
-    )
-
-
-def job_request(
-    job: JobRow, priorities: dict[str, PriorityInfo], pools: dict[str, PoolInfo]
-) -> JobRequest:
-    spec = JobSpec.model_validate(job.spec)
-    prio = priorities.get(job.priority) or PriorityInfo(job.priority, 0, True)
-    pool = pools.get(job.pool)
-    return request_from_spec(
-        spec,
-        job_id=str(job.id),
-        pool=job.pool,
-        priority=prio,
-        submitted_at=to_epoch(job.submitted_at),
-        preemption_count=job.preemption_count,
-        default_placement=pool.placement if pool else "binpack",
-    )
 
 
 def with_preemption_history(
@@ -262,8 +180,6 @@ def build_snapshot(session: Session, now: datetime) -> SnapshotContext:
     snap = catalog.snapshot(
         now, running, pending, SchedulerConfig.from_mapping(scheduler_knobs(session))
     )
-    from app.loops.releasing import hold_in_snapshot, releasing_placements
-
     releasing = [p for _job, p in releasing_placements(session)]
     hold_in_snapshot(snap, releasing)  # used, preemptible by nobody, in no quota
     return SnapshotContext(

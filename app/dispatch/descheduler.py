@@ -9,8 +9,8 @@ submit time, preemption_count + 1, an event saying who and why.
 
 from __future__ import annotations
 
-from app.loops.base import LoopService
-from app.loops.dispatcher import Dispatcher
+from app.dispatch.base import LoopService
+from app.dispatch.dispatcher import Dispatcher
 from app.scheduling.descheduler import deschedule
 
 

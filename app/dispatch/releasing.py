@@ -1,0 +1,33 @@
+"""The dispatcher's side of releasing capacity: what the cluster shows, and
+holding the releasing rows on the incremental picture's snapshot.
+
+The rows and their SQL are in :mod:`app.store.releasing`; marking them on
+nodes is pure (:mod:`app.scheduling.releasing`).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from app.cluster.base import Cluster
+from app.scheduling.releasing import hold_in_snapshot
+from app.store.releasing import ClusterView, releasing_placements
+from app.store.snapshot import SnapshotContext
+
+
+def cluster_view(cluster: Cluster) -> ClusterView:
+    """Clusters without ``draining_job_ids`` stop synchronously (nothing drains);
+    without ``live_job_ids`` every job with Pods runs its current attempt."""
+    running = set(cluster.running_job_ids())
+    draining_fn = getattr(cluster, "draining_job_ids", None)
+    live_fn = getattr(cluster, "live_job_ids", None)
+    draining = set(draining_fn()) if draining_fn is not None else set()
+    live = set(live_fn()) if live_fn is not None else running - draining
+    return ClusterView(running=running, draining=draining, live=live)
+
+
+def hold_releasing_in_context(session: Session, ctx: SnapshotContext) -> None:
+    """For a snapshot not made by build_snapshot (the dispatcher's incremental
+    picture): read the releasing rows and mark them used."""
+    ctx.releasing = [p for _job, p in releasing_placements(session)]
+    hold_in_snapshot(ctx.snapshot, ctx.releasing)

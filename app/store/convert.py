@@ -1,0 +1,113 @@
+"""Database rows -> the core's dataclasses (one conversion, used by every reader).
+
+The snapshot, the dispatcher's picture, the pool ledger and the releasing
+rows all turn rows into :mod:`app.scheduling.model` objects here, so they
+cannot disagree on what a row means.
+"""
+
+from __future__ import annotations
+
+from app.clock import to_epoch
+from app.domain.from_config import pool_from_config, team_from_config
+from app.domain.requests import request_from_spec
+from app.domain.spec import JobSpec
+from app.scheduling.model import (
+    Device,
+    GpuType,
+    JobRequest,
+    LeaseInfo,
+    MigProfile,
+    Node,
+    PoolInfo,
+    PriorityInfo,
+    ReplicaPlacement,
+    TeamInfo,
+)
+from app.store.orm import AllocationRow, GpuTypeRow, JobRow, LeaseRow, NodeRow, PoolRow, TeamRow
+
+
+def gpu_type_info(r: GpuTypeRow) -> GpuType:
+    return GpuType(
+        name=r.name,
+        memory_gb=r.memory_gb,
+        weight=r.weight,
+        mig_profiles={
+            k: MigProfile(k, float(v["memory_gb"]), float(v["compute_fraction"]))
+            for k, v in (r.mig_profiles or {}).items()
+        },
+        shareable=r.shareable,
+        resource_name=r.resource_name,
+    )
+
+
+def node_info(r: NodeRow) -> Node:
+    layout = {int(k): tuple(v) for k, v in (r.mig_layout or {}).items()}
+    return Node(
+        name=r.name,
+        gpu_type=r.gpu_type if r.gpus > 0 else None,
+        devices=[Device(index=i, mig_layout=layout.get(i, ())) for i in range(r.gpus)],
+        cpu=r.cpu,
+        memory_gb=r.memory_gb,
+        rack=r.rack,
+        network=r.network,
+        nvlink_domain=r.nvlink_domain,
+        labels=dict(r.labels or {}),
+        taints=tuple(
+            (t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
+            for t in (r.taints or [])
+        ),
+        schedulable=r.schedulable,
+    )
+
+
+def pool_info(r: PoolRow) -> PoolInfo:
+    return pool_from_config(r)  # the same conversion as a config file's pool
+
+
+def team_info(r: TeamRow) -> TeamInfo:
+    return team_from_config(r)
+
+
+def placement_of(a: AllocationRow) -> ReplicaPlacement:
+    return ReplicaPlacement(
+        replica=a.replica,
+        node=a.node,
+        gpu_type=a.gpu_type,
+        devices=tuple(int(d) for d in a.devices),
+        mig=tuple((int(d), int(i), str(p)) for d, i, p in a.mig),
+        share=a.share,
+        share_memory_gb=a.share_memory_gb,
+        units=a.units,
+        cpu=a.cpu,
+        memory_gb=a.memory_gb,
+    )
+
+
+def lease_info(r: LeaseRow) -> LeaseInfo:
+    return LeaseInfo(
+        id=str(r.id),
+        borrower=r.borrower,
+        lender=r.lender,
+        gpu_type=r.gpu_type,
+        units=r.units,
+        job_id=str(r.job_id),
+        started_at=to_epoch(r.started_at),
+        expires_at=to_epoch(r.expires_at),
+    )
+
+
+def job_request(
+    job: JobRow, priorities: dict[str, PriorityInfo], pools: dict[str, PoolInfo]
+) -> JobRequest:
+    spec = JobSpec.model_validate(job.spec)
+    prio = priorities.get(job.priority) or PriorityInfo(job.priority, 0, True)
+    pool = pools.get(job.pool)
+    return request_from_spec(
+        spec,
+        job_id=str(job.id),
+        pool=job.pool,
+        priority=prio,
+        submitted_at=to_epoch(job.submitted_at),
+        preemption_count=job.preemption_count,
+        default_placement=pool.placement if pool else "binpack",
+    )
