@@ -150,6 +150,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         version="0.1.0",
         description="A fair batch queue for Kubernetes clusters that mix GPU models.",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc come from app.ui.docs, with assets shipped in
+        redoc_url=None,  # the package instead of a CDN (GPU clusters are often off-line)
     )
     app.state.settings = settings
     app.state.metrics = GpuqMetrics()

@@ -30,7 +30,7 @@ from app.store.orm import JobRow, LeaseRow, PoolRow, PriorityClassRow, TeamRow
 from app.store.states import wait_seconds
 from app.store.usage import pool_usage
 from app.tuning.store import current_weights, load_history, load_state
-from app.ui import views
+from app.ui import docs, views
 from app.ui.auth import (
     COOKIE,
     FormDep,
@@ -47,8 +47,9 @@ router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
 
 
 def install(app: FastAPI) -> None:
-    """Routes, the stylesheet and the login redirect on ``app``."""
+    """Routes, the stylesheet, the off-line API docs and the login redirect on ``app``."""
     app.include_router(router)
+    app.include_router(docs.router)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     app.add_exception_handler(LoginRequired, login_redirect)  # type: ignore[arg-type]
 

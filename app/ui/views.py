@@ -14,11 +14,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.loops.snapshot import read_catalog
 from app.reports.live import live_fairness
 from app.scheduling.quota import QuotaLedger
 from app.store import catalog
 from app.store.orm import JobRow, LeaseRow, NodeRow, TeamRow
+from app.store.snapshot import read_catalog
 from app.store.usage import node_allocations, node_view, team_usage
 
 DAY_S = 86400.0

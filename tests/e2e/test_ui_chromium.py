@@ -46,7 +46,7 @@ pytestmark = pytest.mark.skipif(
 class Browser:
     """A minimal W3C WebDriver client."""
 
-    def __init__(self, driver_url: str, profile: str) -> None:
+    def __init__(self, driver_url: str, profile: str, extra_args: list[str] = ()) -> None:
         self.http = httpx.Client(base_url=driver_url, timeout=60)
         caps = {
             "capabilities": {
@@ -54,7 +54,7 @@ class Browser:
                     "browserName": "chrome",
                     "goog:chromeOptions": {
                         "binary": CHROMIUM,
-                        "args": [*FLAGS, f"--user-data-dir={profile}"],
+                        "args": [*FLAGS, *extra_args, f"--user-data-dir={profile}"],
                     },
                     "goog:loggingPrefs": {"browser": "ALL"},
                 }
