@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean docs-assets
+.PHONY: run test lint bench docs clean docs-assets
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -24,6 +24,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/core.py
+
+# Regenerate docs/configuration.md and docs/api.md from the code (tests/unit/test_docs.py
+# fails when they are stale).
+docs: $(STAMP)
+	$(BIN)/python -m app.docgen
 
 clean:
 	rm -rf $(VENV) .gpuq

@@ -50,6 +50,7 @@ from app.scheduling.model import (
 )
 from app.store.config_loader import scheduler_knobs
 from app.store.convert import job_request, lease_info, placement_of
+from app.store.live import live_allocations
 from app.store.orm import (
     AllocationRow,
     JobRow,
@@ -204,9 +205,7 @@ class QueuePicture:
         if not job_ids:
             return placements, leases
         aq = (  # live rows only: releasing ones are held apart (app/store/releasing.py)
-            select(AllocationRow)
-            .where(AllocationRow.releasing_since.is_(None))
-            .order_by(AllocationRow.job_id, AllocationRow.replica)
+            live_allocations().order_by(AllocationRow.job_id, AllocationRow.replica)
         )
         lq = select(LeaseRow).where(LeaseRow.state == "active")
         if not full:  # only the changed jobs' rows

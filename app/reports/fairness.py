@@ -13,8 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from app.domain.percentiles import percentile, ratio
 from app.reports.alerts import AlertThresholds, head_of_line_alerts
-from app.reports.percentiles import percentile, ratio
 from app.reports.records import JobRecord
 
 DIMENSIONS = ("team", "pool", "priority", "gpu_type")

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from app.clock import to_epoch
 from app.reports.records import JobRecord
 from app.reports.utilization import ANY_TYPE, CPU_ONLY
+from app.store.live import live_allocations
 from app.store.orm import AllocationRow, JobEventRow, JobRow, NodeRow, PoolRow
 from app.store.states import wait_seconds
 
@@ -68,7 +69,7 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
     held: dict[int, set[str]] = defaultdict(set)
     for chunk in _chunks(ids):
         for job_id, gpu_type in session.execute(
-            select(AllocationRow.job_id, AllocationRow.gpu_type).where(
+            live_allocations(AllocationRow.job_id, AllocationRow.gpu_type).where(
                 AllocationRow.job_id.in_(chunk)
             )
         ):

@@ -72,7 +72,8 @@ def run_simulate(
         Path(out).write_text(text)
     s = doc["summary"]
     print(
-        f"{policy}: {s['jobs']} jobs, {s['finished']} finished, makespan {s['makespan_s']:.0f}s, "
+        f"{policy}: {s['jobs']} jobs, {s['finished']} finished, {s['not_started']} not started, "
+        f"makespan {s['makespan_s']:.0f}s, "
         f"wait p50 {s['wait_p50_s']:.0f}s p99 {s['wait_p99_s']:.0f}s, "
         f"jct p50 {s['jct_p50_s']:.0f}s"
     )

@@ -37,6 +37,7 @@ from typing import Any
 
 from app.domain.config import GpuqConfig
 from app.domain.from_config import ClusterModel, cluster_model
+from app.domain.percentiles import percentile
 from app.domain.requests import request_from_spec
 from app.domain.spec import JobSpec
 from app.scheduling.baselines import out_of_memory
@@ -104,12 +105,9 @@ class SimulationResult:
     descheduler_ticks: int = 0  # ticks at which the descheduler was asked to decide
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    s = sorted(values)
-    k = max(0, min(len(s) - 1, math.ceil(q * len(s)) - 1))
-    return float(s[k])
+def _pct(values: Sequence[float], q: int) -> float:
+    """The shared percentile (app/domain/percentiles.py), 0 for no samples, rounded."""
+    return round(percentile(values, q) or 0.0, 6)
 
 
 def allocation_json(p: ReplicaPlacement) -> dict[str, Any]:
@@ -151,9 +149,12 @@ def to_json(result: SimulationResult) -> dict[str, Any]:
         })
         team = by_team[j.request.team]
         team["jobs"].append(1)
-        if j.first_start_s is not None:
-            waits.append(j.wait_s)
-            team["wait"].append(j.wait_s)
+        # every job's wait, those that never started included (their wait runs
+        # to the end of the run): leaving them out made a stuck queue look fast
+        waits.append(j.wait_s)
+        team["wait"].append(j.wait_s)
+        if j.first_start_s is None:
+            team["not_started"].append(1)
         if finished and j.end_s is not None:
             jcts.append(j.end_s - j.submit_s)
             team["jct"].append(j.end_s - j.submit_s)
@@ -168,18 +169,20 @@ def to_json(result: SimulationResult) -> dict[str, Any]:
         "finished": sum(1 for j in result.jobs if j.status == "succeeded"),
         "failed": sum(1 for j in result.jobs if j.status == "failed"),
         "unschedulable": sum(1 for j in result.jobs if j.status == "unschedulable"),
+        "not_started": sum(1 for j in result.jobs if j.first_start_s is None),
         "makespan_s": round(makespan, 6),
-        "wait_p50_s": round(_percentile(waits, 0.5), 6),
-        "wait_p99_s": round(_percentile(waits, 0.99), 6),
-        "jct_p50_s": round(_percentile(jcts, 0.5), 6),
+        "wait_p50_s": _pct(waits, 50),
+        "wait_p99_s": _pct(waits, 99),
+        "jct_p50_s": _pct(jcts, 50),
         "utilization": util,
         "by_team": {
             name: {
                 "jobs": len(v["jobs"]),
                 "finished": len(v["finished"]),
-                "wait_p50_s": round(_percentile(v["wait"], 0.5), 6),
-                "wait_p99_s": round(_percentile(v["wait"], 0.99), 6),
-                "jct_p50_s": round(_percentile(v["jct"], 0.5), 6),
+                "not_started": len(v["not_started"]),
+                "wait_p50_s": _pct(v["wait"], 50),
+                "wait_p99_s": _pct(v["wait"], 99),
+                "jct_p50_s": _pct(v["jct"], 50),
             }
             for name, v in sorted(by_team.items())
         },
@@ -313,8 +316,10 @@ class Simulator:
                 if self.descheduler_tick() and self.pending:
                     self._core_cycle(t)  # victims look for room now, as the dispatcher would
             self._arm_tick()
-        for j in self.pending.values():
+        for j in self.pending.values():  # still queued at the end: waited until now
             j.status = "pending"
+            j.wait_s += self.now - j.queued_since
+            j.queued_since = self.now
         return SimulationResult(
             self.policy_name, self.jobs, self.events,
             capacity_units=self._capacity(), busy_unit_seconds=dict(self.busy),

@@ -24,6 +24,7 @@ from app.store.orm import (
     JobEventRow,
     JobRow,
     LeaseRow,
+    releasing_row,
 )
 from app.store.queue_order import fill_queue_positions
 from app.store.states import change_state
@@ -312,7 +313,7 @@ def released_placements(session: Session, job: JobRow) -> list[dict]:
             }
             for r in session.scalars(
                 select(AllocationRow)
-                .where(AllocationRow.job_id == job.id, AllocationRow.releasing_since.is_not(None))
+                .where(AllocationRow.job_id == job.id, releasing_row())
                 .order_by(AllocationRow.replica, AllocationRow.id)
             )
         ]

@@ -28,11 +28,13 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    and_,
     func,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.sql.elements import ColumnElement
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -194,12 +196,11 @@ class JobRow(Base):
     # jobs_xact trigger, migration 0002): what incremental refreshes key on
     xact: Mapped[int | None] = mapped_column(BigInteger, index=True)
 
-    # Live allocations only: rows of stopped Pods still draining
+    # Live allocations only (``live_row``): rows of stopped Pods still draining
     # (``releasing_since`` set) are not the job's capacity any more.
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job",
-        primaryjoin="and_(JobRow.id == AllocationRow.job_id, "
-        "AllocationRow.releasing_since.is_(None))",
+        primaryjoin=lambda: and_(JobRow.id == AllocationRow.job_id, live_row()),
         cascade="all, delete-orphan",
         order_by="AllocationRow.replica",
         passive_deletes=True,
@@ -246,6 +247,18 @@ class AllocationRow(Base):
     releasing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     job: Mapped[JobRow] = relationship(back_populates="allocations")
+
+
+def live_row() -> ColumnElement[bool]:
+    """The row half of "live allocation" (the whole definition, job state
+    included, and every query built on it: app/store/live.py): the row is the
+    capacity of the job's current attempt, not of Pods still stopping."""
+    return AllocationRow.releasing_since.is_(None)
+
+
+def releasing_row() -> ColumnElement[bool]:
+    """A row of a stopped attempt whose Pods still hold the capacity."""
+    return AllocationRow.releasing_since.is_not(None)
 
 
 class LeaseRow(Base):

@@ -1,6 +1,7 @@
 """The core's pool ledger, built from the database for read endpoints, so
 /v1/pools/{name}/usage shows the same numbers the scheduler decides with
-(idle guarantee, shared use, what may still be lent)."""
+(idle guarantee, shared use, what may still be lent), from the same live
+allocations (app/store/live.py) as the usage figures beside them."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from collections import defaultdict
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain.states import ACTIVE
 from app.scheduling.pools import PoolLedger
 from app.store.convert import pool_info
+from app.store.live import live_allocations
 from app.store.orm import AllocationRow, GpuTypeRow, JobRow, LeaseRow, NodeRow, PoolRow
 
 
@@ -26,9 +27,7 @@ def ledger_from_db(session: Session) -> PoolLedger:
     used: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     pool_of: dict[int, str] = {}
     for job_id, pool, gpu_type, units in session.execute(
-        select(JobRow.id, JobRow.pool, AllocationRow.gpu_type, AllocationRow.units)
-        .join(AllocationRow, AllocationRow.job_id == JobRow.id)
-        .where(JobRow.status.in_(ACTIVE))
+        live_allocations(JobRow.id, JobRow.pool, AllocationRow.gpu_type, AllocationRow.units)
     ):
         pool_of[job_id] = pool
         if gpu_type is not None:

@@ -39,7 +39,8 @@ from app.scheduling.model import ReplicaPlacement
 from app.scheduling.releasing import placement_devices
 from app.scheduling.state import EPS
 from app.store.convert import placement_of
-from app.store.orm import AllocationRow, JobRow, NodeRow
+from app.store.live import live_allocations
+from app.store.orm import AllocationRow, JobRow, NodeRow, releasing_row
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def releasing_placements(session: Session) -> list[tuple[str, ReplicaPlacement]]
     """(job id, placement) of every releasing row."""
     rows = session.scalars(
         select(AllocationRow)
-        .where(AllocationRow.releasing_since.is_not(None))
+        .where(releasing_row())
         .order_by(AllocationRow.id)
     )
     return [(str(r.job_id), placement_of(r)) for r in rows]
@@ -70,7 +71,7 @@ def releasing_units(session: Session) -> dict[str, float]:
         t: float(cu or 0)
         for t, cu in session.execute(
             select(AllocationRow.gpu_type, func.sum(AllocationRow.units))
-            .where(AllocationRow.releasing_since.is_not(None), AllocationRow.gpu_type.is_not(None))
+            .where(releasing_row(), AllocationRow.gpu_type.is_not(None))
             .group_by(AllocationRow.gpu_type)
         )
     }
@@ -82,18 +83,13 @@ def moved_placements(session: Session) -> dict[str, list[ReplicaPlacement]]:
     must not adopt their old Pods as the current attempt."""
     moved = (
         select(AllocationRow.job_id)
-        .where(AllocationRow.releasing_since.is_not(None))
+        .where(releasing_row())
         .distinct()
         .scalar_subquery()
     )
     rows = session.scalars(
-        select(AllocationRow)
-        .join(JobRow, JobRow.id == AllocationRow.job_id)
-        .where(
-            AllocationRow.releasing_since.is_(None),
-            JobRow.status.in_(ACTIVE),
-            AllocationRow.job_id.in_(moved),
-        )
+        live_allocations()
+        .where(AllocationRow.job_id.in_(moved))
         .order_by(AllocationRow.job_id, AllocationRow.replica)
     )
     out: dict[str, list[ReplicaPlacement]] = defaultdict(list)
@@ -117,7 +113,7 @@ class ClusterView:
 def any_releasing(session: Session) -> bool:
     """One index probe: is any capacity waiting for its Pods to go?"""
     return session.scalar(
-        select(AllocationRow.id).where(AllocationRow.releasing_since.is_not(None)).limit(1)
+        select(AllocationRow.id).where(releasing_row()).limit(1)
     ) is not None
 
 
@@ -134,7 +130,7 @@ def finalise(session: Session, view: ClusterView) -> set[str]:
     rows = session.execute(
         select(AllocationRow.id, AllocationRow.job_id, JobRow.status)
         .join(JobRow, JobRow.id == AllocationRow.job_id)
-        .where(AllocationRow.releasing_since.is_not(None))
+        .where(releasing_row())
     ).all()
     done_ids: list[int] = []
     released: set[str] = set()
@@ -149,7 +145,7 @@ def finalise(session: Session, view: ClusterView) -> set[str]:
     if done_ids:
         session.execute(
             delete(AllocationRow)
-            .where(AllocationRow.id.in_(done_ids), AllocationRow.releasing_since.is_not(None))
+            .where(AllocationRow.id.in_(done_ids), releasing_row())
             .execution_options(synchronize_session=False)
         )
         log.info("capacity of %d stopped job(s) released: %s", len(released),
@@ -173,7 +169,7 @@ def blocked_binds(session: Session, binds: Sequence[BindLike]) -> dict[str, str]
     nodes = {p.node for b in binds for p in b.placements}
     rel = session.scalars(
         select(AllocationRow).where(
-            AllocationRow.releasing_since.is_not(None), AllocationRow.node.in_(nodes)
+            releasing_row(), AllocationRow.node.in_(nodes)
         )
     ).all()
     if not rel:
@@ -184,13 +180,8 @@ def blocked_binds(session: Session, binds: Sequence[BindLike]) -> dict[str, str]
     live_cpu: dict[str, float] = defaultdict(float)
     live_mem: dict[str, float] = defaultdict(float)
     for node, cpu, mem in session.execute(
-        select(AllocationRow.node, AllocationRow.cpu, AllocationRow.memory_gb)
-        .join(JobRow, JobRow.id == AllocationRow.job_id)
-        .where(
-            AllocationRow.releasing_since.is_(None),
-            AllocationRow.node.in_(list(rel_by_node)),
-            JobRow.status.in_(ACTIVE),
-        )
+        live_allocations(AllocationRow.node, AllocationRow.cpu, AllocationRow.memory_gb)
+        .where(AllocationRow.node.in_(list(rel_by_node)))
     ):
         live_cpu[node] += cpu
         live_mem[node] += mem

@@ -19,7 +19,14 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from app.domain.states import ACTIVE, ALLOWED, TERMINAL, InvalidTransition
-from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow, job_revision_seq
+from app.store.orm import (
+    AllocationRow,
+    JobEventRow,
+    JobRow,
+    LeaseRow,
+    job_revision_seq,
+    live_row,
+)
 
 
 @dataclass
@@ -81,13 +88,13 @@ def _release_capacity(session: Session, t: Transition) -> None:
     if t.pods_gone:  # this attempt's rows; an older attempt's may still be draining
         session.execute(
             delete(AllocationRow).where(
-                AllocationRow.job_id == t.job.id, AllocationRow.releasing_since.is_(None)
+                AllocationRow.job_id == t.job.id, live_row()
             )
         )
     else:
         session.execute(
             update(AllocationRow)
-            .where(AllocationRow.job_id == t.job.id, AllocationRow.releasing_since.is_(None))
+            .where(AllocationRow.job_id == t.job.id, live_row())
             .values(releasing_since=t.now)
             .execution_options(synchronize_session=False)
         )

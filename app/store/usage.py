@@ -1,6 +1,7 @@
 """Read models for usage endpoints: what pools, teams and nodes hold now.
 
-Counted in CU from allocation rows; borrowed/lent from active lease rows.
+Counted in CU from live allocation rows (app/store/live.py, the one
+definition every usage read shares); borrowed/lent from active lease rows.
 """
 
 from __future__ import annotations
@@ -8,57 +9,42 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.domain.states import ACTIVE
+from app.store.live import held_allocations, live_units
 from app.store.orm import AllocationRow, JobRow, LeaseRow, NodeRow, PoolRow, TeamRow
 from app.store.pool_ledger import ledger_from_db
 
 
 def pool_usage(session: Session, pool: PoolRow) -> dict[str, Any]:
-    used: dict[str, float] = defaultdict(float)
-    for gpu_type, units in session.execute(
-        select(AllocationRow.gpu_type, func.sum(AllocationRow.units))
-        .join(JobRow, JobRow.id == AllocationRow.job_id)
-        .where(AllocationRow.releasing_since.is_(None))  # live rows only
-        .where(JobRow.pool == pool.name, JobRow.status.in_(ACTIVE))
-        .group_by(AllocationRow.gpu_type)
-    ):
-        if gpu_type is not None:
-            used[gpu_type] += float(units or 0)
-    borrowed: dict[str, float] = defaultdict(float)
-    lent: dict[str, float] = defaultdict(float)
-    for lease in session.scalars(
-        select(LeaseRow).where(
-            LeaseRow.state == "active",
-            (LeaseRow.borrower == pool.name) | (LeaseRow.lender == pool.name),
-        )
-    ):
-        if lease.borrower == pool.name:
-            borrowed[lease.gpu_type] += lease.units
-        if lease.lender == pool.name:
-            lent[lease.gpu_type] += lease.units
+    """Per GPU type: guaranteed, used, borrowed, lent, and the scheduler's view
+    of them (effective guarantee, idle, shared, lendable) -- all read from one
+    ledger built from live allocations and active leases, so they agree."""
+    ledger = ledger_from_db(session)
+    name = pool.name
     types = list(
-        dict.fromkeys([*(pool.gpu_types or []), *(pool.guaranteed or {}), *used, *borrowed, *lent])
+        dict.fromkeys([
+            *(pool.gpu_types or []), *(pool.guaranteed or {}),
+            *(t for (p, t), v in ledger.used.items() if p == name and v > 0),
+            *(t for (p, t), v in ledger.borrowed.items() if p == name and v > 0),
+            *(t for (p, t), v in ledger.lent.items() if p == name and v > 0),
+        ])
     )
     by_type = {
         t: {
             "guaranteed": float((pool.guaranteed or {}).get(t, 0.0)),
-            "used": used.get(t, 0.0),
-            "borrowed": borrowed.get(t, 0.0),
-            "lent": lent.get(t, 0.0),
+            "used": ledger.used.get((name, t), 0.0),
+            "borrowed": ledger.borrowed.get((name, t), 0.0),
+            "lent": ledger.lent.get((name, t), 0.0),
+            # the scheduler's view: guarantee after scaling to capacity, idle, shared use
+            "guaranteed_effective": ledger.guarantee(name, t),
+            "idle": ledger.idle(name, t),
+            "shared": ledger.shared_used(name, t),
+            "lendable": ledger.lendable(name, t),
         }
         for t in types
     }
-
-    ledger = ledger_from_db(session)
-    for t, row in by_type.items():
-        # the scheduler's view: guarantee after scaling to capacity, idle, shared use
-        row["guaranteed_effective"] = ledger.guarantee(pool.name, t)
-        row["idle"] = ledger.idle(pool.name, t)
-        row["shared"] = ledger.shared_used(pool.name, t)
-        row["lendable"] = ledger.lendable(pool.name, t)
     active_leases = [
         {"id": str(r.id), "borrower": r.borrower, "lender": r.lender, "gpu_type": r.gpu_type,
          "units": r.units, "job_id": str(r.job_id), "started_at": r.started_at,
@@ -83,16 +69,7 @@ def pool_usage(session: Session, pool: PoolRow) -> dict[str, Any]:
 
 
 def team_usage(session: Session, team: TeamRow) -> dict[str, Any]:
-    by_type: dict[str, float] = defaultdict(float)
-    for gpu_type, units in session.execute(
-        select(AllocationRow.gpu_type, func.sum(AllocationRow.units))
-        .join(JobRow, JobRow.id == AllocationRow.job_id)
-        .where(AllocationRow.releasing_since.is_(None))  # live rows only
-        .where(JobRow.team == team.name, JobRow.status.in_(ACTIVE))
-        .group_by(AllocationRow.gpu_type)
-    ):
-        if gpu_type is not None:  # CPU-only work holds no CU
-            by_type[gpu_type] += float(units or 0)
+    by_type = live_units(session, JobRow.team, [JobRow.team == team.name]).get(team.name, {})
     counts = dict(
         session.execute(
             select(JobRow.status, func.count())
@@ -118,15 +95,7 @@ def node_allocations(session: Session) -> dict[str, list[AllocationRow]]:
     jobs whose pods are still terminating are not free either)."""
     out: dict[str, list[AllocationRow]] = defaultdict(list)
     for a in session.scalars(
-        select(AllocationRow)
-        .join(JobRow, JobRow.id == AllocationRow.job_id)
-        .where(
-            or_(
-                and_(AllocationRow.releasing_since.is_(None), JobRow.status.in_(ACTIVE)),
-                AllocationRow.releasing_since.is_not(None),
-            )
-        )
-        .order_by(AllocationRow.node, AllocationRow.id)
+        held_allocations().order_by(AllocationRow.node, AllocationRow.id)
     ):
         out[a.node].append(a)
     return out

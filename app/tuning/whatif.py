@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from app.reports.percentiles import percentile
+from app.domain.percentiles import percentile
 from app.scheduling.model import CycleResult, JobRequest, RunningJob, Snapshot
 from app.tuning.tuner import ReplayOutcome
 

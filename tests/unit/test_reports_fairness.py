@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from app.domain.percentiles import percentile, ratio
 from app.reports.alerts import AlertThresholds, type_imbalance_alerts
 from app.reports.fairness import fairness_report, group_stats
-from app.reports.percentiles import percentile, ratio
 from app.reports.records import JobRecord
 
 

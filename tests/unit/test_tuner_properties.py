@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.reports.percentiles import percentile
+from app.domain.percentiles import percentile
 from app.tuning.tuner import (
     ReplayOutcome,
     TunerConfig,
@@ -76,8 +76,8 @@ def test_no_oscillation_bounded_steps_and_cooldown(events):
 
 @given(
     st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=50),
-    st.floats(min_value=0, max_value=100),
-    st.floats(min_value=0, max_value=100),
+    st.integers(min_value=0, max_value=100),
+    st.integers(min_value=0, max_value=100),
 )
 def test_percentile_bounded_and_monotone(xs, q1, q2):
     lo, hi = sorted((q1, q2))

@@ -1,0 +1,171 @@
+"""The documentation cannot drift from the code, and README stays a front door.
+
+- docs/configuration.md and docs/api.md are generated (app/docgen.py); these tests
+  regenerate them and compare. The fix is always the one command in the message.
+- README.md stays under 12 KB (details belong in docs/).
+- Every relative link in README.md and docs/ points to a file that exists, and a link
+  with an #anchor to a Markdown file names one of its headings.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+
+import pytest
+
+from app import docgen
+from app.cluster.k8s_settings import KubeSettings
+from app.domain.config import GpuqConfig
+from app.scheduling.model import SchedulerConfig
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+README_LIMIT = 12 * 1024
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def _stale_message(path: Path, expected: str) -> str:
+    current = path.read_text() if path.exists() else ""
+    diff = list(
+        difflib.unified_diff(
+            current.splitlines(), expected.splitlines(), "committed", "generated", lineterm="", n=0
+        )
+    )
+    shown = "\n".join(diff[:40])
+    return (
+        f"{path.relative_to(ROOT)} is out of date with the code. Regenerate it with:\n\n"
+        f"    make docs        (or: .venv/bin/python -m app.docgen)\n\n"
+        f"and commit the result. First differences:\n{shown}"
+    )
+
+
+@pytest.mark.parametrize(
+    "path", [docgen.CONFIG_DOC, docgen.API_DOC], ids=["configuration.md", "api.md"]
+)
+def test_generated_reference_is_current(path: Path) -> None:
+    expected = docgen.DOCS[path]()
+    current = path.read_text() if path.exists() else ""
+    assert current == expected, _stale_message(path, expected)
+
+
+def test_configuration_reference_names_every_setting_and_field() -> None:
+    """The generator itself must not skip anything: every environment variable and every
+    config-file field of the code appears in the document."""
+    text = docgen.config_markdown()
+    for name, field in Settings.model_fields.items():
+        assert f"`{field.alias or name}`" in text
+    for name in KubeSettings.model_fields:
+        assert f"`GPUQ_K8S_{name.upper()}`" in text
+    for name in GpuqConfig.model_fields:
+        assert f"| `{name}` |" in text
+    for name in SchedulerConfig.__dataclass_fields__:
+        assert f"| `{name}` |" in text
+
+
+def test_api_reference_lists_every_route() -> None:
+    doc = docgen.openapi_document()
+    text = docgen.api_markdown(doc)
+    for path, item in doc["paths"].items():
+        for method in item:
+            assert f"### {method.upper()} {path}" in text
+
+
+def test_readme_stays_under_12_kb() -> None:
+    size = len((ROOT / "README.md").read_bytes())
+    assert size < README_LIMIT, (
+        f"README.md is {size} bytes, the limit is {README_LIMIT}: move details to docs/<topic>.md "
+        "and leave a short paragraph with a link in README"
+    )
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens,
+    repeated headings numbered."""
+    seen: dict[str, int] = {}
+    out = set()
+    for line in FENCE.sub("", markdown).splitlines():
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def _markdown_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _broken_links(md: Path, root: Path = ROOT) -> list[str]:
+    text = FENCE.sub("", md.read_text())
+    broken = []
+    for m in LINK.finditer(text):
+        target = m.group(1) or m.group(2)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("//"):
+            continue  # http:, https:, mailto: ...
+        file_part, _, anchor = target.partition("#")
+        dest = md if not file_part else (md.parent / file_part).resolve()
+        if not dest.exists():
+            broken.append(f"{target} (no file {dest.relative_to(root)})")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text()):
+            broken.append(f"{target} (no heading #{anchor} in {dest.relative_to(root)})")
+    return broken
+
+
+def test_relative_links_point_to_existing_files() -> None:
+    files = _markdown_files()
+    assert len(files) > 1
+    broken = {str(md.relative_to(ROOT)): b for md in files if (b := _broken_links(md))}
+    assert not broken, f"broken relative links: {broken}"
+
+
+def test_link_checker_sees_a_broken_link(tmp_path: Path) -> None:
+    """The checker is not vacuous: a missing file and a missing heading are reported."""
+    (tmp_path / "other.md").write_text("# Present\n")
+    md = tmp_path / "doc.md"
+    md.write_text(
+        "[ok](other.md#present) [gone](missing.md) [bad](other.md#absent) [web](https://x.org)\n"
+        "```\n[in code](ignored.md)\n```\n"
+    )
+    assert [b.split(" ")[0] for b in _broken_links(md, tmp_path)] == [
+        "missing.md",
+        "other.md#absent",
+    ]
+
+
+CODE_PATH = re.compile(r"`((?:app|bench|tests|k8s|eval|docs|migrations)/[^`\s]*)`")
+
+
+def _missing_code_paths(md: Path, root: Path = ROOT) -> list[str]:
+    """Repository paths quoted in backticks (`app/store/jobs.py`, `tests/unit/x.py::test`)
+    that do not exist: a moved or deleted module leaves the docs pointing nowhere."""
+    missing = []
+    for m in CODE_PATH.finditer(md.read_text()):
+        path = m.group(1).split("::")[0].rstrip("/")
+        if any(c in path for c in "<*{"):
+            continue  # a pattern such as k8s/<overlay> or eval/philly-day*.yaml
+        if not (root / path).exists():
+            missing.append(m.group(1))
+    return missing
+
+
+def test_quoted_repository_paths_exist() -> None:
+    missing = {
+        str(md.relative_to(ROOT)): p for md in _markdown_files() if (p := _missing_code_paths(md))
+    }
+    assert not missing, (
+        f"docs quote paths that do not exist (moved or deleted? fix the doc): {missing}"
+    )
+
+
+def test_path_checker_sees_a_missing_path(tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "x.py").write_text("")
+    md = tmp_path / "doc.md"
+    md.write_text("`app/x.py::test_a` `app/gone.py` `eval/*.yaml` `app/`\n")
+    assert _missing_code_paths(md, tmp_path) == ["app/gone.py"]
