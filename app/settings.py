@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     prometheus_url: str | None = Field(default=None, alias="GPUQ_PROMETHEUS_URL")
     # the dashboard asks for a token unless an operator opens it read-only to everyone
     ui_public: bool = Field(default=False, alias="GPUQ_UI_PUBLIC")
+    # estimated start times are recomputed at most this often (a bounded forward replay)
+    estimate_interval_s: float = Field(default=30.0, gt=0, alias="GPUQ_ESTIMATE_INTERVAL")
 
 
 def get_settings() -> Settings:

@@ -61,6 +61,9 @@ class JobOut(BaseModel):
     lease: LeaseOut | None
     spec: dict[str, Any]
     queue_position: int | None = None
+    # pending jobs: when the core, replayed forward from now, would start it (None: not
+    # within the replay's bounds, or not pending)
+    estimated_start: datetime | None = None
 
 
 class JobPage(BaseModel):
@@ -90,6 +93,7 @@ class QueueItem(BaseModel):
     wait_seconds: float
     reason: str | None
     preemption_count: int
+    estimated_start: datetime | None = None
 
 
 class TokenOut(BaseModel):

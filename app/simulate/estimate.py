@@ -13,9 +13,11 @@ Two simplifications keep the cost at one core cycle per job end: no 60 s
 wake-ups between ends (aging and reservations are seen at the next end) and
 no descheduler passes (its moves change where jobs run more than when).
 
-The cost is bounded: at most ``max_cycles`` core cycles and ``horizon_s`` of
-virtual time; jobs that have not started by then get no estimate (``None``),
-which says "not within the horizon", not "never".
+The cost is bounded: only the first ``max_jobs`` jobs of the dispatch order
+(the core's own ``CycleResult.order`` from the first cycle) are replayed past
+that first cycle, for at most ``max_cycles`` core cycles and ``horizon_s`` of
+virtual time; jobs beyond those bounds get no estimate (``None``), which says
+"not within the bounds", not "never".
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.domain.from_config import ClusterModel
-from app.scheduling.model import ReplicaPlacement, Snapshot
+from app.scheduling.model import CycleResult, ReplicaPlacement, Snapshot
 from app.scheduling.policies import Policy
 from app.simulate.replay import DEFAULT_RUNTIME_S, ScenarioModel, SimJob, Simulator
 
 MIN_REMAINING_S = 60.0  # a job past its estimate is assumed to end within a minute
 HORIZON_S = 7 * 86400.0
-MAX_CYCLES = 400
+MAX_CYCLES = 200
+MAX_JOBS = 500
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class ForwardReplay(Simulator):
         default_runtime_s: Mapping[str, float],
         horizon_s: float,
         max_cycles: int,
+        max_jobs: int = MAX_JOBS,
     ) -> None:
         cluster = ClusterModel(
             gpu_types=dict(snap.gpu_types),
@@ -74,6 +78,8 @@ class ForwardReplay(Simulator):
         self.max_cycles = max_cycles
         self.horizon_reached = False
         self._done = False
+        self.max_jobs = max_jobs
+        self._trimmed = False
 
         def runtime(req) -> float:
             return req.duration_estimate_s or default_runtime_s.get(req.pool, DEFAULT_RUNTIME_S)
@@ -110,6 +116,19 @@ class ForwardReplay(Simulator):
 
     def run_time(self, job: SimJob, placements: tuple[ReplicaPlacement, ...]) -> tuple[float, str]:
         return job.runtime_s, "finish"
+
+    def apply(self, res: CycleResult) -> bool:
+        """After the first cycle, only the head of the queue is replayed further: a cycle
+        costs in proportion to the pending jobs, and the tail's estimates would be hours
+        out and beyond the cycle bound anyway."""
+        changed = super().apply(res)
+        if not self._trimmed and res.order:
+            self._trimmed = True
+            keep = set(res.order[: self.max_jobs])
+            for idx in [i for i, j in self.pending.items() if j.request.id not in keep]:
+                del self.pending[idx]
+                self.waiting.discard(idx)
+        return changed
 
     def _over_budget(self) -> bool:
         """At most ``max_cycles`` core cycles; past the horizon nothing runs."""
@@ -149,6 +168,7 @@ def estimate_starts(
     default_runtime_s: Mapping[str, float] | None = None,
     horizon_s: float = HORIZON_S,
     max_cycles: int = MAX_CYCLES,
+    max_jobs: int = MAX_JOBS,
 ) -> StartEstimates:
     """Replay ``snap`` forward through ``policy``; see the module docstring."""
     sim = ForwardReplay(
@@ -157,6 +177,7 @@ def estimate_starts(
         default_runtime_s=default_runtime_s or {},
         horizon_s=horizon_s,
         max_cycles=max_cycles,
+        max_jobs=max_jobs,
     )
     sim.run()
     starts = {

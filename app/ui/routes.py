@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
 from app.api.deps import NowDep, SessionDep, Unauthorized
+from app.api.estimates import EstimatorDep, StartEstimator
 from app.api.routes.jobs import cancel_job as api_cancel_job
 from app.api.schemas import event_out, job_out, lease_out
 from app.domain.errors import Forbidden, GpuqError
@@ -41,6 +42,7 @@ from app.ui.auth import (
     principal_for,
     safe_next,
 )
+from app.ui.format import when
 from app.ui.render import STATIC_DIR, render
 
 router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
@@ -138,10 +140,12 @@ def queue(
     session: SessionDep,
     now: NowDep,
     viewer: ViewerDep,
+    estimator: EstimatorDep,
     pool: str | None = None,
     team: str | None = None,
 ) -> HTMLResponse:
     rows = job_store.pending_queue(session, pool=pool or None, team=team or None)
+    start_of = estimator.starts(now)
     items = [
         {
             "position": i + 1,
@@ -152,12 +156,24 @@ def queue(
             "priority": j.priority,
             "wait_seconds": wait_seconds(j, now),
             "reason": j.reason,
+            "estimated_start": start_of(str(j.id)),
         }
         for i, j in enumerate(rows)
     ]
+    for q in items:
+        if q["estimated_start"] is not None:
+            q["estimated_start_in_s"] = (q["estimated_start"] - now).total_seconds()
     shown, hidden = views.hide_others(items, viewer.may_see)
     title = f"Queue ({len(items)} pending)" + (f" · pool {pool}" if pool else "")
     title += f" · team {team}" if team else ""
+    est = estimator.last
+    note = (
+        f"estimated starts replay the queue through the scheduler as of "
+        f"{when(est.computed_at)} (refreshed at most every {estimator.interval_s:g} s); "
+        "'unknown' = beyond the replay's bounds"
+        if est is not None
+        else "estimated starts are being computed"
+    )
     return render(
         request,
         "queue.html",
@@ -166,6 +182,7 @@ def queue(
         items=shown,
         hidden=hidden,
         pools=[r.name for r in catalog.list_named(session, PoolRow)],
+        estimate_note=note,
     )
 
 
@@ -281,7 +298,13 @@ def jobs(
 
 
 def _job_page(
-    request: Request, session, now, viewer: Viewer, job_id: str, message: str | None = None
+    request: Request,
+    session,
+    now,
+    viewer: Viewer,
+    job_id: str,
+    message: str | None = None,
+    estimator: StartEstimator | None = None,
 ) -> HTMLResponse:
     try:
         row = job_store.get_job(session, job_id, team=viewer.team)
@@ -289,7 +312,10 @@ def _job_page(
         return _error(request, f"Job {job_id}", e)
     lease = job_store.active_lease(session, row)
     released = job_store.released_placements(session, row)
-    body = jsonable_encoder(job_out(row, now, lease, released))
+    out = job_out(row, now, lease, released)
+    if row.status == "pending" and estimator is not None:
+        out.estimated_start = estimator.starts(now)(out.id)
+    body = jsonable_encoder(out)
     events = [jsonable_encoder(event_out(e)) for e in job_store.job_events(session, row)]
     can_cancel = viewer.may_cancel(row.team) and row.status in ("pending", "admitted", "running")
     return render(
@@ -312,10 +338,12 @@ def job(
     session: SessionDep,
     now: NowDep,
     viewer: ViewerDep,
+    estimator: EstimatorDep,
     cancelled: int = 0,
 ) -> HTMLResponse:
     return _job_page(
-        request, session, now, viewer, job_id, "cancel requested" if cancelled else None
+        request, session, now, viewer, job_id, "cancel requested" if cancelled else None,
+        estimator,
     )
 
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.exc import IntegrityError
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
+from app.api.estimates import EstimatorDep
 from app.api.schemas import EventOut, JobOut, JobPage, event_out, job_out
 from app.domain.spec import JobSpec
 from app.store import jobs as job_store
@@ -106,14 +107,23 @@ def list_jobs(
 
 
 @router.get("/{job_id}")
-def get_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowDep) -> JobOut:
+def get_job(
+    job_id: str,
+    session: SessionDep,
+    principal: PrincipalDep,
+    now: NowDep,
+    estimator: EstimatorDep,
+) -> JobOut:
     job = job_store.get_job(session, job_id, team=principal.team)
-    return job_out(
+    out = job_out(
         job,
         now,
         job_store.active_lease(session, job),
         released=job_store.released_placements(session, job),
     )
+    if job.status == "pending":
+        out.estimated_start = estimator.starts(now)(out.id)
+    return out
 
 
 @router.post("/{job_id}/cancel")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
+from app.api.estimates import EstimatorDep
 from app.api.schemas import QueueItem
 from app.store import jobs as job_store
 from app.store.states import wait_seconds
@@ -17,10 +18,12 @@ def get_queue(
     session: SessionDep,
     _: PrincipalDep,
     now: NowDep,
+    estimator: EstimatorDep,
     pool: str | None = None,
     team: str | None = None,
 ) -> list[QueueItem]:
     rows = job_store.pending_queue(session, pool=pool, team=team)
+    start_of = estimator.starts(now)
     return [
         QueueItem(
             position=i + 1,
@@ -33,6 +36,7 @@ def get_queue(
             wait_seconds=round(wait_seconds(j, now), 3),
             reason=j.reason,
             preemption_count=j.preemption_count,
+            estimated_start=start_of(str(j.id)),
         )
         for i, j in enumerate(rows)
     ]
