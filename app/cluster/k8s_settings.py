@@ -45,6 +45,8 @@ class KubeSettings(BaseSettings):
     eviction_fallback_delete: bool = True
     # A job whose Pod fails is requeued this many times before it ends `failed`.
     max_retries: int = Field(default=0, ge=0, le=100)
+    # Port of MASTER_ADDR (torchrun's c10d rendezvous) on a multi-replica job's Service.
+    rendezvous_port: int = Field(default=29500, ge=1, le=65535)
 
     @field_validator("rack_labels", "tolerated_taints", mode="before")
     @classmethod

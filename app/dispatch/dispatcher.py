@@ -44,6 +44,7 @@ from app.dispatch.leader import LeaderElector
 from app.dispatch.node_sync import fingerprint, gpu_type_configs, sync_node_rows
 from app.dispatch.picture import QueuePicture
 from app.dispatch.releasing import cluster_view, hold_releasing_in_context
+from app.domain.spec import FailurePolicy
 from app.domain.states import ACTIVE
 from app.scheduling.model import (
     Admission,
@@ -269,7 +270,7 @@ class Dispatcher(LoopService):
             jid = int(ev.job_id)
             if ev.phase == "running":
                 running.append(jid)
-            elif ev.phase == "succeeded" or (ev.phase == "failed" and not self.max_retries):
+            elif ev.phase == "succeeded":
                 finished.setdefault(jid, (ev.phase, ev.message or None))
             else:
                 rest.append(ev)
@@ -285,15 +286,15 @@ class Dispatcher(LoopService):
         now = self.clock()
         if ev.phase == "running" and job.status == "admitted":
             change_state(session, job, "running", now=now, reason=None)
-        elif ev.phase == "failed" and self._retries(session, job) < self.max_retries:
-            n = self._retries(session, job) + 1
+        elif ev.phase == "failed" and self._retries(session, job) < self._retry_limit(job):
+            n, limit = self._retries(session, job) + 1, self._retry_limit(job)
             change_state(
                 session,
                 job,
                 "pending",
                 now=now,
                 event_type="retried",
-                reason=f"run failed (retry {n}/{self.max_retries}): {ev.message}",
+                reason=f"run failed (retry {n}/{limit}): {ev.message}",
                 pods_gone=True,
             )
         elif ev.phase in ("succeeded", "failed"):
@@ -315,6 +316,14 @@ class Dispatcher(LoopService):
                 reason=f"pods lost on the cluster: {ev.message}" if ev.message else "pods lost",
                 pods_gone=True,
             )
+
+    def _retry_limit(self, job: JobRow) -> int:
+        """The job's ``failure_policy`` (restart the whole gang N times, or fail), else the
+        cluster-wide retry count."""
+        policy = (job.spec or {}).get("failure_policy")
+        if policy is None:
+            return self.max_retries
+        return FailurePolicy.model_validate(policy).restarts_allowed()
 
     @staticmethod
     def _retries(session: Session, job: JobRow) -> int:
