@@ -109,9 +109,8 @@ class Services:
             self._threads.append(loop.start_in_thread())
         if self.loops and self.listener is None:
             url = self.engine.url.render_as_string(hide_password=False)
-            # only the dispatcher reacts to a new job; the others keep their pace
-            woken = [lp for lp in self.loops if lp.name == "dispatcher"] or self.loops
-            self.listener = NotifyListener(psycopg_conninfo(url), woken)
+            # a new job wakes the dispatcher (its steps keep their own pace)
+            self.listener = NotifyListener(psycopg_conninfo(url), self.loops)
             self._threads.append(self.listener.start_in_thread())
 
     def close(self) -> None:
@@ -121,9 +120,8 @@ class Services:
             self.listener.stop()  # type: ignore[attr-defined]
         for t in self._threads:
             t.join(timeout=5)
-        close_cluster = getattr(self.cluster, "close", None)
-        if close_cluster is not None:
-            close_cluster()  # stop the Kubernetes informers
+        if self.cluster is not None:
+            self.cluster.close()  # stop the Kubernetes informers
         self.engine.dispose()
         if self.embedded is not None:
             self.embedded.stop()
@@ -165,7 +163,6 @@ def open_services(
             max_retries = 0
             if settings.cluster == "kubernetes":
                 # any number of dispatcher replicas: one leads (PostgreSQL advisory lock)
-
                 elector = LeaderElector(url)
                 max_retries = KubeSettings().max_retries
             dispatcher = MeteredDispatcher(
@@ -177,11 +174,15 @@ def open_services(
                 max_retries=max_retries,
                 metrics=metrics,
             )
+            # whatever decides runs in the dispatcher's one thread (its steps)
+            dispatcher.add_step(
+                Descheduler(dispatcher, interval=settings.descheduler_interval_s)
+            )
+            dispatcher.add_step(
+                LeaseReaper(dispatcher, interval=settings.lease_reaper_interval_s)
+            )
+            dispatcher.add_step(TunerLoop(session_factory, clock=clock))
             loops.append(dispatcher)
-
-            loops.append(Descheduler(dispatcher, interval=settings.descheduler_interval_s))
-            loops.append(LeaseReaper(dispatcher, interval=settings.lease_reaper_interval_s))
-            loops.append(TunerLoop(session_factory, clock=clock))
     except BaseException:
         engine.dispose()
         if embedded is not None:

@@ -19,20 +19,39 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
 
+    # PostgreSQL URL (postgresql+psycopg://user@host/db); unset: gpuq starts an embedded
+    # PostgreSQL in GPUQ_DATA_DIR/pg
     database_url: str | None = Field(default=None, alias="DATABASE_URL")
+    # server for the tests; each test run creates and drops its own database on it (unset: embedded)
     test_database_url: str | None = Field(default=None, alias="TEST_DATABASE_URL")
+    # embedded PostgreSQL data (pg/) and the generated admin token (admin_token)
     data_dir: Path = Field(default=Path(".gpuq"), alias="GPUQ_DATA_DIR")
+    # the admin bearer token; unset: generated on first start, printed once, kept in the data folder
     admin_token: str | None = Field(default=None, alias="GPUQ_ADMIN_TOKEN")
+    # cluster backend: the in-process simulated cluster, or the Kubernetes API (in-cluster
+    # ServiceAccount or KUBECONFIG)
     cluster: Literal["simulated", "kubernetes"] = Field(default="simulated", alias="GPUQ_CLUSTER")
+    # config YAML applied at start (upsert by name); unset: the packaged demo, app/config/demo.yaml
     config_file: Path | None = Field(default=None, alias="GPUQ_CONFIG")
+    # simulated cluster only: a job runs duration_estimate_s / GPUQ_SIM_SPEED seconds
     sim_speed: float = Field(default=1.0, gt=0, alias="GPUQ_SIM_SPEED")
+    # address the API listens on
     host: str = Field(default="127.0.0.1", alias="GPUQ_HOST")
+    # port the API listens on
     port: int = Field(default=8000, ge=1, le=65535, alias="GPUQ_PORT")
+    # seconds between dispatcher passes (a submit's NOTIFY also wakes it)
     dispatch_interval_s: float = Field(default=1.0, gt=0, alias="GPUQ_DISPATCH_INTERVAL")
+    # seconds between descheduler passes (P0 room, defragmentation)
     descheduler_interval_s: float = Field(default=30.0, gt=0, alias="GPUQ_DESCHEDULER_INTERVAL")
+    # seconds between passes of the lease reaper (reclaims expired borrow leases)
     lease_reaper_interval_s: float = Field(default=5.0, gt=0, alias="GPUQ_LEASE_REAPER_INTERVAL")
+    # largest request body accepted (413 above)
     max_body_bytes: int = Field(default=1_000_000, alias="GPUQ_MAX_BODY_BYTES")
+    # whether the app runs the dispatcher loops; `gpuq serve` sets it true and `gpuq api` false,
+    # so it matters only to an app built directly (tests)
     run_loops: bool = Field(default=True, alias="GPUQ_RUN_LOOPS")
+    # Prometheus that scrapes DCGM-Exporter, for real GPU utilization; unset: utilization is
+    # reported unknown
     prometheus_url: str | None = Field(default=None, alias="GPUQ_PROMETHEUS_URL")
     # the dashboard asks for a token unless an operator opens it read-only to everyone
     ui_public: bool = Field(default=False, alias="GPUQ_UI_PUBLIC")

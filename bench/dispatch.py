@@ -11,9 +11,10 @@ Prints, in one run, with the machine and its load average:
   dispatch interval, and jobs run 1 s, so each pass frees what the previous
   one bound) until every job has been bound; jobs/s is
   backlog / (submit + dispatch time). Both dispatcher paths run on the same
-  database size: ``incremental`` (the in-memory picture, batched writes) and
-  ``full-reload`` (the previous path: every live job re-read through the
-  ORM each pass, row-by-row writes) as the baseline;
+  database size: ``incremental`` (the dispatcher's in-memory picture) and
+  ``full-reload`` as the baseline (:class:`FullReloadPicture`, kept here and
+  nowhere in the service: every live job re-read through the ORM each pass;
+  the writes are the dispatcher's own);
 - the split of the passes: snapshot / core / write / perform (ingest and
   reconcile are counted in perform).
 
@@ -34,16 +35,19 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
 from psycopg import sql
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 from app.clock import ManualClock
 from app.cluster.simulated import SimulatedCluster
 from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.picture import QueuePicture
 from app.domain.config import load_config_text
 from app.domain.from_config import cluster_model
 from app.domain.spec import JobSpec
@@ -53,6 +57,7 @@ from app.store.config_loader import apply_config
 from app.store.db import make_engine, make_session_factory, normalize_url, psycopg_conninfo
 from app.store.jobs import submit_job, submit_jobs
 from app.store.orm import JobRow
+from app.store.snapshot import SnapshotContext, build_snapshot
 
 
 @contextmanager
@@ -176,13 +181,22 @@ def submit_http(url: str, n_single: int, n_batch: int) -> tuple[float, float]:
     return single, batched
 
 
+class FullReloadPicture(QueuePicture):
+    """The baseline: the snapshot rebuilt from every live job each pass
+    (:func:`~app.store.snapshot.build_snapshot`), not from the rows changed
+    since the last one."""
+
+    def refresh(self, session: Session, now: datetime) -> SnapshotContext:
+        return build_snapshot(session, now)
+
+
 def end_to_end(sf, cfg, n: int, incremental: bool, max_passes: int, step_s: float) -> dict:
     clock = ManualClock()
     specs = job_specs(n)
     submit_s = submit_direct(sf, clock, specs, batch=1000)
     nodes = cluster_model(cfg).nodes
     cluster = SimulatedCluster(nodes=nodes, clock=clock)
-    d = Dispatcher(sf, cluster, clock=clock, incremental=incremental)
+    d = Dispatcher(sf, cluster, clock=clock, picture=None if incremental else FullReloadPicture())
     split = {"snapshot": 0.0, "core": 0.0, "write": 0.0, "perform": 0.0}
     passes, dispatch_s = 0, 0.0
     bound = 0

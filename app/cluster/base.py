@@ -7,9 +7,11 @@ Two implementations: :class:`~app.cluster.simulated.SimulatedCluster`
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from app.domain.config import GpuTypeConfig
 from app.scheduling.model import Node, ReplicaPlacement
 
 PodPhase = Literal["pending", "running", "succeeded", "failed", "gone"]
@@ -39,6 +41,26 @@ class BindRequest:
     world_size: int = 1
 
 
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a cluster declares about itself. The dispatcher reads these flags;
+    it never probes an implementation with getattr/hasattr."""
+
+    #: True: :meth:`Cluster.list_nodes` is the truth (live capacity, usage by
+    #: other Pods), mirrored into the nodes table every pass, and the cluster
+    #: needs the GPU types (:meth:`Cluster.set_gpu_types`) and a
+    #: :meth:`Cluster.reconcile` after a leader change. False: the nodes table
+    #: is the truth (a static or simulated cluster).
+    live_nodes: bool = False
+
+
+@dataclass(slots=True)
+class ReconcileReport:
+    adopted: set[str] = field(default_factory=set)  # active in the DB, Pods found
+    missing: set[str] = field(default_factory=set)  # active in the DB, no usable Pods: requeue
+    orphans: set[str] = field(default_factory=set)  # Pods of jobs the DB does not run: removed
+
+
 class BindError(Exception):
     """A bind failed; whatever was bound for the job has been undone."""
 
@@ -54,6 +76,11 @@ class InvalidPodError(BindError):
 
 
 class Cluster(Protocol):
+    """Every method is required; what differs between clusters is declared in
+    :attr:`capabilities`."""
+
+    capabilities: Capabilities
+
     def list_nodes(self) -> list[Node]:
         """Capacity of the nodes (usage by gpuq jobs is applied by the core)."""
         ...
@@ -74,11 +101,31 @@ class Cluster(Protocol):
         """Jobs that have pods on the cluster now (for reconcile after restart)."""
         ...
 
-    # Optional (looked up with getattr; app/dispatch/releasing.py):
-    #
-    # draining_job_ids() -> set[str]: jobs with pods of a STOPPED attempt that
-    #   still hold resources (evicted Pods in their grace period). A stopped
-    #   job's capacity is released only when it is not listed here. Absent:
-    #   stop() is synchronous (the pods are gone when it returns).
-    # live_job_ids() -> set[str]: jobs whose CURRENT attempt has pods (or was
-    #   just bound). Absent: running_job_ids() minus draining_job_ids().
+    def draining_job_ids(self) -> set[str]:
+        """Jobs with pods of a STOPPED attempt that still hold resources (evicted
+        Pods in their grace period). A stopped job's capacity is released only
+        when it is not listed here (app/dispatch/releasing.py). Empty when stop()
+        is synchronous."""
+        ...
+
+    def live_job_ids(self) -> set[str]:
+        """Jobs whose CURRENT attempt has pods (or was just bound)."""
+        ...
+
+    def reconcile(
+        self,
+        active_job_ids: set[str],
+        placements: Mapping[str, Sequence[ReplicaPlacement]] | None = None,
+        grace_seconds: float = 30.0,
+    ) -> ReconcileReport:
+        """After a leader change: square the cluster's Pods with the jobs that
+        hold capacity (adopt, remove orphans and half-bound gangs)."""
+        ...
+
+    def set_gpu_types(self, gpu_types: Sequence[GpuTypeConfig]) -> None:
+        """The GPU types (product patterns) to recognise nodes by."""
+        ...
+
+    def close(self) -> None:
+        """Release what the cluster holds open (watches, informers)."""
+        ...

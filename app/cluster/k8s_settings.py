@@ -26,6 +26,7 @@ class KubeSettings(BaseSettings):
 
     # Where job Pods go unless the job's pod_template names a namespace.
     namespace: str = "gpuq-jobs"
+    # schedulerName on job Pods, so the default scheduler leaves them to gpuq
     scheduler_name: str = "gpuq"
     # PriorityClass of a job = prefix + lower-cased priority name (P0 -> gpuq-p0).
     priority_class_prefix: str = "gpuq-"
@@ -33,7 +34,9 @@ class KubeSettings(BaseSettings):
     rack_labels: Csv = Field(
         default_factory=lambda: ["gpuq.io/rack", "topology.kubernetes.io/zone"]
     )
+    # node label naming its network: ib, roce or eth (default eth)
     network_label: str = "gpuq.io/network"
+    # node label naming its NVLink domain
     nvlink_label: str = "gpuq.io/nvlink-domain"
     # Taints gpuq tolerates on behalf of every job Pod (the usual "GPU nodes only"
     # taint). A node with any other NoSchedule/NoExecute taint is not placed on.
@@ -42,6 +45,7 @@ class KubeSettings(BaseSettings):
     default_image: str = "busybox:1.36"
     # Watch requests end server-side after this long and are resumed.
     watch_timeout_s: int = Field(default=300, ge=1)
+    # delete a victim's Pod when an eviction is refused (PodDisruptionBudget, 429)
     eviction_fallback_delete: bool = True
     # A job whose Pod fails is requeued this many times before it ends `failed`.
     max_retries: int = Field(default=0, ge=0, le=100)

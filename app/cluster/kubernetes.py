@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as kclient
@@ -35,7 +35,14 @@ from kubernetes.client.exceptions import ApiException
 
 from app.cluster import k8s_labels as L
 from app.cluster import k8s_metrics as M
-from app.cluster.base import BindError, BindRequest, InvalidPodError, JobStatusEvent
+from app.cluster.base import (
+    BindError,
+    BindRequest,
+    Capabilities,
+    InvalidPodError,
+    JobStatusEvent,
+    ReconcileReport,
+)
 from app.cluster.k8s_nodes import NodeView, node_views, pod_holds_resources
 from app.cluster.k8s_pods import (
     build_pod,
@@ -74,13 +81,6 @@ class _Track:
     stopped_at: float | None = None  # monotonic time of the stop (see draining_job_ids)
 
 
-@dataclass(slots=True)
-class ReconcileReport:
-    adopted: set[str] = field(default_factory=set)  # active in the DB, Pods found
-    missing: set[str] = field(default_factory=set)  # active in the DB, no usable Pods: requeue
-    orphans: set[str] = field(default_factory=set)  # Pods of jobs the DB does not run: removed
-
-
 def _holds_or_will_hold(pod: dict) -> bool:
     phase = (pod.get("status") or {}).get("phase")
     return phase not in ("Succeeded", "Failed")
@@ -110,7 +110,7 @@ def _body(e: ApiException) -> dict:
 class KubernetesCluster:
     # The dispatcher schedules on list_nodes() (live capacity and usage by
     # other Pods) rather than on the nodes table of a static/simulated cluster.
-    live_nodes = True
+    capabilities = Capabilities(live_nodes=True)
 
     def __init__(
         self,

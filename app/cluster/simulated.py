@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import ClassVar
 
 from app.clock import to_epoch, utcnow
-from app.cluster.base import BindError, BindRequest, JobStatusEvent
+from app.cluster.base import (
+    BindError,
+    BindRequest,
+    Capabilities,
+    JobStatusEvent,
+    ReconcileReport,
+)
+from app.domain.config import GpuTypeConfig
 from app.scheduling.model import Node, ReplicaPlacement
 from app.scheduling.state import copy_node
 
@@ -71,6 +79,10 @@ class SimulatedCluster:
             self._fail_bind[job_id] = message
 
     # -- Cluster protocol
+
+    # its nodes are the nodes table's (declared or posted); stop_delay_s > 0
+    # makes stops asynchronous, reported by draining_job_ids()
+    capabilities: ClassVar[Capabilities] = Capabilities(live_nodes=False)
 
     def list_nodes(self) -> list[Node]:
         return [copy_node(n) for n in self.nodes]
@@ -138,6 +150,28 @@ class SimulatedCluster:
         with self._lock:
             self._expire_stopping()
             return set(self.stopping)
+
+    def live_job_ids(self) -> set[str]:
+        """Jobs whose current attempt has pods: a moved job's old pods drain
+        apart, so every job with a pod that is not draining."""
+        with self._lock:
+            self._expire_stopping()
+            return set(self.pods) - set(self.stopping)
+
+    def reconcile(
+        self,
+        active_job_ids: set[str],
+        placements: Mapping[str, Sequence[ReplicaPlacement]] | None = None,
+        grace_seconds: float = 30.0,
+    ) -> ReconcileReport:
+        """Nothing to square: the pods live in this process and die with it."""
+        return ReconcileReport()
+
+    def set_gpu_types(self, gpu_types: Sequence[GpuTypeConfig]) -> None:
+        """Nodes carry their GPU type already; nothing to match."""
+
+    def close(self) -> None:
+        """Nothing held open."""
 
     def _expire_stopping(self) -> None:
         now = to_epoch(self.clock())

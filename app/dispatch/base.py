@@ -3,6 +3,10 @@
 ``run_once()`` does one pass and is what tests call; ``start()`` repeats it
 every ``interval`` seconds (or sooner after :meth:`wake`), logs and keeps
 going when a pass raises, and warns when a pass overruns its interval.
+
+:class:`Step`: a periodic decision (descheduler, lease reaper, tuner) that
+has no thread of its own: the dispatcher's one decision thread runs it when
+it is due, so nothing that decides ever runs beside the dispatcher's pass.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ class LoopService:
         while not self._stop.is_set() and (loops is None or done < loops):
             t0 = time.monotonic()
             try:
-                self.run_once()
+                self.run_pass()
             except Exception:
                 self.errors += 1
                 self.log.exception("%s pass failed; continuing", self.name)
@@ -60,10 +64,66 @@ class LoopService:
                 )
             if loops is not None and done >= loops:
                 break
-            self._wake.wait(max(0.0, self.interval - took))
+            self._wake.wait(self.seconds_to_next_pass(took))
             self._wake.clear()
+
+    def run_pass(self) -> None:
+        """What one turn of :meth:`start` runs (``run_once`` unless a loop adds more)."""
+        self.run_once()
+
+    def seconds_to_next_pass(self, took: float) -> float:
+        return max(0.0, self.interval - took)
 
     def start_in_thread(self) -> threading.Thread:
         t = threading.Thread(target=self.start, name=f"gpuq-{self.name}", daemon=True)
         t.start()
         return t
+
+
+class Step:
+    """A decision made every ``interval`` seconds inside the dispatcher's thread.
+
+    It has no thread of its own. Anyone may :meth:`wake` it: that only asks
+    the dispatcher's thread to run it on its next turn (and wakes that
+    thread). Tests call :meth:`run_once` directly.
+    """
+
+    name: str = "step"
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.log = logging.getLogger(f"gpuq.loops.{self.name}")
+        self.passes = 0
+        self.errors = 0
+        self.next_due = 0.0  # time.monotonic() of the next run; 0: on the first turn
+        self._woken = threading.Event()
+        self._runner: LoopService | None = None
+
+    def run_once(self) -> object:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def attach(self, runner: LoopService) -> None:
+        """Run inside ``runner``'s thread from now on (see Dispatcher.add_step)."""
+        self._runner = runner
+
+    def wake(self) -> None:
+        """Run on the runner's next turn (safe from any thread)."""
+        self._woken.set()
+        if self._runner is not None:
+            self._runner.wake()
+
+    def seconds_to_due(self, now: float) -> float:
+        return 0.0 if self._woken.is_set() else max(0.0, self.next_due - now)
+
+    def run_if_due(self, now: float) -> None:
+        """Called by the runner's thread only; logs and keeps going on errors."""
+        if self.seconds_to_due(now) > 0:
+            return
+        self._woken.clear()
+        try:
+            self.run_once()
+        except Exception:
+            self.errors += 1
+            self.log.exception("%s step failed; continuing", self.name)
+        self.passes += 1
+        self.next_due = time.monotonic() + self.interval

@@ -1,7 +1,7 @@
-"""The descheduler loop (every 30 s): room for P0 and defragmentation.
+"""The descheduler step (every 30 s): room for P0 and defragmentation.
 
-The decisions are pure (app.scheduling.descheduler); this loop only runs
-them through the dispatcher's persistence path (leader lock, snapshot, one
+The decisions are pure (app.scheduling.descheduler); this step of the
+dispatcher's decision thread only runs them through its persistence path (leader lock, snapshot, one
 transaction, stop victims then bind), so a move or an eviction is recorded
 exactly like a preemption of the dispatcher: requeued with its original
 submit time, preemption_count + 1, an event saying who and why.
@@ -9,12 +9,12 @@ submit time, preemption_count + 1, an event saying who and why.
 
 from __future__ import annotations
 
-from app.dispatch.base import LoopService
+from app.dispatch.base import Step
 from app.dispatch.dispatcher import Dispatcher
 from app.scheduling.descheduler import deschedule
 
 
-class Descheduler(LoopService):
+class Descheduler(Step):
     name = "descheduler"
 
     def __init__(self, dispatcher: Dispatcher, interval: float = 30.0) -> None:

@@ -1,4 +1,5 @@
-"""The lease reaper: reclaims expired ``reclaim: always`` leases on time.
+"""The lease reaper (a step of the dispatcher's decision thread, every 5 s):
+reclaims expired ``reclaim: always`` leases on time.
 
 The dispatcher's cycle does this too (step 2), but a cycle may be skipped
 or slow; the reaper keeps the lender's bound ("waits at most until the
@@ -11,14 +12,14 @@ from __future__ import annotations
 
 from sqlalchemy import select, update
 
-from app.dispatch.base import LoopService
+from app.dispatch.base import Step
 from app.dispatch.dispatcher import Dispatcher
 from app.domain.states import ACTIVE
 from app.scheduling.leases import reclaim_only
 from app.store.orm import JobRow, LeaseRow
 
 
-class LeaseReaper(LoopService):
+class LeaseReaper(Step):
     name = "lease-reaper"
 
     def __init__(self, dispatcher: Dispatcher, interval: float = 5.0) -> None:

@@ -38,6 +38,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
+from app.dispatch.releasing import hold_releasing_in_context
 from app.domain.states import ACTIVE
 from app.scheduling.model import (
     JobRequest,
@@ -118,7 +119,8 @@ class QueuePicture:
     # reading ---------------------------------------------------------------
 
     def refresh(self, session: Session, now: datetime) -> SnapshotContext:
-        """Bring the picture up to date and return the snapshot for one cycle."""
+        """Bring the picture up to date and return the snapshot for one cycle
+        (capacity that stopping Pods still hold is marked used, as in build_snapshot)."""
         t0 = time.perf_counter()
         conn = session.connection()
         catalog = read_catalog(session)
@@ -147,7 +149,9 @@ class QueuePicture:
         self.watermark = xmin
         self._catalog = (pools, priorities)
         self.last = RefreshStats(full=full, rows=len(rows), seconds=time.perf_counter() - t0)
-        return self._context(now, catalog, config)
+        ctx = self._context(now, catalog, config)
+        hold_releasing_in_context(session, ctx)  # as build_snapshot does
+        return ctx
 
     def _apply(
         self,
@@ -239,14 +243,14 @@ class QueuePicture:
     # after a commit ------------------------------------------------------------
 
     def queue_written(
-        self, rows: list[dict[str, Any]], order: list[int] | None, at: float = 0.0
+        self, rows: list[tuple[int, int, str | None]], order: list[int] | None, at: float = 0.0
     ) -> None:
-        """Reasons and the order the dispatcher committed (they take no revision,
-        so the next refresh would not re-read them)."""
-        for r in rows:
-            e = self.entries.get(int(r["b_id"]))
-            if e is not None and e.revision == r["b_rev"]:
-                e.reason, e.reason_at = r["b_reason"], at
+        """Reasons (job id, revision, reason) and the order the dispatcher committed
+        (they take no revision, so the next refresh would not re-read them)."""
+        for job_id, revision, reason in rows:
+            e = self.entries.get(job_id)
+            if e is not None and e.revision == revision:
+                e.reason, e.reason_at = reason, at
         if order is not None:
             self.written_order = order
 

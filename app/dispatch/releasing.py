@@ -16,14 +16,12 @@ from app.store.snapshot import SnapshotContext
 
 
 def cluster_view(cluster: Cluster) -> ClusterView:
-    """Clusters without ``draining_job_ids`` stop synchronously (nothing drains);
-    without ``live_job_ids`` every job with Pods runs its current attempt."""
-    running = set(cluster.running_job_ids())
-    draining_fn = getattr(cluster, "draining_job_ids", None)
-    live_fn = getattr(cluster, "live_job_ids", None)
-    draining = set(draining_fn()) if draining_fn is not None else set()
-    live = set(live_fn()) if live_fn is not None else running - draining
-    return ClusterView(running=running, draining=draining, live=live)
+    """What the cluster shows, read once per pass."""
+    return ClusterView(
+        running=set(cluster.running_job_ids()),
+        draining=set(cluster.draining_job_ids()),
+        live=set(cluster.live_job_ids()),
+    )
 
 
 def hold_releasing_in_context(session: Session, ctx: SnapshotContext) -> None:

@@ -1,4 +1,7 @@
-"""The weight tuner loop: observe, decide (pure), record, maybe apply.
+"""The weight tuner: observe, decide (pure), record, maybe apply.
+
+A step of the dispatcher's decision thread (a NOTIFY wakes the dispatcher,
+not the tuner: a submitted job is no reason to retune before the interval).
 
 Each pass (every ``interval_s``, default a minute; cheap when nothing
 fires) builds the tuner's inputs from the dispatcher's snapshot, rebuilds
@@ -19,7 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.clock import to_epoch, utcnow
-from app.dispatch.base import LoopService
+from app.dispatch.base import Step
 from app.reports.alerts import AlertThresholds, type_imbalance_alerts
 from app.reports.live import thresholds as alert_thresholds
 from app.reports.utilization import pending_by_type, utilization, wanted_type
@@ -105,7 +108,7 @@ def recent_arrivals(
     return out
 
 
-class TunerLoop(LoopService):
+class TunerLoop(Step):
     name = "tuner"
 
     def __init__(
@@ -121,9 +124,6 @@ class TunerLoop(LoopService):
         self.clock = clock
         self.policy = policy
         self.last: Decision | None = None
-
-    def wake(self) -> None:
-        """Ignore NOTIFY wake-ups: a submitted job is no reason to retune before the interval."""
 
     def run_once(self) -> Decision:
         with self.session_factory() as session:

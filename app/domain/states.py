@@ -39,3 +39,21 @@ ALLOWED: dict[str, frozenset[str]] = {
 
 class InvalidTransition(ValueError):
     """A state change the rules forbid (e.g. cancelling a finished job)."""
+
+
+# What a change does, as data (app.store.states turns it into one statement).
+
+#: Timestamp columns a target status stamps with the time of the change, and
+#: those it clears (a requeued job is neither admitted nor started any more).
+STAMPS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "pending": (frozenset(), frozenset({"admitted_at", "started_at"})),
+    "admitted": (frozenset({"admitted_at"}), frozenset({"started_at"})),
+    "running": (frozenset({"started_at"}), frozenset()),
+    "unschedulable": (frozenset(), frozenset()),
+    **{s: (frozenset({"finished_at"}), frozenset()) for s in TERMINAL},
+}
+STAMPED = ("admitted_at", "started_at", "finished_at")
+
+#: Events of a requeue out of ACTIVE that count in ``preemption_count``
+#: (a failed bind or lost Pods requeue too, but were not preempted).
+PREEMPTION_EVENTS = frozenset({"preempted", "reclaimed"})

@@ -23,10 +23,15 @@ from typing import Any, Protocol
 class AlertThresholds:
     """Configurable under ``scheduler.alerts`` in the config file."""
 
+    # head-of-line blocking: a group's wait P99 above this many times its P50
     hol_ratio: float = 2.0
+    # ... with at least this many waits in the group
     hol_min_samples: int = 20
+    # ... and a P99 wait above this many seconds
     hol_min_p99_s: float = 60.0
+    # type imbalance: a GPU type with more than this many queued jobs
     imbalance_queued: int = 10
+    # ... while another type has more than this share of its capacity idle
     imbalance_idle: float = 0.4
 
     @classmethod

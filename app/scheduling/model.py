@@ -220,23 +220,40 @@ class PriorityInfo:
 class SchedulerConfig:
     """Knobs of the core; every one can be set under ``scheduler:`` in the config."""
 
+    # Score weights (placement is filter then score; 0 turns a term off).
+
+    # memory waste: prefer the card whose memory fits the request most tightly
     w_memory_waste: float = 1.0
+    # not read by the core: gpu_units requests take the least CU overshoot by construction
     w_overshoot: float = 1.0
+    # the pool's GPU types in preference order: earlier types score higher
     w_type_preference: float = 0.5
+    # binpack jobs: prefer fuller nodes (and a gang on the fewest nodes)
     w_binpack: float = 1.0
+    # spread jobs: prefer emptier nodes (replicas on distinct nodes)
     w_spread: float = 1.0
+    # a gang's replicas on the same node, else the same rack
     w_topology: float = 1.0
+    # never leave a node with free GPUs but too little CPU/memory to use them
     w_headroom: float = 1.0
+    # how much the placement reduces what the expected job mix can still use (FGD-style)
     w_fragmentation: float = 1.0
+    # a job pending this long gets a reservation: the capacity it needs at its earliest
+    # expected start is held, used only by jobs expected to end before then
     reservation_after_s: float = 1800.0
+    # a job older than this no longer waits for its team's fair share (no starvation)
     aging_s: float = 3600.0
+    # a running job younger than this is never preempted (lease reclaim excepted)
     min_run_time_s: float = 60.0
+    # admissions in one cycle at most
     max_cycle_admissions: int = 100_000
     # A job preempted by X may not preempt X back for this long (anti-thrash).
     thrash_window_s: float = 600.0
-    # Descheduler: interval of its loop, and whether it may move small
-    # preemptible jobs off big-card nodes to make room for whole-node jobs.
+    # period of the descheduler's ticks in `gpuq simulate` (the live loop's period is
+    # GPUQ_DESCHEDULER_INTERVAL)
     descheduler_interval_s: float = 30.0
+    # the descheduler may move small preemptible jobs off big-card nodes to make room for
+    # whole-node jobs
     defragment: bool = True
     # The descheduler as a whole (P0 room and defragment); off = the dispatcher
     # cycle alone, e.g. to compare in `gpuq simulate`.
@@ -247,10 +264,11 @@ class SchedulerConfig:
     # Outside gangs, one node per distinct free-capacity state is scored; this caps
     # the states scored per replica (0 = every state: most nodes share a few states).
     candidate_states: int = 0
-    # gpuq's terms beyond FGD's fragmentation measure (fragmentation.placement_cost):
-    # CPU/GPU balance of the node after placement, and pressure on GPU types that
-    # type-restricted pending jobs need. 0 turns a term off.
+    # gpuq's term beyond FGD's fragmentation measure (fragmentation.placement_cost): CPU/GPU
+    # balance of the node after placement
     w_balance: float = 0.1
+    # pressure on the GPU types that type-restricted pending jobs need: unrestricted jobs
+    # stay off them
     w_type_pressure: float = 1.0
     max_reservations: int = 4  # jobs that may hold capacity in one cycle
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given

@@ -18,6 +18,14 @@ _WRITE = text(
     "INSERT INTO queue_order (id, job_ids, writer) VALUES (1, CAST(:ids AS bigint[]), :writer) "
     "ON CONFLICT (id) DO UPDATE SET job_ids = EXCLUDED.job_ids, writer = EXCLUDED.writer"
 )
+_WRITE_REASONS = text(
+    """
+    UPDATE jobs AS j SET reason = v.reason
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:revs AS bigint[]), CAST(:reasons AS text[]))
+        AS v(id, rev, reason)
+    WHERE j.id = v.id AND j.revision = v.rev AND j.status = 'pending'
+    """
+)
 _WRITER = text("SELECT writer FROM queue_order WHERE id = 1")
 _POSITIONS = text(
     """
@@ -30,6 +38,20 @@ _POSITIONS = text(
 
 def write_order(conn: Connection, job_ids: Sequence[int], writer: str | None = None) -> None:
     conn.execute(_WRITE, {"ids": list(job_ids), "writer": writer})
+
+
+def write_reasons(conn: Connection, rows: Sequence[tuple[int, int, str | None]]) -> None:
+    """(job id, revision seen, reason): one statement; a job that changed since
+    (another revision, or no longer pending) keeps what it has."""
+    if rows:
+        conn.execute(
+            _WRITE_REASONS,
+            {
+                "ids": [r[0] for r in rows],
+                "revs": [r[1] for r in rows],
+                "reasons": [r[2] for r in rows],
+            },
+        )
 
 
 def last_writer(conn: Connection) -> str | None:

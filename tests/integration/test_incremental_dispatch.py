@@ -19,7 +19,7 @@ from app.store import batch_states
 from app.store.jobs import submit_job, submit_jobs
 from app.store.orm import AllocationRow, JobEventRow, JobRow
 from app.store.snapshot import build_snapshot
-from app.store.states import change_state
+from app.store.states import Change, apply_changes, change_state
 from tests.integration.conftest import job_body
 
 
@@ -170,8 +170,8 @@ def test_cancel_between_snapshot_and_write_is_detected(
 
 
 def test_batched_transitions_write_what_change_state_writes(session_factory, demo, clock):
-    """The same three transitions through change_state (row by row) and through
-    batch_states must leave identical job rows and events."""
+    """The same three transitions for one job (change_state) and as a batch
+    (admit_many / apply_changes) must leave identical job rows and events."""
     with session_factory() as s:
         ids = submit_jobs(
             s, [JobSpec.model_validate(job_body(name=f"j{i}")) for i in range(2)], now=clock()
@@ -190,9 +190,11 @@ def test_batched_transitions_write_what_change_state_writes(session_factory, dem
     with session_factory() as s:
         job = s.get(JobRow, ids[0])
         rev = s.get(JobRow, ids[1]).revision
-        d = Dispatcher.__new__(Dispatcher)
-        Dispatcher._admit(d, s, job, Admission(str(ids[0]), (placement,)), clock())
-        s.flush()
+        one = Admission(str(ids[0]), (placement,))
+        change_state(
+            s, job, "admitted", now=clock(), units=one.units,
+            data=batch_states.admission_event_data(one),
+        )
         admitted = batch_states.admit_many(
             s.connection(), [(Admission(str(ids[1]), (placement,)), rev)], clock()
         )
@@ -202,7 +204,9 @@ def test_batched_transitions_write_what_change_state_writes(session_factory, dem
     with session_factory() as s:
         change_state(s, s.get(JobRow, ids[0]), "running", now=clock())
         s.flush()
-        assert batch_states.mark_running(s.connection(), [ids[1]], clock()) == {ids[1]}
+        assert set(apply_changes(s.connection(), [Change(ids[1], "running")], clock())) == {
+            ids[1]
+        }
         s.commit()
     clock.advance(5)
     with session_factory() as s:
@@ -211,8 +215,12 @@ def test_batched_transitions_write_what_change_state_writes(session_factory, dem
             s, s.get(JobRow, ids[0]), "succeeded", now=clock(), reason="done", pods_gone=True
         )
         s.flush()
-        done = batch_states.finish_many(s.connection(), {ids[1]: ("succeeded", "done")}, clock())
-        assert done == {ids[1]}
+        done = apply_changes(
+            s.connection(),
+            [Change(ids[1], "succeeded", reason="done", pods_gone=True)],
+            clock(),
+        )
+        assert set(done) == {ids[1]}
         s.commit()
     cols = (
         "status",

@@ -7,7 +7,7 @@ import pytest
 from app.domain.spec import JobSpec
 from app.domain.states import InvalidTransition
 from app.store.jobs import submit_job
-from app.store.states import change_state, next_revision, wait_seconds
+from app.store.states import change_state, wait_seconds
 
 
 def _job(session, clock):
@@ -51,7 +51,17 @@ def test_wait_counts_every_pending_period(session_factory, demo, clock):
         s.rollback()
 
 
-def test_revisions_increase(session_factory):
+def test_revisions_increase(session_factory, demo, clock):
+    """Every change takes a new, higher revision (the picture and the
+    dispatcher's stale-write checks rely on it)."""
     with session_factory() as s:
-        values = [next_revision(s) for _ in range(150)]
-        assert values == sorted(values) and len(set(values)) == 150
+        jobs = [_job(s, clock) for _ in range(3)]
+        s.flush()
+        values = [j.revision for j in jobs]
+        for to in ("admitted", "running", "pending", "admitted", "running", "succeeded"):
+            for j in jobs:
+                why = "preempted" if to == "pending" else None
+                change_state(s, j, to, now=clock(), event_type=why)
+                values.append(j.revision)
+        assert values == sorted(values) and len(set(values)) == len(values)
+        s.rollback()

@@ -169,3 +169,22 @@ def test_path_checker_sees_a_missing_path(tmp_path: Path) -> None:
     md = tmp_path / "doc.md"
     md.write_text("`app/x.py::test_a` `app/gone.py` `eval/*.yaml` `app/`\n")
     assert _missing_code_paths(md, tmp_path) == ["app/gone.py"]
+
+
+class _Commented:
+    # above, first line
+    # above, second line
+    a: int = 1
+    b: int = 2  # on the line
+
+    # a heading comment, cut off by the blank line
+
+    c: int = 3
+    d: int = 4
+
+
+def test_field_comments_read_the_line_or_the_block_above() -> None:
+    assert docgen.field_comments(_Commented) == {
+        "a": "above, first line above, second line",
+        "b": "on the line",
+    }

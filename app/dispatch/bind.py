@@ -1,0 +1,80 @@
+"""Bind (step 6 of a pass): perform a committed plan on the cluster.
+
+Stops first (victims free their capacity), then binds. A bind that would
+land on capacity stopping Pods still hold waits (the job stays admitted;
+reconcile binds it once the capacity is released). A failed bind is undone:
+every reserve has an unreserve (the job goes back to pending, or fails when
+the cluster rejects its Pod as invalid).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.cluster.base import BindError, BindRequest, Cluster
+from app.dispatch.plan import Plan
+from app.dispatch.releasing import cluster_view
+from app.store.dispatch_rows import lock_job
+from app.store.releasing import any_releasing, blocked_binds, finalise
+from app.store.states import change_state
+
+log = logging.getLogger("gpuq.loops.dispatcher")
+
+
+@dataclass
+class Binder:
+    session_factory: sessionmaker[Session]
+    cluster: Cluster
+    clock: Callable[[], datetime]
+    grace_seconds: float = 30.0  # unless the scheduler config sets preemption_grace_s
+
+    def perform(self, plan: Plan) -> None:
+        grace = self.grace_seconds if plan.grace_seconds is None else plan.grace_seconds
+        for job_id, reason in plan.stops:
+            try:
+                self.cluster.stop(job_id, reason, grace_seconds=grace)
+            except Exception:
+                log.exception("stopping job %s failed; will retry at reconcile", job_id)
+        blocked = self.release_and_gate(plan.binds)
+        for req in plan.binds:
+            if req.job_id in blocked:
+                log.info("job %s stays admitted: %s", req.job_id, blocked[req.job_id])
+                continue  # bound by reconcile once the capacity is released
+            try:
+                self.cluster.bind(req)
+            except BindError as e:
+                self.undo_bind(req.job_id, str(e), permanent=e.permanent)
+
+    def release_and_gate(self, binds: list[BindRequest]) -> dict[str, str]:
+        """After the stops: release what the cluster already let go (a synchronous
+        stop frees capacity in the same pass), then name the binds that would
+        land on capacity stopping Pods still hold (app/store/releasing.py)."""
+        with self.session_factory() as session:
+            if not any_releasing(session):
+                return {}
+            if finalise(session, cluster_view(self.cluster)):
+                session.commit()
+            return blocked_binds(session, binds)
+
+    def undo_bind(self, job_id: str, message: str, *, permanent: bool = False) -> None:
+        with self.session_factory() as session:
+            job = lock_job(session, job_id)
+            if job is not None and job.status == "admitted":
+                change_state(
+                    session,
+                    job,
+                    # a Pod the cluster rejects as invalid would fail every retry
+                    "failed" if permanent else "pending",
+                    now=self.clock(),
+                    event_type="bind_failed",
+                    reason=f"bind failed: {message}",
+                )
+                session.commit()
+                # the cluster undid the bind: free at once what it no longer holds
+                if finalise(session, cluster_view(self.cluster)):
+                    session.commit()

@@ -1,0 +1,173 @@
+"""Plan and write (steps 4 and 5 of a pass): snapshot -> pure core -> one transaction.
+
+The snapshot comes from the dispatcher's :class:`~app.dispatch.picture.QueuePicture`;
+the core (a policy, or a partial decision such as the descheduler's) returns
+decisions as data; every decision is written in one transaction, skipping
+jobs that changed since the snapshot (a cancel raced the cycle). The cluster
+calls the decisions need are returned as a :class:`~app.dispatch.plan.Plan`
+for the bind part.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TypeVar
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.dispatch.picture import QueuePicture
+from app.dispatch.plan import Plan, bind_request
+from app.scheduling.model import Admission, CycleResult, Node, Preemption, Snapshot
+from app.scheduling.policies import get_policy
+from app.scheduling.releasing import hold_in_snapshot
+from app.store import batch_states, queue_order
+from app.store.snapshot import SnapshotContext
+from app.store.states import Change, apply_changes
+
+Decide = Callable[[Snapshot], CycleResult]
+_D = TypeVar("_D", Admission, Preemption)
+
+
+class PlanAndWrite:
+    def __init__(
+        self,
+        session_factory: sessionmaker[Session],
+        picture: QueuePicture,
+        clock: Callable[[], datetime],
+        policy: str = "gpuq",
+    ) -> None:
+        self.session_factory = session_factory
+        self.picture = picture
+        self.clock = clock
+        self.policy_name = policy
+        self.reason_refresh_s = 5.0  # see _write_queue
+        self.timings: dict[str, float] = {}  # snapshot / core / write seconds, last run
+
+    def run(self, decide: Decide | None = None, live_nodes: list[Node] | None = None) -> Plan:
+        """One planning transaction; ``decide`` defaults to the policy. On any
+        error the picture is dropped (what it holds may be ahead of the database)."""
+        try:
+            return self._run(decide, live_nodes)
+        except BaseException:
+            self.picture.invalidate()
+            raise
+
+    def _run(self, decide: Decide | None, live_nodes: list[Node] | None) -> Plan:
+        plan = Plan()
+        timings = self.timings = {}
+        with self.session_factory() as session:
+            now = self.clock()
+            t0 = time.perf_counter()
+            ctx = self.picture.refresh(session, now)
+            if live_nodes is not None:
+                ctx.snapshot.nodes = list(live_nodes)
+                hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity
+            t1 = time.perf_counter()
+            result = (decide or get_policy(self.policy_name))(ctx.snapshot)
+            t2 = time.perf_counter()
+            timings["snapshot"], timings["core"] = t1 - t0, t2 - t1
+            plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
+            plan.result = result
+            conn = session.connection()
+            # Each kind of decision is one set-based change; a job that changed since
+            # the snapshot (its revision moved on: a cancel raced the cycle) is left
+            # to the next cycle by the statement itself.
+            preempted = apply_changes(
+                conn, [_preemption(p, rev) for p, rev in _seen(result.preemptions, ctx)], now
+            )
+            stopped: set[str] = set()
+            for p in result.preemptions:
+                if _id(p.job_id) in preempted and p.job_id not in stopped:
+                    plan.stops.append((p.job_id, p.reason))
+                    stopped.add(p.job_id)
+            # a moved job is preempted, then admitted anew at its new revision
+            admissions = [
+                (a, preempted[i].revision if i in preempted else rev)
+                for a, rev in _seen(result.admissions, ctx)
+                for i in (int(a.job_id),)
+            ]
+            admitted = batch_states.admit_many(conn, admissions, now)
+            plan.binds += [bind_request(admitted[int(a.job_id)], list(a.placements))
+                           for a, _ in admissions if int(a.job_id) in admitted]
+            unschedulable = [
+                Change(int(job_id), "unschedulable", reason=why, revision=ctx.revisions[job_id])
+                for job_id, why in result.unschedulable.items()
+                if job_id in ctx.revisions and job_id.isdigit()
+            ]
+            apply_changes(conn, unschedulable, now)
+            decided = (
+                {a.job_id for a in result.admissions}
+                | {p.job_id for p in result.preemptions}
+                | set(result.unschedulable)
+            )
+            reasons: list[tuple[int, int, str | None]] = []
+            order: list[int] | None = None
+            if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
+                order, reasons = self._write_queue(session, ctx, result, decided)
+            session.commit()
+            self.picture.queue_written(reasons, order, ctx.snapshot.now)
+            timings["write"] = time.perf_counter() - t2
+        return plan
+
+    def _write_queue(
+        self, session: Session, ctx: SnapshotContext, result: CycleResult, decided: set[str]
+    ) -> tuple[list[int], list[tuple[int, int, str | None]]]:
+        """Reasons of jobs left pending, and the dispatch order.
+
+        The order is one array row (``queue_order``); reasons are written only
+        where they changed, in one statement, and only if the job is still
+        pending at the revision the snapshot saw. Returns (order, reasons written).
+        """
+        order = [int(j) for j in result.order if j not in decided and j.isdigit()]
+        conn = session.connection()
+        if self.picture.written_order != order:
+            queue_order.write_order(conn, order, self.picture.owner)
+        # A reason whose text changed only in its numbers ("largest free block:
+        # v100-16g 1" -> "0") is rewritten at most every reason_refresh_s per job:
+        # with a large backlog such changes otherwise rewrite thousands of rows a pass.
+        now = ctx.snapshot.now
+        rows: list[tuple[int, int, str | None]] = []
+        for job_id, (reason, _) in ctx.pending_meta.items():
+            new_reason = result.reasons.get(job_id, reason)
+            if job_id in decided or new_reason == reason:
+                continue
+            if (
+                reason is not None
+                and new_reason is not None
+                and self.picture.reason_is_fresh(
+                    job_id, reason, new_reason, now, self.reason_refresh_s
+                )
+            ):
+                continue
+            rows.append((int(job_id), ctx.revisions[job_id], new_reason))
+        queue_order.write_reasons(conn, rows)
+        return order, rows
+
+
+def _id(job_id: str) -> int:
+    return int(job_id) if job_id.isdigit() else -1
+
+
+def _seen(decisions: Sequence[_D], ctx: SnapshotContext) -> list[tuple[_D, int]]:
+    """Decisions about jobs the snapshot saw, each with the revision it saw."""
+    return [
+        (d, ctx.revisions[d.job_id])
+        for d in decisions
+        if d.job_id in ctx.revisions and d.job_id.isdigit()
+    ]
+
+
+def _preemption(p: Preemption, revision: int) -> Change:
+    by = f" by job {p.by_job}" if p.by_job else ""
+    reclaim = p.kind == "reclaim"
+    return Change(
+        int(p.job_id),
+        "pending",
+        reason=f"{'reclaimed' if reclaim else 'preempted'}{by}: {p.reason}",
+        event_type="reclaimed" if reclaim else "preempted",
+        lease_state="reclaimed" if reclaim else "returned",
+        data={"by_job": p.by_job, "kind": p.kind},
+        revision=revision,
+    )
