@@ -21,6 +21,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from app.ui.format import num as fmt_num  # numbers rounded for people, as the dashboard does
 from app.ui.format import secs as fmt_s  # one duration format for the CLI and the dashboard
 from app.ui.format import when as fmt_when  # ISO 8601 UTC to the second
 
@@ -128,14 +129,6 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
     if not jobs or not all(isinstance(j, dict) for j in jobs):
         raise ClientError(f"{path}: expected a job mapping or a list of them", code=2)
     return jobs
-
-
-def fmt_num(x: Any) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return str(x)
 
 
 def status_text(status: str | None) -> str:

@@ -3,20 +3,15 @@ renders the operations from the assets gpuq ships, and nothing is fetched elsewh
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 
 from app.main import create_app
 from app.settings import Settings
-from tests.e2e.test_ui_chromium import CHROMIUM, DRIVER, Browser, errors
-from tests.integration.obs_env import free_port
+from tests.e2e.test_ui_chromium import CHROMIUM, DRIVER, Browser, chromium, errors
+from tests.integration.obs_env import serving
 
 pytestmark = pytest.mark.skipif(
     not (CHROMIUM and DRIVER), reason="Chromium/chromedriver not installed"
@@ -28,52 +23,14 @@ OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
 
 @pytest.fixture(scope="module")
 def api_url():
-    port = free_port()
-    app = create_app(Settings(GPUQ_RUN_LOOPS=False))  # /docs needs no database
-    srv = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        t.join(timeout=10)
+    with serving(create_app(Settings(GPUQ_RUN_LOOPS=False))) as url:  # /docs needs no database
+        yield url
 
 
 @pytest.fixture(scope="module")
 def offline_browser():
-    port = free_port()
-    proc = subprocess.Popen(
-        [DRIVER, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    profile = tempfile.mkdtemp(prefix="gpuq-chromium-offline-")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(200):
-            try:
-                if httpx.get(url + "/status", timeout=1).json()["value"]["ready"]:
-                    break
-            except (httpx.HTTPError, ValueError, KeyError):
-                pass
-            time.sleep(0.05)
-        b = Browser(url, profile, extra_args=[OFFLINE])
-        try:
-            yield b
-        finally:
-            b.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(profile, ignore_errors=True)
+    with chromium([OFFLINE]) as b:
+        yield b
 
 
 def wait_for(browser: Browser, script: str, timeout_s: float = 30.0):

@@ -11,16 +11,15 @@ import shutil
 import struct
 import subprocess
 import tempfile
-import threading
 import time
 import zlib
 from base64 import b64decode
+from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 
-from tests.integration.obs_env import ADMIN, AUTH, free_port, job, seeded_env
+from tests.integration.obs_env import ADMIN, AUTH, free_port, job, seeded_env, serving
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -129,27 +128,13 @@ def site():
         r = env.client.post("/v1/teams/nlp/tokens", headers=AUTH)
         assert r.status_code == 201, r.text
         SITE_TOKENS["nlp"] = r.json()["token"]
-        port = free_port()
-        srv = uvicorn.Server(
-            uvicorn.Config(
-                env.client.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
-            )
-        )
-        t = threading.Thread(target=srv.run, daemon=True)
-        t.start()
-        for _ in range(200):
-            if srv.started:
-                break
-            time.sleep(0.05)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            srv.should_exit = True
-            t.join(timeout=10)
+        with serving(env.client.app) as url:
+            yield url
 
 
-@pytest.fixture(scope="module")
-def browser():
+@contextmanager
+def chromium(extra_args: list[str] = ()):
+    """chromedriver on a free port and one browser session (1280x900) on it."""
     port = free_port()
     proc = subprocess.Popen(
         [DRIVER, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -164,7 +149,7 @@ def browser():
             except (httpx.HTTPError, ValueError, KeyError):
                 pass
             time.sleep(0.05)
-        b = Browser(url, profile)
+        b = Browser(url, profile, extra_args)
         try:
             b.cmd("POST", "/window/rect", {"width": 1280, "height": 900})
             yield b
@@ -177,6 +162,12 @@ def browser():
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
 
 
 def errors(entries: list[dict]) -> list[dict]:

@@ -6,14 +6,11 @@ Real API, PostgreSQL and dispatcher on the simulated cluster with a manual clock
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import datetime, timedelta
 
-import uvicorn
-
 from app.api.estimates import StartEstimator, pool_default_runtimes
-from tests.integration.obs_env import AUTH, free_port, job, seeded_env
+from tests.integration.obs_env import AUTH, job, seeded_env, serving
 from tests.integration.test_cli_client import gpuq
 
 
@@ -53,23 +50,10 @@ def test_estimates_match_the_real_start_and_show_everywhere():
         assert iso(expected) in c.get(f"/ui/jobs/{wait['id']}", headers=AUTH).text
 
         # the CLI shows it
-        port = free_port()
-        srv = uvicorn.Server(
-            uvicorn.Config(c.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-        )
-        t = threading.Thread(target=srv.run, daemon=True)
-        t.start()
-        for _ in range(200):
-            if srv.started:
-                break
-            time.sleep(0.05)
-        try:
-            r = gpuq(f"http://127.0.0.1:{port}", "queue")
-            assert r.returncode == 0, r.stderr
-            assert "est. start" in r.stdout and iso(expected) in r.stdout
-        finally:
-            srv.should_exit = True
-            t.join(timeout=10)
+        with serving(c.app) as url:
+            r = gpuq(url, "queue")
+        assert r.returncode == 0, r.stderr
+        assert "est. start" in r.stdout and iso(expected) in r.stdout
 
         # the real dispatcher starts "wait" exactly when estimated (the clock is 5 s past
         # hold's start)

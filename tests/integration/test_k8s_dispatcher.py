@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
 from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
 
 from app.clock import utcnow
 from app.dispatch.dispatcher import Dispatcher
@@ -250,13 +252,9 @@ def test_invalid_pod_template_fails_the_job_instead_of_retrying_forever(kube, db
         engine.dispose()
 
 
-@pytest.mark.parametrize("action", ["restart", "fail"])
-def test_gang_failure_policy_restarts_the_whole_gang_or_fails_it(kube, db_url, action):
-    """One replica of a 2-node gang fails: with ``restart`` the whole gang runs again (new
-    Pods for both replicas) up to max_restarts, with ``fail`` the job fails at once; either
-    way the healthy replica is stopped, never left holding its GPUs."""
-    kube.add_node(article_a100("a100-0"))
-    kube.add_node(article_a100("a100-1"))
+@contextmanager
+def one_dispatcher(kube, db_url: str, **kw) -> Iterator[tuple[Dispatcher, sessionmaker]]:
+    """A leader-elected dispatcher on the fake cluster; released and closed afterwards."""
     engine = make_engine(db_url, pool_size=4)
     sf = make_session_factory(engine)
     with sf() as s:
@@ -264,8 +262,23 @@ def test_gang_failure_policy_restarts_the_whole_gang_or_fails_it(kube, db_url, a
     c = make_cluster(kube)
     c.set_gpu_types(types)
     c.start(wait_s=10)
-    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"))
+    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"), **kw)
     try:
+        yield d, sf
+    finally:
+        d.elector.release()
+        c.close()
+        engine.dispose()
+
+
+@pytest.mark.parametrize("action", ["restart", "fail"])
+def test_gang_failure_policy_restarts_the_whole_gang_or_fails_it(kube, db_url, action):
+    """One replica of a 2-node gang fails: with ``restart`` the whole gang runs again (new
+    Pods for both replicas) up to max_restarts, with ``fail`` the job fails at once; either
+    way the healthy replica is stopped, never left holding its GPUs."""
+    kube.add_node(article_a100("a100-0"))
+    kube.add_node(article_a100("a100-1"))
+    with one_dispatcher(kube, db_url) as (d, sf):
         with sf() as s:
             spec = JobSpec.model_validate({
                 "name": "ddp", "team": "nlp", "replicas": 2,
@@ -302,7 +315,3 @@ def test_gang_failure_policy_restarts_the_whole_gang_or_fails_it(kube, db_url, a
                    if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
         assert running == []  # nothing is left holding GPUs
         assert kube.services == {}
-    finally:
-        d.elector.release()
-        c.close()
-        engine.dispose()
