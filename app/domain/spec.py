@@ -65,6 +65,9 @@ class Resources(BaseModel):
         raise AssertionError("validated above")
 
 
+SCENARIO_ONLY = ("submit_at_s", "runtime_s", "speed")
+
+
 class FailurePolicy(BaseModel):
     """What a failed run does (a Pod of any replica failing fails the run of the gang).
 
@@ -129,6 +132,11 @@ class JobSpec(BaseModel):
             if s <= 0:
                 raise ValueError(f"speed[{t}] must be > 0")
         return self
+
+    def scenario_only_fields(self) -> list[str]:
+        """The scenario-only fields this spec sets (the live service refuses them: a run
+        time the service would silently ignore is a mistake the user should hear about)."""
+        return [f for f in SCENARIO_ONLY if f in self.model_fields_set]
 
     @property
     def replica_count(self) -> int:

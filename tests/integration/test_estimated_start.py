@@ -86,3 +86,18 @@ def test_pool_default_runtime_is_the_median_of_last_weeks_runs():
         with env.services.session_factory() as s:
             defaults = pool_default_runtimes(s, env.clock())
         assert defaults == {"inference": 300.0}
+
+
+def test_scenario_only_fields_are_refused_by_name():
+    with seeded_env() as env:
+        c = env.client
+        r = c.post("/v1/jobs", json=job("x", "nlp", 1, "a100", runtime_s=5), headers=AUTH)
+        assert r.status_code == 422 and r.json()["detail"].startswith("runtime_s: scenario-only")
+        body = {"jobs": [job("a", "nlp", 1, "a100"), job("b", "nlp", 1, "a100",
+                                                        speed={"a100": 2}, submit_at_s=3)]}
+        r = c.post("/v1/jobs:batch", json=body, headers=AUTH)
+        assert r.status_code == 422
+        assert r.json()["detail"].startswith("jobs.1.submit_at_s, jobs.1.speed:")
+        r = c.post("/v1/jobs", json=job("y", "nlp", 1, "a100", colour="red"), headers=AUTH)
+        assert r.status_code == 422 and "colour" in r.json()["detail"]
+        assert env.get("/v1/jobs")["items"] == []

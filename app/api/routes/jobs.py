@@ -11,10 +11,24 @@ from sqlalchemy.exc import IntegrityError
 from app.api.deps import NowDep, PrincipalDep, SessionDep
 from app.api.estimates import EstimatorDep
 from app.api.schemas import EventOut, JobOut, JobPage, event_out, job_out
+from app.domain.errors import InputError
 from app.domain.spec import JobSpec
 from app.store import jobs as job_store
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+def refuse_scenario_fields(specs: list[JobSpec], prefix: str | None = None) -> None:
+    """422 naming the scenario-only fields (``runtime_s``...) a live submit sets."""
+    for i, spec in enumerate(specs):
+        bad = spec.scenario_only_fields()
+        if bad:
+            where = f"{prefix}.{i}." if prefix is not None else ""
+            raise InputError(
+                "scenario-only field(s) for `gpuq simulate`, not accepted by the service "
+                "(use duration_estimate_s for the expected run time)",
+                ", ".join(where + f for f in bad),
+            )
+
 
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)]
 
@@ -28,6 +42,7 @@ def submit_job(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
+    refuse_scenario_fields([spec])
     principal.require_team(spec.team)
     try:
         sub = job_store.submit_job(session, spec, now=now, idempotency_key=idempotency_key)
@@ -68,6 +83,7 @@ def submit_batch(
     body: JobBatch, session: SessionDep, principal: PrincipalDep, now: NowDep
 ) -> BatchOut:
     """Many jobs in one transaction (all or nothing): one INSERT, one NOTIFY."""
+    refuse_scenario_fields(body.jobs, prefix="jobs")
     for spec in body.jobs:
         principal.require_team(spec.team)
     ids = job_store.submit_jobs(session, body.jobs, now=now)
