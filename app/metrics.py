@@ -16,6 +16,7 @@ Families (all documented in README "Observability"):
 - dispatcher: scheduling attempts, failures by reason, preemptions and
   lease reclaims by reason, cycle time;
 - leases: active leases and borrowed CU by borrower, lender, type;
+- teams: CU in use per GPU type, quota caps (total and per type);
 - alerts: head-of-line and type imbalance, 1 while firing.
 """
 
@@ -165,6 +166,24 @@ class GpuqMetrics:
             ["gpu_type"],
             registry=r,
         )
+        self.team_usage_units = Gauge(
+            "gpuq_team_usage_units",
+            "CU a team's admitted or running jobs hold, by GPU type",
+            ["team", "gpu_type"],
+            registry=r,
+        )
+        self.team_quota_units = Gauge(
+            "gpuq_team_quota_units",
+            "a team's quota cap in CU (absent when the team has no cap)",
+            ["team"],
+            registry=r,
+        )
+        self.team_quota_type_units = Gauge(
+            "gpuq_team_quota_type_units",
+            "a team's quota cap in CU for one GPU type (only types with a cap)",
+            ["team", "gpu_type"],
+            registry=r,
+        )
         self.metrics_pass_errors = Counter(
             "gpuq_metrics_pass_errors_total", "metrics loop passes that failed", registry=r
         )
@@ -220,6 +239,26 @@ class GpuqMetrics:
             self.active_leases.labels(*key).set(n)
         for key, cu in units.items():
             self.borrowed_units.labels(*key).set(cu)
+
+    def record_teams(
+        self,
+        usage: Mapping[tuple[str, str], float],
+        quotas: Mapping[str, float | None],
+        type_quotas: Mapping[tuple[str, str], float],
+    ) -> None:
+        """Per team: CU held by (team, GPU type), the total cap, and caps per type.
+
+        Every team gets a usage sample per type it holds (0 for none held is left
+        out); a team without a cap has no ``gpuq_team_quota_units`` sample."""
+        for g in (self.team_usage_units, self.team_quota_units, self.team_quota_type_units):
+            g.clear()
+        for (team, gpu_type), cu in usage.items():
+            self.team_usage_units.labels(team, gpu_type).set(cu)
+        for team, cap in quotas.items():
+            if cap is not None:
+                self.team_quota_units.labels(team).set(cap)
+        for (team, gpu_type), cap in type_quotas.items():
+            self.team_quota_type_units.labels(team, gpu_type).set(cap)
 
     def record_releasing(self, units: Mapping[str, float]) -> None:
         self.releasing_units.clear()

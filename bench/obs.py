@@ -1,16 +1,28 @@
-"""Cost of observability on a loaded database, against the dispatcher's own read.
+"""What monitoring and reports cost on a server with weeks of history.
 
-Seeds a fresh PostgreSQL database (own name, dropped at the end) with the
-demo cluster and N pending, N running and N finished jobs, then times:
+Builds its own history through the API (``bench/history.py``: 100,000 jobs
+over 14 days by default, through ``POST /v1/jobs:batch``, run by the real
+dispatcher and simulated cluster, ~3,000 left pending), then times over HTTP
+against a real uvicorn server, P50 of ``--repeat`` calls each:
 
-- baseline: ``build_snapshot`` (what every dispatcher cycle reads);
-- one ``/metrics`` refresh (``MetricsLoop.run_once``: snapshot, utilization,
-  leases, fairness alerts over the last hour, histograms);
-- ``GET /v1/reports/fairness`` (24 h window) and ``/v1/reports/utilization``;
-- one tuner what-if replay (current state + recent arrivals, one weight set).
+- ``GET /metrics`` with every scrape recomputing (no 5 s reuse; the first
+  scrape of a process reads the last day of events once, shown apart);
+- ``GET /v1/reports/fairness?window_s=86400`` and ``GET /ui/fairness``;
+- ``GET /v1/reports/utilization`` and ``GET /ui``;
+- ``GET /v1/queue?limit=50`` with ``--queue-pending`` (20,000) jobs waiting (the
+  extra ones arrive through the batch endpoint and are removed afterwards).
 
-Run: ``TEST_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1/test
-.venv/bin/python bench/obs.py [--jobs 2000]`` (uses DATABASE_URL if that is set instead).
+Baselines in the same run, interleaved call by call with the timed requests:
+what the previous implementation did per request, still measurable in
+process: ``build_snapshot`` with the whole queue (the old gauge source) and
+the fairness report over every job ever submitted (``job_records`` without
+a window, filtered in Python: the old report's cost), and the unpaged queue
+query. Ratios are new / baseline. Prints the load average before and after.
+``--database-url`` keeps the database (or reuses the history this script built
+in it before: building 100,000 jobs takes 10-30 min on the shared machine).
+
+    TEST_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1/test \\
+        .venv/bin/python bench/obs.py [--jobs 100000] [--days 14] [--pending 3000]
 """
 
 from __future__ import annotations
@@ -18,165 +30,160 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import random
 import statistics
 import sys
 import time
-import uuid
-from datetime import UTC, datetime, timedelta
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from sqlalchemy import create_engine, insert, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
+import httpx  # noqa: E402
+from sqlalchemy import text  # noqa: E402
 
-from app.clock import to_epoch  # noqa: E402
-from app.dispatch.metrics import MetricsLoop  # noqa: E402
-from app.dispatch.tuner import recent_arrivals  # noqa: E402
-from app.domain.config import load_config_text  # noqa: E402
-from app.metrics import GpuqMetrics  # noqa: E402
-from app.reports.live import live_fairness, live_utilization  # noqa: E402
-from app.runtime import demo_config_text  # noqa: E402
-from app.scheduling.policies import get_policy  # noqa: E402
-from app.store import migrate  # noqa: E402
-from app.store.config_loader import apply_config, ensure_priority_classes  # noqa: E402
-from app.store.db import make_engine, make_session_factory, normalize_url  # noqa: E402
-from app.store.orm import AllocationRow, JobEventRow, JobRow  # noqa: E402
+from app.reports.fairness import fairness_report  # noqa: E402
+from app.reports.queries import job_records  # noqa: E402
 from app.store.snapshot import build_snapshot  # noqa: E402
-from app.tuning.whatif import make_replay  # noqa: E402
+from bench.history import AUTH, job_body, load, with_history  # noqa: E402
 
-NOW = datetime(2026, 6, 1, tzinfo=UTC)
-TEAMS = [("nlp", "training", "a100-80g"), ("recsys", "inference", "rtx4090-24g"),
-         ("research", "mixed", "v100-16g")]
+DAY = 86400.0
 
 
-def timed(fn, repeat: int = 3) -> float:
-    runs = []
-    for _ in range(repeat):
+def p50(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def compare(label, fn, base_label, base_fn, target, *, repeat: int) -> None:
+    new, old = [], []
+    for _ in range(repeat):  # interleaved: the same noise for both
         t0 = time.perf_counter()
         fn()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
+        new.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        base_fn()
+        old.append(time.perf_counter() - t0)
+    tgt = f"< {target * 1000:.0f}" if target else ""
+    print(
+        f"| `{label}` | {p50(new) * 1000:.0f} | {tgt} | {base_label} "
+        f"| {p50(old) * 1000:.0f} | {p50(new) / p50(old):.3f} |",
+        flush=True,
+    )
 
 
-def seed(sf, n: int) -> None:
-    pending, running, finished, events, allocs = [], [], [], [], []
-    for i in range(3 * n):
-        team, pool, gtype = TEAMS[i % 3]
-        spec = {"name": f"j{i}", "team": team, "resources": {"gpus": 1, "gpu_types": [gtype]},
-                "duration_estimate_s": 600}
-        sub = NOW - timedelta(seconds=60 + (i * 37) % 20_000)
-        row = dict(name=f"j{i}", team=team, pool=pool, priority="P1", spec=spec, units=1.0,
-                   submitted_at=sub, waited_s=0.0, preemption_count=0)
-        kind = i % 3
-        if kind == 0:
-            pending.append({**row, "status": "pending", "queued_at": sub})
-        elif kind == 1:
-            finished.append({**row, "status": "succeeded", "waited_s": (i * 13) % 900,
-                             "admitted_at": sub + timedelta(seconds=(i * 13) % 900),
-                             "finished_at": sub + timedelta(seconds=(i * 13) % 900 + 300)})
-        else:
-            running.append({**row, "status": "running", "waited_s": 5.0,
-                            "admitted_at": sub + timedelta(seconds=5),
-                            "started_at": sub + timedelta(seconds=5)})
+# What GET /v1/queue did before it was paged: every pending job, in order, in one answer.
+OLD_QUEUE = text(
+    """
+    SELECT j.* FROM jobs AS j
+    LEFT JOIN (SELECT u.id, u.ord FROM queue_order AS q,
+               unnest(q.job_ids) WITH ORDINALITY AS u(id, ord) WHERE q.id = 1) AS r
+        ON r.id = j.id
+    WHERE j.status = 'pending'
+    ORDER BY r.ord ASC NULLS LAST, j.submitted_at, j.id
+    """
+)
+
+
+def queue_case(live, c: httpx.Client, pending: int, repeat: int) -> None:
+    """The first page of the queue with ``pending`` jobs waiting (more are submitted
+    for it through the batch endpoint, ranked by one dispatcher pass, removed after)."""
+    sf = live.services.session_factory
     with sf() as s:
-        s.execute(insert(JobRow), pending)
-        fin_ids = s.scalars(insert(JobRow).returning(JobRow.id), finished).all()
-        run_ids = s.scalars(insert(JobRow).returning(JobRow.id), running).all()
-        for jid, row in zip(fin_ids, finished, strict=True):
-            gtype = row["spec"]["resources"]["gpu_types"][0]
-            events.append(dict(job_id=jid, at=row["admitted_at"], type="admitted",
-                               from_status="pending", to_status="admitted",
-                               data={"placements": [{"gpu_type": gtype, "node": "x"}]}))
-        s.execute(insert(JobEventRow), events)
-        # running jobs hold one card each, spread over the demo nodes (no double use)
-        slots = {"a100-80g": [("a100-1", d) for d in range(8)],
-                 "v100-16g": [(f"v100-{k}", d) for k in range(2) for d in range(8)],
-                 "rtx4090-24g": [(f"rtx4090-{k}", d) for k in range(3) for d in range(8)]}
-        for jid, row in zip(run_ids, running, strict=True):
-            gtype = row["spec"]["resources"]["gpu_types"][0]
-            if slots[gtype]:
-                node, dev = slots[gtype].pop()
-                allocs.append(dict(job_id=jid, replica=0, node=node, gpu_type=gtype,
-                                   devices=[dev], mig=[], units=1.0, pool=row["pool"]))
-            else:
-                s.execute(text("UPDATE jobs SET status='pending', queued_at=submitted_at "
-                               "WHERE id=:i"), {"i": jid})
-        if allocs:
-            s.execute(insert(AllocationRow), allocs)
-        s.commit()
+        before = s.scalar(text("SELECT max(id) FROM jobs"))
+        now_pending = s.scalar(text("SELECT count(*) FROM jobs WHERE status = 'pending'"))
+    rng = random.Random(7)
+    left, i = max(0, pending - now_pending), 0
+    while left > 0:
+        k = min(500, left)
+        body = [job_body(rng, 10_000_000 + i + j) for j in range(k)]
+        c.post("/v1/jobs:batch", json={"jobs": body}).raise_for_status()
+        left, i = left - k, i + k
+    live.clock.advance(1)
+    live.dispatcher.run_once()  # ranks the queue
+    with live.services.engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("ANALYZE jobs"))
+    with sf() as s:
+        waiting = s.scalar(text("SELECT count(*) FROM jobs WHERE status = 'pending'"))
+
+    def old() -> None:
+        with sf() as s:
+            s.execute(OLD_QUEUE).all()
+
+    try:
+        compare(f"GET /v1/queue?limit=50 ({waiting:,} pending)",
+                lambda: c.get("/v1/queue", params={"limit": 50}).raise_for_status(),
+                "the unpaged queue query (old)", old, 0.050, repeat=repeat)
+    finally:  # leave the history as it was built (the database may be reused)
+        with sf() as s:
+            s.execute(text("DELETE FROM jobs WHERE id > :b"), {"b": before})
+            s.commit()
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=2000, help="jobs per state (x3 in total)")
+    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--days", type=float, default=14.0)
+    ap.add_argument("--pending", type=int, default=3000)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--queue-pending", type=int, default=20_000,
+                    help="pending jobs for the /v1/queue first-page case")
+    ap.add_argument("--database-url", default=None,
+                    help="build into (or reuse the history of) this database and keep it")
     args = ap.parse_args()
-    base = os.environ.get("DATABASE_URL") or os.environ.get("TEST_DATABASE_URL")
-    if not base:
-        print("set TEST_DATABASE_URL (or DATABASE_URL) to a PostgreSQL server", file=sys.stderr)
-        return 2
-    url = make_url(normalize_url(base))
-    name = f"gpuq_bench_obs_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    engine = make_engine(url.set(database=name).render_as_string(hide_password=False))
-    try:
-        migrate.upgrade(engine)
-        sf = make_session_factory(engine)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}; {load()}"
+    )
+    with with_history(
+        args.jobs, days=args.days, pending=args.pending, database_url=args.database_url
+    ) as live:
+        sf = live.services.session_factory
         with sf() as s:
-            ensure_priority_classes(s)
-            apply_config(s, load_config_text(demo_config_text()))
-            s.commit()
-        seed(sf, args.jobs)
-        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-              f"Python {platform.python_version()}")
-        print(f"database: {3 * args.jobs} jobs ({args.jobs} pending / running-or-pending / "
-              "finished), demo cluster (7 nodes)")
+            by_status = text("SELECT status, count(*) FROM jobs GROUP BY status")
+            counts = dict(s.execute(by_status).all())
+            day_jobs = len(job_records(s, live.clock(), DAY))
+        print(
+            f"history: {live.jobs:,} jobs over {args.days:g} days built in {live.build_s:.0f} s "
+            f"through POST /v1/jobs:batch; by status {counts}; {day_jobs:,} in the last day"
+        )
+        with httpx.Client(base_url=live.url, headers=AUTH, timeout=120) as c:
+            t0 = time.perf_counter()
+            c.get("/metrics").raise_for_status()
+            first_scrape = time.perf_counter() - t0
+            # every scrape recomputes (the server otherwise reuses a pass for 5 s)
+            live.app.state.metrics_max_age_s = 0.0
 
-        def snapshot():
-            with sf() as s:
-                return build_snapshot(s, NOW)
+            def snapshot() -> None:
+                with sf() as s:
+                    build_snapshot(s, live.clock())
 
-        base_t = timed(snapshot)
-        loop = MetricsLoop(sf, GpuqMetrics(), clock=lambda: NOW)
-        metrics_t = timed(loop.run_once)
+            def full_report() -> None:
+                with sf() as s:
+                    now = live.clock()
+                    fairness_report(job_records(s, now, None), now=now.timestamp(), window_s=DAY)
 
-        def fairness():
-            with sf() as s:
-                live_fairness(s, NOW, 24 * 3600.0)
+            def get(path: str, **params) -> None:
+                c.get(path, params=params).raise_for_status()
 
-        def util():
-            with sf() as s:
-                live_utilization(s, NOW)
-
-        fair_t = timed(fairness)
-        util_t = timed(util)
-        with sf() as s:
-            snap = build_snapshot(s, NOW).snapshot
-            arrivals = recent_arrivals(s, snap, NOW, 3600.0)
-        head = sorted(snap.pending, key=lambda j: (-j.priority_value, j.submitted_at))[:2000]
-        snap.pending = head
-        replay = make_replay(snap, arrivals, policy=get_policy("gpuq"), horizon_s=7200.0)
-        weights = {k: t.weight for k, t in snap.gpu_types.items()}
-        t0 = time.perf_counter()
-        out = replay(weights)
-        replay_t = time.perf_counter() - t0
-        print(f"{'what':44s} {'seconds':>9s} {'x baseline':>11s}")
-        rows = [
-            ("baseline: build_snapshot (dispatcher read)", base_t),
-            ("/metrics refresh (MetricsLoop.run_once)", metrics_t),
-            ("/v1/reports/fairness (24 h window)", fair_t),
-            ("/v1/reports/utilization", util_t),
-            (f"tuner what-if replay ({out.jobs} jobs, 1 set)", replay_t),
-        ]
-        for label, t in rows:
-            print(f"{label:44s} {t:9.3f} {t / base_t:11.2f}")
-        print(f"(median of 3 runs except the replay; snapshot at {to_epoch(NOW):.0f})")
-    finally:
-        engine.dispose()
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+            cases = [
+                ("GET /metrics", lambda: get("/metrics"), "build_snapshot (old gauge source)",
+                 snapshot, 0.100),
+                ("GET /v1/reports/fairness?window_s=86400",
+                 lambda: get("/v1/reports/fairness", window_s=DAY),
+                 "fairness over all jobs (old cost)", full_report, 0.300),
+                ("GET /ui/fairness", lambda: get("/ui/fairness"),
+                 "fairness over all jobs (old cost)", full_report, 0.300),
+                ("GET /v1/reports/utilization", lambda: get("/v1/reports/utilization"),
+                 "build_snapshot (old source)", snapshot, None),
+                ("GET /ui", lambda: get("/ui"), "build_snapshot (old source)", snapshot, None),
+            ]
+            print()
+            print("| request | P50 ms | target | baseline | baseline P50 ms | ratio |")
+            print("|---|---:|---:|---|---:|---:|")
+            print(f"| first `GET /metrics` of a process (reads 1 day of events) "
+                  f"| {first_scrape * 1000:.0f} | | | | |")
+            for case in cases:
+                compare(*case, repeat=args.repeat)
+            queue_case(live, c, args.queue_pending, args.repeat)
+    print(f"\n{load()}")
     return 0
 
 

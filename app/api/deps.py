@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
@@ -65,10 +65,16 @@ def get_principal(
     session: SessionDep,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Principal:
+    return resolve_principal(request.app.state, session, authorization)
+
+
+def resolve_principal(state: Any, session: Session, authorization: str | None) -> Principal:
+    """Who sends ``authorization``: the one lookup every route uses (the submit route
+    calls it inside its one worker-thread hop; others through :data:`PrincipalDep`)."""
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized("missing 'Authorization: Bearer TOKEN' header", "Authorization")
     token = authorization.split(" ", 1)[1].strip()
-    admin = request.app.state.admin_token
+    admin = state.admin_token
     if admin and same_token(token, admin):
         return Principal(team=None)
     team = team_for_token(session, token)

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app.store.jobs import NewJob
 from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
 from app.store.states import wait_seconds
 
@@ -172,6 +173,31 @@ def job_out(
         lease=lease_out(lease) if lease is not None else None,
         spec=job.spec,
         queue_position=job.queue_position,
+    )
+
+
+def new_job_out(job: NewJob, name: str) -> JobOut:
+    """:func:`job_out` of a job just submitted (pending, holding nothing), from what the
+    submit wrote, without reading the row back."""
+    return JobOut(
+        id=str(job.id),
+        name=name,
+        team=job.team,
+        pool=job.pool,
+        priority=job.priority,
+        status="pending",
+        reason=None,
+        submitted_at=job.submitted_at,
+        admitted_at=None,
+        started_at=None,
+        finished_at=None,
+        wait_seconds=0.0,
+        preemption_count=0,
+        units=job.units,
+        allocations=[],
+        lease=None,
+        spec=job.spec,
+        queue_position=None,
     )
 
 

@@ -1,4 +1,4 @@
-"""Reports on the live system: the database read through the dispatcher's snapshot.
+"""Reports on the live system: utilization of a live snapshot, fairness over a window.
 
 Shared by the report routes, the dashboard, the metrics loop and the
 tuner loop, so all of them show the same numbers for the same moment.
@@ -19,7 +19,6 @@ from app.reports.queries import job_records
 from app.reports.utilization import utilization_report
 from app.scheduling.model import Snapshot
 from app.store.config_loader import scheduler_knobs
-from app.store.snapshot import build_snapshot
 
 log = logging.getLogger("gpuq.reports")
 
@@ -47,9 +46,10 @@ def gpu_util_for(snap: Snapshot, prometheus_url: str | None) -> dict[str, float]
 
 
 def live_utilization(
-    session: Session, now: datetime, prometheus_url: str | None = None
-) -> tuple[Snapshot, dict[str, Any]]:
-    snap = build_snapshot(session, now).snapshot
+    session: Session, snap: Snapshot, prometheus_url: str | None = None
+) -> dict[str, Any]:
+    """The utilization report of ``snap`` (the live picture: see
+    :meth:`app.dispatch.metrics.MetricsLoop.snapshot`, which refreshes it by what changed)."""
     util = gpu_util_for(snap, prometheus_url)
     body = utilization_report(
         snap,
@@ -59,7 +59,7 @@ def live_utilization(
     )
     if prometheus_url and util is None:
         body["gpu_util_note"] = f"real GPU utilization unknown: {prometheus_url} did not answer"
-    return snap, body
+    return body
 
 
 def live_fairness(session: Session, now: datetime, window_s: float | None) -> dict[str, Any]:

@@ -9,28 +9,19 @@ through the node table); a job that never ran is filed under the type it waits f
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import BigInteger, any_, literal, or_, select, text, union_all
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
 from app.reports.records import JobRecord
-from app.reports.utilization import ANY_TYPE, CPU_ONLY
+from app.reports.utilization import CPU_ONLY, wanted_type_of
 from app.store.live import live_allocations
-from app.store.orm import AllocationRow, JobEventRow, JobRow, NodeRow, PoolRow
+from app.store.orm import AllocationRow, JobRow, NodeRow, PoolRow
 from app.store.states import wait_seconds
-
-
-def _wanted_from_spec(spec: Mapping) -> str:
-    res = (spec or {}).get("resources") or {}
-    if res.get("gpus") == 0:
-        return CPU_ONLY
-    types = res.get("gpu_types") or []
-    if types:
-        return str(types[0])
-    return ANY_TYPE
 
 
 def job_records(session: Session, now: datetime, window_s: float | None) -> list[JobRecord]:
@@ -38,8 +29,13 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
 
     Reads columns, not ORM objects (a report touches thousands of rows): the job's
     timing, its ``resources`` from the spec, and separately the GPU types it holds or held.
+    With a window the jobs come in four disjoint parts, each through its own index
+    (migration 0004): pending; finished since T; admitted since T (not finished since);
+    submitted since T (neither). One OR over the four made PostgreSQL misjudge the
+    overlap of the conditions and read the whole table; this way the cost follows the
+    window, not the history.
     """
-    q = select(
+    cols = (
         JobRow.id,
         JobRow.team,
         JobRow.pool,
@@ -50,47 +46,46 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
         JobRow.waited_s,
         JobRow.admitted_at,
         JobRow.finished_at,
-        JobRow.spec["resources"].label("resources"),
+        JobRow.spec["resources"]["gpus"].astext.label("gpus"),
+        JobRow.spec["resources"]["gpu_types"][0].astext.label("first_type"),
     )
-    if window_s is not None:
+    conn = session.connection()
+    if window_s is None:
+        rows = conn.execute(select(*cols)).all()
+    else:
         since = now - timedelta(seconds=window_s)
-        q = q.where(
-            or_(
-                JobRow.status == "pending",
-                JobRow.submitted_at >= since,
-                JobRow.admitted_at >= since,
-                JobRow.finished_at >= since,
-            )
+        done = JobRow.status != "pending"
+        not_fin = or_(JobRow.finished_at < since, JobRow.finished_at.is_(None))
+        not_adm = or_(JobRow.admitted_at < since, JobRow.admitted_at.is_(None))
+        parts = (
+            select(*cols).where(JobRow.status == "pending"),
+            select(*cols).where(done, JobRow.finished_at >= since),
+            select(*cols).where(done, not_fin, JobRow.admitted_at >= since),
+            select(*cols).where(done, not_fin, not_adm, JobRow.submitted_at >= since),
         )
-    rows = session.execute(q).all()
-    pool_types = {p.name: list(p.gpu_types or []) for p in session.scalars(select(PoolRow))}
-    node_type = {n.name: n.gpu_type for n in session.scalars(select(NodeRow))}
+        rows = conn.execute(union_all(*parts)).all()
+    pools = _pool_types(session)
     ids = [r.id for r in rows if r.status != "pending"]
     held: dict[int, set[str]] = defaultdict(set)
-    for chunk in _chunks(ids):
-        for job_id, gpu_type in session.execute(
+    ran_on: dict[int, str] = {}
+    if ids:
+        for job_id, gpu_type in conn.execute(
             live_allocations(AllocationRow.job_id, AllocationRow.gpu_type).where(
-                AllocationRow.job_id.in_(chunk)
+                AllocationRow.job_id == any_(literal(ids, ARRAY(BigInteger)))
             )
         ):
             held[job_id].add(gpu_type or CPU_ONLY)
-    # finished jobs: where did they run? (their allocation rows are freed)
-    need_events = [i for i in ids if i not in held]
-    ran_on: dict[int, str] = {}
-    for chunk in _chunks(need_events):
-        for job_id, data in session.execute(
-            select(JobEventRow.job_id, JobEventRow.data)
-            .where(JobEventRow.job_id.in_(chunk), JobEventRow.to_status == "admitted")
-            .order_by(JobEventRow.id)
-        ):
-            data = data or {}
-            placed = data.get("placements") or []
-            if placed:
-                types = sorted({p.get("gpu_type") or CPU_ONLY for p in placed})
-            else:
-                types = sorted({node_type.get(n) or CPU_ONLY for n in data.get("nodes", [])})
-            if types:
-                ran_on[job_id] = types[0] if len(types) == 1 else "mixed"
+        # finished jobs: where did they run? (their allocation rows are freed)
+        need = [i for i in ids if i not in held]
+        if need:
+            node_type = dict(conn.execute(select(NodeRow.name, NodeRow.gpu_type)).all())
+            for job_id, placed, nodes in conn.execute(_LAST_ADMISSION, {"ids": need}):
+                if placed:
+                    types = sorted({t or CPU_ONLY for t in placed})
+                else:
+                    types = sorted({node_type.get(n) or CPU_ONLY for n in nodes or ()})
+                if types:
+                    ran_on[job_id] = types[0] if len(types) == 1 else "mixed"
     out = []
     for r in rows:
         if r.id in held:
@@ -99,9 +94,7 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
         elif r.id in ran_on:
             gpu_type = ran_on[r.id]
         else:
-            gpu_type = _wanted_from_spec({"resources": r.resources or {}})
-            if gpu_type == ANY_TYPE and pool_types.get(r.pool):
-                gpu_type = pool_types[r.pool][0]
+            gpu_type = _wanted(r.gpus, r.first_type, r.pool, pools)
         out.append(
             JobRecord(
                 id=str(r.id),
@@ -119,6 +112,23 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
     return out
 
 
-def _chunks(ids: list[int], size: int = 5000) -> Iterator[list[int]]:
-    for i in range(0, len(ids), size):
-        yield ids[i : i + size]
+# The GPU types of each job's last admission (its placements; older events name nodes only).
+_LAST_ADMISSION = text(
+    """
+    SELECT DISTINCT ON (job_id) job_id,
+        ARRAY(SELECT DISTINCT COALESCE(p ->> 'gpu_type', '')
+              FROM jsonb_array_elements(data -> 'placements') AS p) AS placed,
+        ARRAY(SELECT jsonb_array_elements_text(data -> 'nodes')) AS nodes
+    FROM job_events
+    WHERE job_id = ANY(CAST(:ids AS bigint[])) AND to_status = 'admitted'  -- partial index
+    ORDER BY job_id, id DESC
+    """
+)
+
+
+def _pool_types(session: Session) -> dict[str, list[str]]:
+    return {n: list(t or ()) for n, t in session.execute(select(PoolRow.name, PoolRow.gpu_types))}
+
+
+def _wanted(gpus: str | None, first_type: str | None, pool: str, pools: Mapping) -> str:
+    return wanted_type_of(gpus == "0", first_type, pools.get(pool, ()))

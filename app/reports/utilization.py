@@ -9,7 +9,7 @@ URL it stays ``None`` and the report says it is unknown, never a guess.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from app.reports.alerts import AlertThresholds, type_imbalance_alerts
@@ -26,13 +26,22 @@ def wanted_type(job: JobRequest, pools: Mapping[str, PoolInfo]) -> str:
     Its first requested type, else its pool's first (preferred) type, else
     ``any``; CPU-only work is ``cpu``.
     """
-    if job.mode == "gpus" and not job.gpus:
-        return CPU_ONLY
-    if job.gpu_types:
-        return job.gpu_types[0]
     pool = pools.get(job.pool)
-    if pool is not None and pool.gpu_types:
-        return pool.gpu_types[0]
+    return wanted_type_of(
+        job.mode == "gpus" and not job.gpus,
+        job.gpu_types[0] if job.gpu_types else None,
+        pool.gpu_types if pool is not None else (),
+    )
+
+
+def wanted_type_of(cpu_only: bool, first_type: str | None, pool_types: Sequence[str]) -> str:
+    """:func:`wanted_type` from the three facts it needs (aggregate queries group by them)."""
+    if cpu_only:
+        return CPU_ONLY
+    if first_type:
+        return first_type
+    if pool_types:
+        return pool_types[0]
     return ANY_TYPE
 
 
@@ -86,7 +95,7 @@ def utilization(
         for p in job.placements:
             if p.gpu_type:
                 allocated[p.gpu_type] += p.units
-    pending = Counter(wanted_type(j, snap.pools) for j in snap.pending)
+    pending = pending_by_type(snap)
     out = []
     for name in sorted(set(snap.gpu_types) | set(cards)):
         gt = snap.gpu_types.get(name)

@@ -17,7 +17,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, select
 from sqlalchemy.orm import Session
 
 from app.store.orm import CatalogRevisionRow, GpuTypeRow, PoolRow, PriorityClassRow, TeamRow
@@ -57,26 +57,41 @@ _cache: weakref.WeakKeyDictionary[Engine, CatalogView] = weakref.WeakKeyDictiona
 _lock = threading.Lock()
 
 
+def cached_catalog(engine: Engine) -> CatalogView | None:
+    """The last catalog this process read for ``engine``, without asking the database.
+
+    Only for writers that check the revision in the same statement that relies on
+    it (``app.store.jobs.insert_job``: the INSERT happens only while
+    ``catalog_revision`` still has this view's number)."""
+    with _lock:
+        return _cache.get(engine)
+
+
 def current_catalog(session: Session) -> CatalogView:
     """The catalog as of this transaction's look at ``catalog_revision``."""
-    engine = session.get_bind()
-    assert isinstance(engine, Engine)
-    rev = session.scalar(select(CatalogRevisionRow.revision).where(CatalogRevisionRow.id == 1))
+    return current_catalog_of(session.connection())
+
+
+def current_catalog_of(conn: Connection) -> CatalogView:
+    """:func:`current_catalog` on a connection (one round trip when the cache is current)."""
+    engine = conn.engine
+    rev = conn.scalar(select(CatalogRevisionRow.revision).where(CatalogRevisionRow.id == 1))
     with _lock:
         view = _cache.get(engine)
     if view is not None and rev is not None and view.revision == rev:
         return view
+    t, p, g = TeamRow, PriorityClassRow, GpuTypeRow
     view = CatalogView(
         revision=rev if rev is not None else -1,
         teams={
-            t.name: TeamRef(t.name, t.pool, tuple(t.allowed_pools or ()), t.default_priority)
-            for t in session.scalars(select(TeamRow))
+            r.name: TeamRef(r.name, r.pool, tuple(r.allowed_pools or ()), r.default_priority)
+            for r in conn.execute(select(t.name, t.pool, t.allowed_pools, t.default_priority))
         },
-        pools={p.name: NameRef(p.name) for p in session.scalars(select(PoolRow))},
-        priorities={p.name: NameRef(p.name) for p in session.scalars(select(PriorityClassRow))},
+        pools={name: NameRef(name) for name in conn.scalars(select(PoolRow.name))},
+        priorities={name: NameRef(name) for name in conn.scalars(select(p.name))},
         types={
-            t.name: GpuTypeRef(t.name, t.weight, dict(t.mig_profiles or {}), t.shareable)
-            for t in session.scalars(select(GpuTypeRow))
+            r.name: GpuTypeRef(r.name, r.weight, dict(r.mig_profiles or {}), r.shareable)
+            for r in conn.execute(select(g.name, g.weight, g.mig_profiles, g.shareable))
         },
     )
     if rev is not None:

@@ -12,13 +12,20 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import BigInteger, column, insert, select, text
+from sqlalchemy import Connection, select, text
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain.errors import Conflict, InputError, NotFound
 from app.domain.spec import JobSpec
 from app.domain.states import CANCELLABLE, STATUSES, TERMINAL
-from app.store.catalog_cache import CatalogView, NameRef, TeamRef, current_catalog
+from app.store.catalog_cache import (
+    CatalogView,
+    NameRef,
+    TeamRef,
+    cached_catalog,
+    current_catalog,
+    current_catalog_of,
+)
 from app.store.orm import (
     AllocationRow,
     JobEventRow,
@@ -39,6 +46,12 @@ class Submitted:
     created: bool
 
 
+def _session(session: Session | None) -> Session:
+    if session is None:
+        raise ValueError("pass a session or a catalog")
+    return session
+
+
 def spec_hash(spec: JobSpec) -> str:
     return hashlib.sha256(
         json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()
@@ -46,14 +59,14 @@ def spec_hash(spec: JobSpec) -> str:
 
 
 def resolve_references(
-    session: Session, spec: JobSpec, catalog: CatalogView | None = None
+    session: Session | None, spec: JobSpec, catalog: CatalogView | None = None
 ) -> tuple[TeamRef, NameRef, NameRef]:
     """Team, pool and priority of a spec; every unknown name is an :class:`InputError`.
 
     Checked against the cached catalog (:mod:`app.store.catalog_cache`); the
     foreign keys of ``jobs`` still guard the insert itself.
     """
-    cat = catalog or current_catalog(session)
+    cat = catalog or current_catalog(_session(session))
     team = cat.teams.get(spec.team)
     if team is None:
         raise InputError(f"unknown team {spec.team!r}", "team")
@@ -92,7 +105,7 @@ def resolve_references(
 
 
 def requested_units(
-    session: Session, spec: JobSpec, catalog: CatalogView | None = None
+    session: Session | None, spec: JobSpec, catalog: CatalogView | None = None
 ) -> float | None:
     """CU a pending job asks for, when the spec pins it down."""
     r = spec.resources
@@ -101,80 +114,167 @@ def requested_units(
     if r.gpus is not None and r.gpus == 0:
         return 0.0
     if r.gpus is not None and len(r.gpu_types) == 1:
-        t = (catalog or current_catalog(session)).types.get(r.gpu_types[0])
+        t = (catalog or current_catalog(_session(session))).types.get(r.gpu_types[0])
         return t.weight * r.gpus * spec.replica_count if t else None
     return None
 
 
-# The ``submitted`` event and the wake-up of the dispatcher in one statement.
-_SUBMITTED = text(
+# One job, its ``submitted`` event and the dispatcher's wake-up in one statement, and
+# only while the catalog is still at the revision the spec was checked against
+# (the foreign keys guard the names; this guards pools a team may use, types, ...).
+# A repeated Idempotency-Key inserts nothing (ON CONFLICT). The row always comes
+# back with the current catalog revision, so a miss says which of the two it was.
+_INSERT_ONE = text(
     f"""
-    INSERT INTO job_events (job_id, at, type, from_status, to_status, reason, data)
-    SELECT id, CAST(:now AS timestamptz), 'submitted', NULL, 'pending', NULL, '{{}}'::jsonb
-    FROM unnest(CAST(:ids AS bigint[])) AS id, pg_notify('{NOTIFY_CHANNEL}', '') AS n
+    WITH ok AS (SELECT 1 FROM catalog_revision WHERE id = 1 AND revision = :rev),
+    j AS (
+        INSERT INTO jobs (name, team, pool, priority, status, spec, units, submitted_at,
+            queued_at, waited_s, preemption_count, idempotency_key, idempotency_hash)
+        SELECT :name, :team, :pool, :priority, 'pending', CAST(:spec AS jsonb), :units,
+            :now, :now, 0, 0, :key, :hash
+        FROM ok
+        ON CONFLICT ON CONSTRAINT uq_jobs_team_idempotency_key DO NOTHING
+        RETURNING id
+    ),
+    e AS (
+        INSERT INTO job_events (job_id, at, type, from_status, to_status, reason, data)
+        SELECT id, :now, 'submitted', NULL, 'pending', NULL, '{{}}'::jsonb FROM j
+    )
+    SELECT r.revision, j.id, n.sent
+    FROM catalog_revision AS r
+    LEFT JOIN j ON TRUE
+    LEFT JOIN LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', '') IS NULL AS sent FROM j) AS n
+        ON TRUE
+    WHERE r.id = 1
     """
 )
+
+# Many jobs as one JSON array parameter (not one placeholder per value: a 500-job body
+# used to be ~8,500 placeholders that psycopg re-parsed on every request; nor text[]
+# arrays, whose per-element quoting in Python cost more than the insert). Ids come back
+# in the order of the array: the identity is drawn in insertion order, which follows
+# the ordinality.
+_INSERT_MANY = text(
+    f"""
+    WITH v AS (
+        SELECT x.k, x.r ->> 'name' AS name, x.r ->> 'team' AS team, x.r ->> 'pool' AS pool,
+            x.r ->> 'priority' AS priority, x.r -> 'spec' AS spec,
+            CAST(x.r ->> 'units' AS float8) AS units
+        FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS x(r, k)
+    ),
+    j AS (
+        INSERT INTO jobs (name, team, pool, priority, status, spec, units, submitted_at,
+            queued_at, waited_s, preemption_count)
+        SELECT name, team, pool, priority, 'pending', spec, units, :now, :now, 0, 0
+        FROM v ORDER BY k
+        RETURNING id
+    ),
+    e AS (
+        INSERT INTO job_events (job_id, at, type, from_status, to_status, reason, data)
+        SELECT id, :now, 'submitted', NULL, 'pending', NULL, '{{}}'::jsonb FROM j
+    )
+    SELECT j.id FROM j, (SELECT pg_notify('{NOTIFY_CHANNEL}', '')) AS n ORDER BY j.id
+    """
+)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What a submit wrote: enough to answer without reading the row back."""
+
+    id: int
+    team: str
+    pool: str
+    priority: str
+    units: float | None
+    spec: dict
+    submitted_at: datetime
+
+
+def insert_job(
+    conn: Connection, spec: JobSpec, *, now: datetime, idempotency_key: str | None = None
+) -> NewJob | int:
+    """Submit one job in one round trip: checks against the cached catalog, then
+    one INSERT ... RETURNING that also writes the event and the NOTIFY.
+
+    Returns the :class:`NewJob`, or - for an ``Idempotency-Key`` this team used
+    before with the same body - the id of the job it created then (a different
+    body is a :class:`Conflict`). With ``conn`` in autocommit the statement is
+    its own transaction; inside a transaction it joins it.
+    """
+    h = spec_hash(spec) if idempotency_key is not None else None
+    catalog = cached_catalog(conn.engine)
+    fresh = catalog is None  # checked against the database in this call
+    if catalog is None:
+        catalog = current_catalog_of(conn)
+    body = spec.model_dump(mode="json", exclude_none=True)
+    for _attempt in range(3):
+        try:
+            team, pool, prio = resolve_references(None, spec, catalog)
+        except InputError:
+            if fresh:
+                raise
+            catalog, fresh = current_catalog_of(conn), True  # refused by a stale cache?
+            continue
+        units = requested_units(None, spec, catalog)
+        row = conn.execute(
+            _INSERT_ONE,
+            {
+                "rev": catalog.revision,
+                "name": spec.name,
+                "team": team.name,
+                "pool": pool.name,
+                "priority": prio.name,
+                "spec": json.dumps(body),
+                "units": units,
+                "now": now,
+                "key": idempotency_key,
+                "hash": h,
+            },
+        ).one()
+        if row.id is not None:
+            return NewJob(row.id, team.name, pool.name, prio.name, units, body, now)
+        if row.revision == catalog.revision:  # the key was used before
+            existing = conn.execute(
+                select(JobRow.id, JobRow.idempotency_hash).where(
+                    JobRow.team == spec.team, JobRow.idempotency_key == idempotency_key
+                )
+            ).one()
+            if existing.idempotency_hash != h:
+                raise Conflict(
+                    "this key was already used with a different job body", "Idempotency-Key"
+                )
+            return int(existing.id)
+        catalog, fresh = current_catalog_of(conn), True  # the catalog moved: check again
+    raise Conflict("the catalog kept changing during the submit; try again")
 
 
 def submit_job(
     session: Session, spec: JobSpec, *, now: datetime, idempotency_key: str | None = None
 ) -> Submitted:
-    """Insert a pending job: a cached catalog check, one INSERT ... RETURNING,
-    one statement for its event and the NOTIFY.
-
-    With an ``idempotency_key``, the same key from the same team returns the
-    job it created the first time; a different body with the same key is a
-    conflict.
-    """
-    h = spec_hash(spec) if idempotency_key is not None else None
-    if idempotency_key is not None:
-        existing = find_by_idempotency_key(session, spec.team, idempotency_key)
-        if existing is not None:
-            if existing.idempotency_hash != h:
-                raise Conflict(
-                    "this key was already used with a different job body", "Idempotency-Key"
-                )
-            return Submitted(existing, False)
-    catalog = current_catalog(session)
-    team, pool, prio = resolve_references(session, spec, catalog)
-    job = JobRow(
-        name=spec.name,
-        team=team.name,
-        pool=pool.name,
-        priority=prio.name,
-        status="pending",
-        reason=None,
-        spec=spec.model_dump(mode="json", exclude_none=True),
-        units=requested_units(session, spec, catalog),
-        submitted_at=now,
-        queued_at=now,
-        waited_s=0.0,
-        preemption_count=0,
-        queue_position=None,
-        admitted_at=None,
-        started_at=None,
-        finished_at=None,
-        idempotency_key=idempotency_key,
-        idempotency_hash=h,
-        allocations=[],  # known empty: reading it never costs a query
+    """:func:`insert_job` in the session's transaction, the job read back as a row
+    (for callers that go on with the ORM object)."""
+    got = insert_job(session.connection(), spec, now=now, idempotency_key=idempotency_key)
+    job_id = got.id if isinstance(got, NewJob) else got
+    job = session.scalar(
+        select(JobRow).where(JobRow.id == job_id).options(selectinload(JobRow.allocations))
     )
-    session.add(job)
-    session.flush()
-    session.execute(_SUBMITTED, {"now": now, "ids": [job.id]})
-    return Submitted(job, True)
+    assert job is not None
+    return Submitted(job, isinstance(got, NewJob))
 
 
 def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> list[int]:
-    """Insert many pending jobs: one multi-row INSERT for the jobs, one statement
-    for their ``submitted`` events and the NOTIFY. All or nothing: the first bad
-    spec is an :class:`InputError` naming its index, and nothing is inserted."""
+    """Insert many pending jobs in one statement (jobs, their ``submitted`` events,
+    one NOTIFY). All or nothing: the first bad spec is an :class:`InputError` naming
+    its index, and nothing is inserted."""
     if not specs:
         return []
-    catalog = current_catalog(session)
+    conn = session.connection()
+    catalog = current_catalog_of(conn)
     rows = []
     for i, spec in enumerate(specs):
         try:
-            team, pool, prio = resolve_references(session, spec, catalog)
+            team, pool, prio = resolve_references(None, spec, catalog)
         except InputError as e:
             msg = e.detail.split(": ", 1)[1] if e.field else e.detail
             raise InputError(msg, f"jobs[{i}].{e.field}" if e.field else f"jobs[{i}]") from None
@@ -184,24 +284,11 @@ def submit_jobs(session: Session, specs: list[JobSpec], *, now: datetime) -> lis
                 "team": team.name,
                 "pool": pool.name,
                 "priority": prio.name,
-                "status": "pending",
                 "spec": spec.model_dump(mode="json", exclude_none=True),
-                "units": requested_units(session, spec, catalog),
-                "submitted_at": now,
-                "queued_at": now,
-                "waited_s": 0.0,
-                "preemption_count": 0,
+                "units": requested_units(None, spec, catalog),
             }
         )
-    jobs = JobRow.__table__
-    conn = session.connection()
-    ids = list(
-        conn.execute(
-            insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows
-        ).scalars()
-    )
-    conn.execute(_SUBMITTED, {"now": now, "ids": ids})
-    return ids
+    return list(conn.execute(_INSERT_MANY, {"rows": json.dumps(rows), "now": now}).scalars())
 
 
 def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRow | None:
@@ -348,28 +435,3 @@ def active_lease(session: Session, job: JobRow) -> LeaseRow | None:
         .order_by(LeaseRow.state != "active", LeaseRow.id.desc())
         .limit(1)
     )
-
-
-def pending_queue(
-    session: Session, *, pool: str | None = None, team: str | None = None
-) -> list[JobRow]:
-    """Pending jobs in the dispatch order of the last cycle (then by submit time)."""
-    ranked = (
-        text(
-            "SELECT u.id AS job_id, u.ord AS ord FROM queue_order AS q, "
-            "unnest(q.job_ids) WITH ORDINALITY AS u(id, ord) WHERE q.id = 1"
-        )
-        .columns(column("job_id", BigInteger), column("ord", BigInteger))
-        .subquery("ranked")
-    )
-    q = (
-        select(JobRow)
-        .outerjoin(ranked, ranked.c.job_id == JobRow.id)
-        .where(JobRow.status == "pending")
-    )
-    if pool:
-        q = q.where(JobRow.pool == pool)
-    if team:
-        q = q.where(JobRow.team == team)
-    q = q.order_by(ranked.c.ord.asc().nulls_last(), JobRow.submitted_at, JobRow.id)
-    return list(session.scalars(q))

@@ -164,6 +164,10 @@ class JobRow(Base):
         UniqueConstraint("team", "idempotency_key", name="uq_jobs_team_idempotency_key"),
         Index("ix_jobs_status_submitted_at", "status", "submitted_at"),
         Index("ix_jobs_team_id", "team", "id"),
+        # windowed reports: jobs submitted, admitted or finished since T (migration 0004)
+        Index("ix_jobs_submitted_at", "submitted_at"),
+        Index("ix_jobs_admitted_at", "admitted_at"),
+        Index("ix_jobs_finished_at", "finished_at"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -283,6 +287,15 @@ class JobEventRow(Base):
     """A job's history: every state change and notable decision."""
 
     __tablename__ = "job_events"
+    __table_args__ = (  # migration 0004: a window of events; a job's last admission
+        Index("ix_job_events_at", "at"),
+        Index(
+            "ix_job_events_admitted",
+            "job_id",
+            "id",
+            postgresql_where=text("to_status = 'admitted'"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)

@@ -21,6 +21,7 @@ from sqlalchemy import select
 from app.api.deps import NowDep, SessionDep, Unauthorized
 from app.api.estimates import EstimatorDep, StartEstimator
 from app.api.routes.jobs import cancel_job as api_cancel_job
+from app.api.routes.metrics import metrics_loop
 from app.api.schemas import event_out, job_out, lease_out
 from app.domain.errors import Forbidden, GpuqError
 from app.domain.states import STATUSES
@@ -28,6 +29,7 @@ from app.reports.live import DEFAULT_WINDOW_S, live_fairness, live_utilization
 from app.store import catalog
 from app.store import jobs as job_store
 from app.store.orm import JobRow, LeaseRow, PoolRow, PriorityClassRow, TeamRow
+from app.store.queue_order import queue_page
 from app.store.states import wait_seconds
 from app.store.usage import pool_usage
 from app.tuning.store import current_weights, load_history, load_state
@@ -44,6 +46,8 @@ from app.ui.auth import (
 )
 from app.ui.format import when
 from app.ui.render import STATIC_DIR, render
+
+QUEUE_PAGE = 100  # jobs per queue page
 
 router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
 
@@ -123,7 +127,8 @@ def logout(viewer: ViewerDep, form: FormDep) -> RedirectResponse:
 
 @router.get("", response_class=HTMLResponse)
 def overview(request: Request, session: SessionDep, now: NowDep, viewer: ViewerDep) -> HTMLResponse:
-    _snap, util = live_utilization(session, now, request.app.state.settings.prometheus_url)
+    snap = metrics_loop(request).snapshot(now)
+    util = live_utilization(session, snap, request.app.state.settings.prometheus_url)
     return render(
         request,
         "overview.html",
@@ -143,12 +148,22 @@ def queue(
     estimator: EstimatorDep,
     pool: str | None = None,
     team: str | None = None,
+    cursor: str | None = None,
 ) -> HTMLResponse:
-    rows = job_store.pending_queue(session, pool=pool or None, team=team or None)
+    try:
+        rows, first, next_cursor = queue_page(
+            session.connection(),
+            limit=QUEUE_PAGE,
+            cursor=cursor or None,
+            pool=pool or None,
+            team=team or None,
+        )
+    except GpuqError as e:
+        return _error(request, "Queue", e)
     start_of = estimator.starts(now)
     items = [
         {
-            "position": i + 1,
+            "position": first + i,
             "id": str(j.id),
             "name": j.name,
             "team": j.team,
@@ -164,8 +179,14 @@ def queue(
         if q["estimated_start"] is not None:
             q["estimated_start_in_s"] = (q["estimated_start"] - now).total_seconds()
     shown, hidden = views.hide_others(items, viewer.may_see)
-    title = f"Queue ({len(items)} pending)" + (f" · pool {pool}" if pool else "")
+    if items and (first != 1 or next_cursor):
+        shown_range = f"#{first}-{items[-1]['position']} of the pending jobs"
+    else:
+        shown_range = f"{len(items)} pending"
+    title = f"Queue ({shown_range})" + (f" · pool {pool}" if pool else "")
     title += f" · team {team}" if team else ""
+    query = {k: v for k, v in (("pool", pool), ("team", team)) if v}
+    next_url = f"/ui/queue?{urlencode({**query, 'cursor': next_cursor})}" if next_cursor else None
     est = estimator.last
     note = (
         f"estimated starts replay the queue through the scheduler as of "
@@ -183,6 +204,7 @@ def queue(
         hidden=hidden,
         pools=[r.name for r in catalog.list_named(session, PoolRow)],
         estimate_note=note,
+        next_url=next_url,
     )
 
 

@@ -188,3 +188,26 @@ def test_field_comments_read_the_line_or_the_block_above() -> None:
         "a": "above, first line above, second line",
         "b": "on the line",
     }
+
+
+def _bad_tables(text: str) -> list[str]:
+    """Tables whose separator row has another number of columns than their header (such a
+    table does not render as a table)."""
+    lines = FENCE.sub("", text).splitlines()
+    bad = []
+    for header, sep in zip(lines, lines[1:], strict=False):
+        if header.startswith("|") and re.fullmatch(r"\|[-:| ]+\|", sep.strip()):
+            columns = len(re.split(r"(?<!\\)\|", header.strip())) - 2
+            if columns != len(sep.strip().split("|")) - 2:
+                bad.append(header[:60])
+    return bad
+
+
+def test_tables_have_a_separator_per_column() -> None:
+    bad = {
+        str(md.relative_to(ROOT)): b
+        for md in _markdown_files()
+        if (b := _bad_tables(md.read_text()))
+    }
+    assert not bad, f"tables whose separator row does not match the header: {bad}"
+    assert _bad_tables("| a | b |\n|---|\n") == ["| a | b |"]

@@ -2,31 +2,56 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
 from app.api.estimates import EstimatorDep
 from app.api.schemas import QueueItem
-from app.store import jobs as job_store
+from app.store.queue_order import queue_page
 from app.store.states import wait_seconds
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
 
+MAX_LIMIT = 500
+NEXT_HEADERS = {
+    "X-Next-Cursor": {"description": "cursor of the next page (absent on the last page)"},
+    "Link": {"description": 'the next page as `<URL>; rel="next"` (absent on the last page)'},
+}
 
-@router.get("")
+
+@router.get("", responses={200: {"headers": NEXT_HEADERS}})
 def get_queue(
+    request: Request,
+    response: Response,
     session: SessionDep,
     _: PrincipalDep,
     now: NowDep,
     estimator: EstimatorDep,
     pool: str | None = None,
     team: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="jobs per page")] = 100,
+    cursor: Annotated[
+        str | None, Query(description="the X-Next-Cursor of the previous page")
+    ] = None,
 ) -> list[QueueItem]:
-    rows = job_store.pending_queue(session, pool=pool, team=team)
+    """Pending jobs in dispatch order, a page at a time (keyset: ``limit`` and ``cursor``).
+
+    The body stays a list (what clients of the unpaged queue read); the next
+    page's cursor comes in the ``X-Next-Cursor`` and ``Link`` headers.
+    """
+    rows, first, next_cursor = queue_page(
+        session.connection(), limit=limit, cursor=cursor, pool=pool, team=team
+    )
+    if next_cursor is not None:
+        response.headers["X-Next-Cursor"] = next_cursor
+        url = request.url.include_query_params(cursor=next_cursor)
+        response.headers["Link"] = f'<{url}>; rel="next"'
     start_of = estimator.starts(now)
     return [
         QueueItem(
-            position=i + 1,
+            position=first + i,
             id=str(j.id),
             name=j.name,
             team=j.team,

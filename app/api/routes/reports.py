@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
+from app.api.routes.metrics import metrics_loop
 from app.reports.live import DEFAULT_WINDOW_S, live_fairness, live_utilization
 
 router = APIRouter(prefix="/v1/reports", tags=["reports"])
@@ -31,5 +32,5 @@ def utilization(
     request: Request, session: SessionDep, _: PrincipalDep, now: NowDep
 ) -> dict[str, Any]:
     """Per GPU type: capacity and allocated CU, ratio, free cards/slices, pending, idle, DCGM."""
-    _snap, body = live_utilization(session, now, request.app.state.settings.prometheus_url)
-    return body
+    snap = metrics_loop(request).snapshot(now)
+    return live_utilization(session, snap, request.app.state.settings.prometheus_url)
