@@ -54,10 +54,14 @@ class StartEstimator:
         session_factory: sessionmaker,
         clock: Callable[[], datetime],
         interval_s: float = 30.0,
+        background: bool = True,
     ) -> None:
         self.session_factory = session_factory
         self.clock = clock
         self.interval_s = interval_s
+        # False (an app without its loops, as in most tests): only refresh() computes, so
+        # no thread reads the tables behind a test's back
+        self.background = background
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.last: StartEstimates | None = None
@@ -82,6 +86,8 @@ class StartEstimator:
 
     def current(self) -> StartEstimates | None:
         last = self.last
+        if not self.background:
+            return last
         if last is None or self.clock().timestamp() - last.computed_at >= self.interval_s:
             with self._lock:
                 if self._thread is None:
@@ -109,7 +115,10 @@ def get_estimator(request: Request) -> StartEstimator:
     est = getattr(state, "estimator", None)
     if est is None:
         est = StartEstimator(
-            state.session_factory, state.clock, state.settings.estimate_interval_s
+            state.session_factory,
+            state.clock,
+            state.settings.estimate_interval_s,
+            background=state.settings.run_loops,
         )
         state.estimator = est
     return est

@@ -30,7 +30,7 @@ def test_estimates_match_the_real_start_and_show_everywhere():
         env.dispatch()
         started = datetime.fromisoformat(env.get(f"/v1/jobs/{hold['id']}")["admitted_at"])
 
-        est = StartEstimator(env.services.session_factory, env.clock, interval_s=30)
+        est = StartEstimator(env.services.session_factory, env.clock, 30, background=True)
         c.app.state.estimator = est
         est.refresh()
         body = env.get(f"/v1/jobs/{wait['id']}")
