@@ -56,7 +56,7 @@ def main() -> int:
     nodes = read_nodes(ali / "openb_node_list_gpu_node.csv")
     pods = read_pods(ali / "openb_pod_list_default.csv")
     print("\nAlibaba openb, fill protocol (1 seed, inflate 1.3; event = one pod offered)")
-    for policy in ("bestfit", "fgd", "gpuq", "gpuq-fill-prototype"):
+    for policy in ("bestfit", "fgd", "gpuq"):
         t = time.perf_counter()
         run = run_fill(nodes, pods, policy=policy, seed=42)
         dt = time.perf_counter() - t

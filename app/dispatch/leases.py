@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from app.dispatch.base import Step
 from app.dispatch.dispatcher import Dispatcher
 from app.domain.states import ACTIVE
-from app.scheduling.leases import reclaim_only
+from app.scheduling.pool_steps import reclaim_only
 from app.store.orm import JobRow, LeaseRow
 
 

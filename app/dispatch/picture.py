@@ -77,6 +77,7 @@ JOB_COLUMNS = (
     JOBS.c.admitted_at,
     JOBS.c.started_at,
     JOBS.c.preemption_count,
+    JOBS.c.longest_attempt_s,
 )
 
 
@@ -177,6 +178,7 @@ class QueuePicture:
                 and old.request.preemption_count == r.preemption_count
                 and old.request.priority == r.priority
                 and old.request.pool == r.pool
+                and old.request.longest_attempt_s == r.longest_attempt_s
             ):
                 req = old.request  # same spec, same job: skip re-validating it
             else:

@@ -19,15 +19,23 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.dispatch.picture import QueuePicture
 from app.dispatch.plan import Plan, bind_request
-from app.scheduling.model import Admission, CycleResult, Node, Preemption, Snapshot
+from app.scheduling.model import (
+    Admission,
+    CycleResult,
+    LeaseReturn,
+    Node,
+    Preemption,
+    Snapshot,
+)
 from app.scheduling.policies import get_policy
 from app.scheduling.releasing import hold_in_snapshot
 from app.store import batch_states, queue_order
+from app.store.leases import return_leases
 from app.store.snapshot import SnapshotContext
 from app.store.states import Change, apply_changes
 
 Decide = Callable[[Snapshot], CycleResult]
-_D = TypeVar("_D", Admission, Preemption)
+_D = TypeVar("_D", Admission, Preemption, LeaseReturn)
 
 
 class PlanAndWrite:
@@ -97,6 +105,9 @@ class PlanAndWrite:
                 if job_id in ctx.revisions and job_id.isdigit()
             ]
             apply_changes(conn, unschedulable, now)
+            # leases now on the borrower's own guarantee; after the state changes, so a
+            # job also stopped this cycle keeps its snapshot revision for them
+            return_leases(conn, _seen(result.returned, ctx), now)
             decided = (
                 {a.job_id for a in result.admissions}
                 | {p.job_id for p in result.preemptions}

@@ -19,6 +19,7 @@ def request_from_spec(
     submitted_at: float,
     preemption_count: int = 0,
     default_placement: str = "binpack",
+    longest_attempt_s: float | None = None,
 ) -> JobRequest:
     r = spec.resources
     gpus = r.gpus if r.mode == "gpus" else None
@@ -47,4 +48,5 @@ def request_from_spec(
         topology=spec.topology,
         duration_estimate_s=spec.duration_estimate_s,
         preemption_count=preemption_count,
+        longest_attempt_s=longest_attempt_s,
     )

@@ -86,7 +86,7 @@ def _place_count(
     )
 
 
-def _place_typed(
+def place_typed(
     job: JobRequest, node: Node, snap: Snapshot, replica: int, demands: list[Demand]
 ) -> ReplicaPlacement | None:
     if not node_fits_host(node, job.cpu, job.memory_gb):
@@ -117,7 +117,7 @@ def _place_typed(
     return None
 
 
-def _typed_demands(job: JobRequest, snap: Snapshot) -> list[Demand]:
+def typed_demands(job: JobRequest, snap: Snapshot) -> list[Demand]:
     types = allowed_types(job, snap.gpu_types, snap.pools)
     if job.mode == "gpu_units":
         out = []
@@ -139,7 +139,7 @@ def _fifo_policy(snap: Snapshot, typed: bool, choose: Chooser | None = None) -> 
     names = sorted(n.name for n in snap.nodes)  # by name: decisions never depend on input order
     for job in _fifo(snap):
         result.order.append(job.id)
-        demands = _typed_demands(job, snap) if typed else []
+        demands = typed_demands(job, snap) if typed else []
         if typed and not demands:
             result.unschedulable[job.id] = "no allowed GPU type has enough memory for this job"
             continue
@@ -151,7 +151,7 @@ def _fifo_policy(snap: Snapshot, typed: bool, choose: Chooser | None = None) -> 
             for name in names:
                 node = state.nodes[name]
                 got = (
-                    _place_typed(job, node, snap, r, demands)
+                    place_typed(job, node, snap, r, demands)
                     if typed
                     else _place_count(job, node, snap, r)
                 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from app.scheduling.model import GpuType, Node
+from app.scheduling.node_reads import node_signature
 
 EPS = 1e-9
 
@@ -71,25 +72,6 @@ def measure(node: Node, gpu_type: GpuType | None) -> NodeCapacity:
     return cap
 
 
-def signature(node: Node) -> tuple:
-    """Everything placement's filters and scores read from a node except its name,
-    rack and holds: two nodes with the same signature take a replica the same way
-    and score the same (the cards are compared as a sorted multiset of states)."""
-    free = taken = 0
-    other = []  # cards that are neither wholly free nor wholly taken (rare)
-    for d in node.devices:
-        if d.mig_layout or d.external or d.share_used:
-            other.append((d.external, d.mig_layout, tuple(d.slices_used),
-                          round(d.share_used, 6), round(d.share_memory_gb, 6)))
-        elif d.whole_used:
-            taken += 1
-        else:
-            free += 1
-    cards = (free, taken, tuple(sorted(other)) if other else ())
-    return (cards, round(node.cpu_used, 6), round(node.memory_used_gb, 6), node.cpu,
-            node.memory_gb, node.network, node.taints, node.schedulable)
-
-
 class CapacityIndex:
     """Nodes filed by free capacity, per GPU type."""
 
@@ -106,7 +88,8 @@ class CapacityIndex:
         # schedulable nodes without GPUs (CPU-only work goes there first)
         self.cpu_nodes: dict[str, None] = {}
         # type -> signature -> {node: None}: nodes no filter or score can tell apart
-        # (:func:`signature`). Built per type on first use (``groups_of``), then kept in step.
+        # (:func:`~app.scheduling.node_reads.node_signature`). Built per type on first
+        # use (``groups_of``), then kept in step.
         self._groups: dict[str | None, dict[tuple, dict[str, None]]] = {}
         self._sig: dict[str, tuple] = {}
         self._nodes: dict[str, Node] = {}
@@ -144,7 +127,7 @@ class CapacityIndex:
             self._group(node, t)
 
     def _group(self, node: Node, t: str | None) -> None:
-        sig = signature(node)
+        sig = node_signature(node)
         self._sig[node.name] = sig
         self._groups[t].setdefault(sig, {})[node.name] = None
 
@@ -188,7 +171,7 @@ class CapacityIndex:
 
     # -- queries -------------------------------------------------------
     def groups_of(self, t: str | None) -> dict[tuple, dict[str, None]]:
-        """Nodes of type ``t`` (None: CPU-only nodes) grouped by :func:`signature`.
+        """Nodes of type ``t`` (None: CPU-only nodes) grouped by their node signature.
 
         Scoring one node per group scores every distinct free-capacity state
         of the type: on a large cluster most nodes share a state, so this is

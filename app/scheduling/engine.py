@@ -2,6 +2,9 @@
 
 1. Build: working state (copy-on-write nodes + capacity index), quota
    ledger, placement context (with the expected job mix), static capacity.
+1b. Return leases: a borrowed charge that now fits in the borrower pool's
+   own free guarantee moves there; the lease ends ``returned`` and the job
+   keeps running (pool_steps.return_leases), so it is never reclaimed.
 2. Reclaim expired leases: holders of an expired ``reclaim: always``
    lease are preempted (pool_steps.reclaim_expired).
 3. Order: priority, pools below guarantee, team dominant share, age
@@ -36,7 +39,13 @@ from app.scheduling.model import (
 )
 from app.scheduling.ordering import FairOrder
 from app.scheduling.placement import place_job, try_place
-from app.scheduling.pool_steps import charge, may_preempt_anyone, preempt_for, reclaim_expired
+from app.scheduling.pool_steps import (
+    charge,
+    may_preempt_anyone,
+    preempt_for,
+    reclaim_expired,
+    return_leases,
+)
 from app.scheduling.pools import PoolLedger
 from app.scheduling.preemption import VictimPool
 from app.scheduling.quota import QuotaLedger, units_by_type
@@ -106,6 +115,18 @@ class Cycle:
                 self.state.reserve(p)
         self.ledger.commit(r.request, units_by_type(r.placements))
         self.pools.add_running(r)
+
+    # -- step 1b ------------------------------------------------------------
+    def return_leases(self) -> None:
+        """Leases whose charge now fits the borrower's own guarantee end
+        ``returned`` before anything is reclaimed (the job keeps running)."""
+        self.snap, returned = return_leases(self.snap, self.pools)
+        if returned:
+            self.result.returned.extend(returned)
+            self.any_lease = any(
+                is_expired(x, self.snap.now) for r in self.snap.running
+                if r.request.preemptible for x in r.leases
+            )
 
     # -- step 2 -------------------------------------------------------------
     def reclaim_leases(self) -> list[Preemption]:
@@ -285,6 +306,7 @@ class Cycle:
     # -- the cycle ----------------------------------------------------------
     def run(self) -> CycleResult:
         self.build()  # 1
+        self.return_leases()  # 1b
         self.result.preemptions.extend(self.reclaim_leases())  # 2
         order = self.result.order
         reasons = self.result.reasons

@@ -3,6 +3,8 @@
 Filters only read. Each answers yes/no (device pickers return what they
 would take, or None), so "where is memory fit decided" has one answer:
 ``allowed_types`` (card memory) and ``pick_*`` (slice and share memory).
+Each node filter declares what it reads of the node (:func:`reads`): the
+node signature placement groups and caches by is derived from that.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.scheduling.model import GpuType, JobRequest, Node, PoolInfo
+from app.scheduling.node_reads import reads
 
 EPS = 1e-9
 FAST_NETWORKS = frozenset({"ib", "roce"})
@@ -45,6 +48,7 @@ def allowed_types(
     return out
 
 
+@reads("taints")
 def tolerates(job: JobRequest, node: Node) -> bool:
     """Kubernetes-style taints: NoSchedule/NoExecute need a matching toleration."""
     for key, value, effect in node.taints:
@@ -60,6 +64,7 @@ def tolerates(job: JobRequest, node: Node) -> bool:
     return True
 
 
+@reads("schedulable", "cpu", "memory")
 def node_fits_host(node: Node, cpu: float, memory_gb: float) -> bool:
     return (
         node.schedulable
@@ -68,6 +73,7 @@ def node_fits_host(node: Node, cpu: float, memory_gb: float) -> bool:
     )
 
 
+@reads("cards")
 def pick_whole(node: Node, count: int) -> tuple[int, ...] | None:
     """``count`` free whole cards, lowest indices first (keeps NVLink neighbours together)."""
     out = []
@@ -79,6 +85,7 @@ def pick_whole(node: Node, count: int) -> tuple[int, ...] | None:
     return None
 
 
+@reads("cards")
 def pick_mig(node: Node, profile: str) -> tuple[int, int] | None:
     """A free slice of ``profile``; on the card with the most slices in use (fills cards)."""
     best: tuple[int, int] | None = None
@@ -96,6 +103,7 @@ def pick_mig(node: Node, profile: str) -> tuple[int, int] | None:
     return best
 
 
+@reads("cards")
 def pick_share(node: Node, gpu_type: GpuType, share: float, memory_gb: float) -> int | None:
     """The card whose free share fits ``share`` most tightly (partly used cards first).
 

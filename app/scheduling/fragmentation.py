@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from app.scheduling.model import GpuType, Node, ReplicaPlacement
+from app.scheduling.node_reads import reads
 
 MILLI = 1000
 
@@ -298,7 +299,10 @@ def _model_for(mix: WorkloadMix, gpu_type: GpuType) -> FragModel:
     return model
 
 
-def _signature(node: Node, free: list[int]) -> tuple[tuple[int, ...], int, int]:
+def _model_input(node: Node, free: list[int]) -> tuple[tuple[int, ...], int, int]:
+    """The FGD model's input (its own memo key, not a node signature): the free
+    milli-GPU of each card, sorted, and free CPU and memory, from the aspects
+    :func:`fragmentation_delta` declares."""
     return (
         tuple(sorted(free, reverse=True)),
         round(node.cpu_free * MILLI),
@@ -310,10 +314,11 @@ def node_fragmentation(node: Node, gpu_type: GpuType | None, mix: WorkloadMix) -
     """Expected unusable GPU capacity (in cards) on ``node`` for a task drawn from ``mix``."""
     if gpu_type is None or not node.devices or not mix.entries:
         return 0.0
-    free, cpu, mem = _signature(node, _device_free_milli(node))
+    free, cpu, mem = _model_input(node, _device_free_milli(node))
     return _model_for(mix, gpu_type).frag(gpu_type.name, free, cpu, mem) / MILLI
 
 
+@reads("gpu_type", "cards", "cpu", "memory")
 def fragmentation_delta(
     node: Node, gpu_type: GpuType | None, placement: ReplicaPlacement, mix: WorkloadMix
 ) -> float:
@@ -326,7 +331,7 @@ def fragmentation_delta(
         return 0.0
     model = _model_for(mix, gpu_type)
     free = _device_free_milli(node)
-    before = _signature(node, free)
+    before = _model_input(node, free)
     after_free = list(free)
     if placement.share > 0 and placement.devices:
         i = placement.devices[0]

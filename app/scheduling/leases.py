@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from app.scheduling.model import (
-    CycleResult,
     JobRequest,
     LeaseInfo,
     PoolInfo,
@@ -45,6 +44,26 @@ def lease_terms(
     )
     always = (b is None or b.reclaim == "always") or (ln is None or ln.reclaim == "always")
     return secs, "always" if always else "when_needed"
+
+
+def runtime_lower_bound(job: JobRequest) -> float | None:
+    """Seconds the job is known to need, or None when nothing is known.
+
+    Only a job that was stopped before it finished has a *known* bound: its
+    longest such attempt, or its ``duration_estimate_s`` when that is larger
+    (an estimate alone is a guess, so it only adds a note at admission)."""
+    if job.longest_attempt_s is None:
+        return None
+    return max(job.longest_attempt_s, job.duration_estimate_s or 0.0)
+
+
+def lease_outlived(
+    pools: Mapping[str, PoolInfo], borrower: str, lender: str, bound: float | None
+) -> bool:
+    """Would a lease between these pools end before a job needing more than
+    ``bound`` seconds could finish? (A job that ran ``bound`` seconds without
+    finishing needs *more*, so a lease of exactly that length is too short.)"""
+    return bound is not None and lease_terms(pools, borrower, lender)[0] <= bound + EPS
 
 
 def lease_expiry(pools: Mapping[str, PoolInfo], now: float, borrower: str, lender: str) -> float:
@@ -90,9 +109,6 @@ def reclaim_at_expiry(snap: Snapshot) -> list[Preemption]:
     return out
 
 
-def reclaim_only(snap: Snapshot) -> CycleResult:
-    """The lease reaper's decision: just step 2 of the cycle."""
-    return CycleResult(preemptions=reclaim_at_expiry(snap))
 
 
 def entitled(

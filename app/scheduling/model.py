@@ -131,6 +131,10 @@ class JobRequest:
     # When a lease of this job was last reclaimed: it may not borrow again
     # within the thrash window (else "always" would just restart it).
     last_reclaimed_at: float | None = None
+    # The longest attempt of this job that was stopped before it finished
+    # (preempted or reclaimed): it needs more than that, so it is never lent
+    # a lease that ends sooner (app/scheduling/leases.runtime_lower_bound).
+    longest_attempt_s: float | None = None
 
     @property
     def mode(self) -> RequestMode:
@@ -334,6 +338,20 @@ class Preemption:
     kind: Literal["preempt", "reclaim"] = "preempt"
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseReturn:
+    """A lease ended early because its charge now fits in the borrower pool's
+    own free guarantee: the job keeps running, charged to its own pool."""
+
+    lease_id: str
+    job_id: str
+    borrower: str
+    lender: str
+    gpu_type: str
+    units: float
+    reason: str
+
+
 @dataclass(slots=True)
 class CycleResult:
     admissions: list[Admission] = field(default_factory=list)
@@ -341,3 +359,4 @@ class CycleResult:
     reasons: dict[str, str] = field(default_factory=dict)  # pending job -> why it waits
     unschedulable: dict[str, str] = field(default_factory=dict)  # job -> why it never can run
     order: list[str] = field(default_factory=list)  # pending jobs in dispatch order
+    returned: list[LeaseReturn] = field(default_factory=list)  # leases converted to own

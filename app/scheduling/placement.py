@@ -40,6 +40,7 @@ from app.scheduling.filters import (
     tolerates,
 )
 from app.scheduling.model import GpuType, JobRequest, Node, ReplicaPlacement
+from app.scheduling.node_reads import node_signature, reads
 from app.scheduling.scores import memory_waste, score
 from app.scheduling.state import ClusterState
 
@@ -155,6 +156,7 @@ def _only_rack(rack: str) -> Callable[[Node], bool]:
     return lambda n: n.rack == rack
 
 
+@reads("network")
 def _fast_only(n: Node) -> bool:
     return n.network in FAST_NETWORKS
 
@@ -283,11 +285,8 @@ def _candidates(
         if restrict is not None and not restrict(node):
             continue
         cap = caps[name]
-        sig = (
-            cap.free_whole, cap.used_frac, cap.share_free, node.cpu_used, node.memory_used_gb,
-            node.cpu, node.memory_gb, len(node.devices), name in gang_nodes,
-            node.rack in gang_racks, node.network, bool(node.taints),
-        )
+        # the gang context is what the topology score reads of a node's name and rack
+        sig = (node_signature(node), name in gang_nodes, node.rack in gang_racks)
         if sig in sigs and not cap.mig_free:
             continue
         p = fit_on_node(job, d, node, gt, ctx)
@@ -306,7 +305,8 @@ HOLD_TRIES = 4  # nodes of one state tried when holds turn the first ones away
 def _state_candidates(
     job: JobRequest, d: Demand, state: ClusterState, index: CapacityIndex, ctx: PlacementContext,
 ) -> list[tuple[float, ReplicaPlacement]]:
-    """One placement per distinct node state (:func:`capacity_index.signature`), scored.
+    """One placement per distinct node state (:func:`~app.scheduling.node_reads.node_signature`),
+    scored.
 
     A replica outside a gang scores the same on every node of a state, so
     scoring one node per state scores every candidate the cluster offers;
@@ -350,6 +350,7 @@ def _state_candidates(
     return out
 
 
+@reads("gpu_type")  # and what the filters it calls declare
 def fit_on_node(
     job: JobRequest, d: Demand, node: Node, gt: GpuType | None, ctx: PlacementContext,
     cpu: float | None = None, memory_gb: float | None = None,

@@ -10,6 +10,7 @@ them, so these steps never forget one of the books.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 
 from app.scheduling.leases import (
     lease_expiry,
@@ -19,7 +20,10 @@ from app.scheduling.leases import (
 )
 from app.scheduling.model import (
     Admission,
+    CycleResult,
     JobRequest,
+    LeaseInfo,
+    LeaseReturn,
     Preemption,
     ReplicaPlacement,
     RunningJob,
@@ -36,10 +40,62 @@ from app.scheduling.preemption import (
     to_preemptions,
 )
 from app.scheduling.quota import units_by_type
-from app.scheduling.state import ClusterState
+from app.scheduling.state import EPS, ClusterState
 
 AcceptFn = Callable[[Sequence[ReplicaPlacement]], bool]
 StopFn = Callable[[RunningJob], None]
+
+
+def return_leases(snap: Snapshot, pools: PoolLedger) -> tuple[Snapshot, list[LeaseReturn]]:
+    """Step 1b, before any reclaim: a borrowed charge that now fits in the
+    borrower pool's own free guarantee moves there (the lease ends
+    ``returned``; the job keeps running). Leases that expire first are moved
+    first, a lease only as a whole. ``pools`` is updated; the snapshot comes
+    back with the returned leases gone from its running jobs, so no later
+    step of the cycle can reclaim them."""
+    leased = [r for r in snap.running if r.leases]
+    if not leased:
+        return snap, []
+    out: list[LeaseReturn] = []
+    kept: dict[str, tuple[LeaseInfo, ...]] = {}
+    order = sorted(
+        ((x, r) for r in leased for x in r.leases),
+        key=lambda xr: (xr[0].expires_at, xr[0].id),
+    )
+    for x, r in order:
+        pool = r.request.pool
+        room = pools.own_headroom(pool, x.gpu_type)
+        if x.units > room + EPS:
+            continue
+        pools.return_lease(r.request.id, x.lender, x.gpu_type, x.units)
+        kept[r.request.id] = tuple(
+            y for y in kept.get(r.request.id, r.leases) if y.id != x.id
+        )
+        out.append(
+            LeaseReturn(
+                lease_id=x.id, job_id=r.request.id, borrower=pool, lender=x.lender,
+                gpu_type=x.gpu_type, units=x.units,
+                reason=(
+                    f"lease {x.id} returned to pool {x.lender}: its {x.units:g} CU of "
+                    f"{x.gpu_type} now fit in pool {pool}'s own guarantee ({room:g} CU "
+                    "free); the job keeps running"
+                ),
+            )
+        )
+    if not out:
+        return snap, []
+    running = [
+        replace(r, leases=kept[r.request.id]) if r.request.id in kept else r
+        for r in snap.running
+    ]
+    return replace(snap, running=running), out
+
+
+def reclaim_only(snap: Snapshot) -> CycleResult:
+    """The lease reaper's decision: steps 1b and 2 of the cycle (a lease that
+    fits the borrower's own guarantee is returned, never reclaimed)."""
+    snap, returned = return_leases(snap, PoolLedger.from_snapshot(snap))
+    return CycleResult(preemptions=reclaim_at_expiry(snap), returned=returned)
 
 
 def reclaim_expired(snap: Snapshot, stop: StopFn) -> list[Preemption]:

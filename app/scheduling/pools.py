@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from app.scheduling.leases import lease_outlived, lease_terms, runtime_lower_bound
 from app.scheduling.model import (
     JobRequest,
     LeaseGrant,
@@ -258,6 +259,19 @@ class PoolLedger:
         }
 
     # -- admission ---------------------------------------------------------
+    def return_lease(self, job_id: str, lender: str, t: str, units: float) -> None:
+        """Move a lease's charge onto the borrower's own guarantee: the job's
+        usage stays, the loan (borrowed and lent) ends."""
+        c = self.jobs.get(job_id)
+        if c is None:
+            return
+        for i, (ln, tt, u) in enumerate(c.leases):
+            if ln == lender and tt == t and abs(u - units) <= EPS:
+                del c.leases[i]
+                self.borrowed[(c.pool, t)] = max(0.0, self.borrowed[(c.pool, t)] - u)
+                self.lent[(lender, t)] = max(0.0, self.lent[(lender, t)] - u)
+                return
+
     def plan(
         self, job: JobRequest, need: Mapping[str, float], may_borrow: bool = True
     ) -> Charge | str:
@@ -265,7 +279,10 @@ class PoolLedger:
 
         Order: own guarantee, then the pool's weighted share of unguaranteed
         capacity, then leases on other pools' idle guarantee (largest lender
-        first, ties by name, so the choice is deterministic)."""
+        first, ties by name, so the choice is deterministic). A job with a
+        known run-time lower bound borrows only from lenders whose leases
+        outlast it (:func:`app.scheduling.leases.lease_outlived`)."""
+        bound = runtime_lower_bound(job)
         pool = job.pool
         own: dict[str, float] = {}
         shared: dict[str, float] = {}
@@ -288,7 +305,8 @@ class PoolLedger:
             can_borrow = job.preemptible and may_borrow
             if rest > EPS and can_borrow:
                 lenders = sorted(
-                    (p for p in self.pools if p != pool),
+                    (p for p in self.pools
+                     if p != pool and not lease_outlived(self.pools, pool, p, bound)),
                     key=lambda p: (-self.lendable(p, t), p),
                 )
                 for lender in lenders:
@@ -301,6 +319,12 @@ class PoolLedger:
                     rest -= take
                     borrow_room -= take
             if rest > EPS:
+                short = self._short_leases(pool, t, bound) if can_borrow else None
+                if short is not None:
+                    return (
+                        f"needs > {bound:g} s; leases last {short:g} s: waits for pool "
+                        f"{pool}'s own guarantee ({o:g} CU of {t} free of {u:g} needed)"
+                    )
                 borrowable = (
                     0.0
                     if not can_borrow
@@ -321,6 +345,20 @@ class PoolLedger:
             own[t], shared[t] = o, s
             leases.extend(grants)
         return Charge(pool, own, shared, tuple(leases))
+
+    def _short_leases(self, pool: str, t: str, bound: float | None) -> float | None:
+        """The longest lease some lender could give for ``t`` when every such
+        lease ends before ``bound`` (so the bound alone stops the borrow)."""
+        if bound is None:
+            return None
+        lengths = [
+            lease_terms(self.pools, pool, p)[0]
+            for p in self.pools
+            if p != pool and self.lendable(p, t) > EPS
+        ]
+        if not lengths or max(lengths) > bound + EPS:
+            return None
+        return max(lengths)
 
     def commit(self, job_id: str, charge: Charge, used: Mapping[str, float]) -> None:
         self.active.update((charge.pool, t) for t in used)

@@ -14,6 +14,7 @@ from app.scheduling.context import PlacementContext
 from app.scheduling.demands import Demand
 from app.scheduling.fragmentation import fragmentation_delta
 from app.scheduling.model import GpuType, JobRequest, Node, ReplicaPlacement
+from app.scheduling.node_reads import reads
 
 EPS = 1e-9
 
@@ -45,6 +46,7 @@ def stranded_cards(free_cards: int, cpu_free: float, mem_free: float, ctx: Place
     return max(0, free_cards - min(by_cpu, by_mem))
 
 
+@reads("cards", "cpu", "memory")
 def headroom_penalty(
     demand: Demand, node: Node, cap: NodeCapacity, placement: ReplicaPlacement,
     ctx: PlacementContext,
@@ -71,6 +73,7 @@ def headroom_penalty(
     return penalty
 
 
+@reads("cards", "cpu")  # name and rack only relative to a gang (see node_reads)
 def score(
     job: JobRequest,
     demand: Demand,

@@ -72,6 +72,7 @@ class TracePod:
     deletion_time: float | None = None
     scheduled_time: float | None = None
     phase: str = ""
+    qos: str = ""  # LS, BE, Burstable, Guaranteed (the timed replay's teams)
 
     @property
     def total_gpu_milli(self) -> int:
@@ -165,6 +166,7 @@ def read_pods(path: str | Path) -> list[TracePod]:
                     deletion_time=_opt_float(row, "deletion_time"),
                     scheduled_time=_opt_float(row, "scheduled_time"),
                     phase=(row.get("pod_phase") or "").strip(),
+                    qos=(row.get("qos") or "").strip(),
                 )
             )
     return out

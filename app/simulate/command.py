@@ -13,6 +13,34 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from app.domain.config import load_config
+from app.simulate.policies import POLICY_NAMES, make_policy
+from app.simulate.replay import ScenarioModel, Simulator, to_json
+from app.simulate.traces import scenario_from_trace
+
+
+class ScenarioInputError(ValueError):
+    """The scenario file cannot be replayed (the message says why)."""
+
+
+def load_scenario(scenario: str | Path) -> ScenarioModel:
+    """A scenario file (jobs or a trace) as the model the simulator replays."""
+    path = Path(scenario)
+    if not path.is_file():
+        raise ScenarioInputError(f"scenario file not found: {scenario}")
+    try:
+        cfg = load_config(path)
+    except ValidationError as e:
+        raise ScenarioInputError(f"invalid scenario {scenario}:\n{e}") from None
+    except Exception as e:  # YAML syntax and the like
+        raise ScenarioInputError(f"cannot read scenario {scenario}: {e}") from None
+    if cfg.trace is None:
+        return ScenarioModel.from_config(cfg)
+    try:
+        return scenario_from_trace(cfg, base=path.parent)
+    except (OSError, ValueError, KeyError) as e:
+        raise ScenarioInputError(f"cannot read the trace of {scenario}: {e}") from None
+
 
 def run_simulate(
     scenario: str,
@@ -26,46 +54,25 @@ def run_simulate(
     seeds: str | None = None,
 ) -> int:
     """Exit code: 0 ok, 2 bad input (message on stderr)."""
-    from app.domain.config import load_config
-    from app.scheduling.policies import POLICIES
-    from app.simulate.replay import ScenarioModel, Simulator, to_json
-
     if protocol not in (None, "replay"):
         if protocol != "fill":
             print(f"unknown protocol {protocol!r}; known: replay, fill", file=sys.stderr)
             return 2
         from app.simulate.fill_command import run_fill_command
 
-        # the fill protocol has its own policies (random, bestfit, fgd, gpuq = the live
-        # core, gpuq-fill-prototype)
+        # the fill protocol has its own policies (random, bestfit, fgd, gpuq = the live core)
         return int(run_fill_command(scenario, policy=policy, seed=seed, out=out, report=report,
                                     inflate=inflate, seeds=seeds))
-    if policy not in POLICIES:
-        print(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}", file=sys.stderr)
-        return 2
-    path = Path(scenario)
-    if not path.is_file():
-        print(f"scenario file not found: {scenario}", file=sys.stderr)
+    if policy not in POLICY_NAMES:
+        print(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICY_NAMES))}",
+              file=sys.stderr)
         return 2
     try:
-        cfg = load_config(path)
-    except ValidationError as e:
-        print(f"invalid scenario {scenario}:\n{e}", file=sys.stderr)
+        model = load_scenario(scenario)
+    except ScenarioInputError as e:
+        print(str(e), file=sys.stderr)
         return 2
-    except Exception as e:  # YAML syntax and the like
-        print(f"cannot read scenario {scenario}: {e}", file=sys.stderr)
-        return 2
-    if cfg.trace is not None:
-        from app.simulate.traces import scenario_from_trace
-
-        try:
-            model = scenario_from_trace(cfg, base=path.parent)
-        except (OSError, ValueError, KeyError) as e:
-            print(f"cannot read the trace of {scenario}: {e}", file=sys.stderr)
-            return 2
-    else:
-        model = ScenarioModel.from_config(cfg)
-    sim = Simulator(model, POLICIES[policy], policy, seed)
+    sim = Simulator(model, make_policy(policy), policy, seed)
     doc = to_json(sim.run())
     text = json.dumps(doc, indent=1)
     if out:

@@ -25,11 +25,6 @@ Policies (by name, :data:`FILL_POLICIES`):
   (every score term the dispatcher uses, ``scheduler:`` weights as in a
   live config) on a persistent ClusterState, the expected mix being the
   trace's pod shapes (:class:`CorePolicy`).
-* ``gpuq-fill-prototype``: the harness-only routine the core's placement
-  cost was developed with (:func:`app.scheduling.fragmentation.placement_cost`
-  over this module's node groups, every card choice tried, ties by trace
-  order; knobs :class:`GpuqFillKnobs`). Kept as a reference point for the
-  core (same cost, none of the core's other terms), not as gpuq's figure.
 
 The node state is kept in the trace's integer units; nodes with the same
 state (type, sorted free milli per card, free CPU, free memory) form one
@@ -45,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.scheduling.fragmentation import FragModel, IntTask, placement_cost, type_pressure
+from app.scheduling.fragmentation import FragModel, IntTask
 from app.simulate.alibaba import TraceNode, TracePod
 
 MILLI = 1000
@@ -262,93 +257,7 @@ def _cards(free: list[int], pod: FillPod, take: int) -> list[int]:
     return _whole_gpus(free, pod.num)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuqFillKnobs:
-    """Weights of gpuq's placement cost (:func:`placement_cost`); set under ``scheduler:``
-    as ``fill_*`` (e.g. ``fill_w_balance: 0.1``). Defaults are the tuned values
-    (README, Evaluation).
-
-    ``w_balance`` and ``w_type`` are the two terms beyond FGD; ``w_binpack``
-    adds the free GPU-milli left on the node (prefer fuller nodes; it hurt on
-    every trace, so 0); ``use_memory`` counts host memory in the
-    fragmentation measure; ``random_ties`` breaks exact ties at random
-    (seeded) instead of by node order.
-    """
-
-    w_balance: float = 0.1
-    w_type: float = 1.0
-    w_binpack: float = 0.0
-    use_memory: bool = True
-    random_ties: bool = False
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> GpuqFillKnobs:
-        if not data:
-            return cls()
-        fields = cls.__dataclass_fields__
-        return cls(**{f: data[f"fill_{f}"] for f in fields if f"fill_{f}" in data})
-
-
-class GpuqPolicy:
-    """The fill-only prototype of gpuq's placement cost: exact, no quantisation."""
-
-    name = "gpuq-fill-prototype"
-
-    def __init__(
-        self,
-        rng: random.Random,
-        model: FragModel,
-        knobs: GpuqFillKnobs | None = None,
-        pressure: Mapping[str, float] | None = None,
-        **_: Any,
-    ) -> None:
-        self.rng = rng
-        self.model = model
-        self.knobs = knobs or GpuqFillKnobs()
-        self.pressure = pressure or {}
-
-    def choose(self, pod: FillPod, cl: FillCluster) -> Choice:
-        k = self.knobs
-        best: float | None = None
-        tied: list[tuple[int, int]] = []
-        for (model, free, cpu, mem), idx in cl.feasible(pod):
-            c2, m2 = cpu - pod.cpu, mem - pod.mem
-            if pod.num == 0:
-                options = [(free, 0)]
-            elif pod.milli < MILLI:
-                options = [
-                    (_after_free(free, v, 1, pod.milli), v)
-                    for v in sorted(set(free))
-                    if v >= pod.milli
-                ]
-            else:
-                options = [(_after_free(free, MILLI, pod.num, MILLI), MILLI)]
-            node_best: float | None = None
-            node_take = 0
-            for after_free, take in options:
-                score = placement_cost(
-                    self.model, model, (free, cpu, mem), (after_free, c2, m2),
-                    cl.cpu_cap[idx[0]], pod.total,
-                    w_balance=k.w_balance, w_type=k.w_type, pressure=self.pressure.get(model, 0.0),
-                )
-                if k.w_binpack:
-                    score += k.w_binpack * sum(after_free)
-                if node_best is None or score < node_best:
-                    node_best, node_take = score, take
-            if node_best is None:
-                continue
-            if best is None or node_best < best - 1e-9:
-                best = node_best
-                tied = [(i, node_take) for i in idx]
-            elif node_best <= best + 1e-9:
-                tied.extend((i, node_take) for i in idx)
-        if not tied:
-            return None
-        i, take = self.rng.choice(tied) if k.random_ties else min(tied)
-        return i, _cards(cl.free[i], pod, take)
-
-
-FILL_POLICIES = ("random", "bestfit", "fgd", "gpuq", "gpuq-fill-prototype")
+FILL_POLICIES = ("random", "bestfit", "fgd", "gpuq")
 
 
 # --------------------------------------------------------------------------- the protocol
@@ -368,38 +277,19 @@ def workload_model(pods: list[TracePod], *, use_memory: bool) -> FragModel:
     return FragModel(tasks, use_memory=use_memory)
 
 
-def trace_type_pressure(pods: list[TracePod], nodes: list[TraceNode]) -> dict[str, float]:
-    """:func:`type_pressure` of the trace: GPU-milli of pods with a ``gpu_spec`` over
-    each model's capacity (0 for every model on traces without constraints)."""
-    cap: dict[str, float] = {}
-    for n in nodes:
-        cap[n.model] = cap.get(n.model, 0.0) + n.gpus * MILLI
-    return type_pressure(
-        ((p.gpu_spec, float(p.total_gpu_milli)) for p in pods if p.num_gpu and p.gpu_spec), cap
-    )
-
-
 def make_policy(
     name: str,
     rng: random.Random,
     pods: list[TracePod],
     nodes: list[TraceNode],
     scheduler: Mapping[str, Any] | None = None,
-) -> RandomPolicy | BestFitPolicy | FgdPolicy | GpuqPolicy | CorePolicy:
+) -> RandomPolicy | BestFitPolicy | FgdPolicy | CorePolicy:
     if name == "random":
         return RandomPolicy(rng)
     if name == "bestfit":
         return BestFitPolicy(rng)
     if name == "fgd":
         return FgdPolicy(rng, workload_model(pods, use_memory=False))
-    if name == "gpuq-fill-prototype":
-        knobs = GpuqFillKnobs.from_mapping(scheduler)
-        return GpuqPolicy(
-            rng,
-            workload_model(pods, use_memory=knobs.use_memory),
-            knobs,
-            trace_type_pressure(pods, nodes),
-        )
     if name == "gpuq":
         return CorePolicy(nodes, pods, scheduler)
     raise ValueError(f"unknown fill policy {name!r}; known: {', '.join(FILL_POLICIES)}")

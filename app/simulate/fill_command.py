@@ -2,9 +2,8 @@
 
 The scenario names the trace (``trace: {format: alibaba-openb, nodes: ..,
 pods: ..}``; relative paths are relative to the scenario file) and may
-tune the policies under ``scheduler:``: the live core's weights
-(``w_binpack``, ``w_balance``, ...) apply to ``gpuq``, the ``fill_*`` keys
-(:class:`app.simulate.fill.GpuqFillKnobs`) to ``gpuq-fill-prototype``.
+tune the live core under ``scheduler:`` (``w_binpack``, ``w_balance``, ...), which the
+``gpuq`` policy uses as a live config would.
 """
 
 from __future__ import annotations

@@ -26,8 +26,11 @@ chosen so that the window's work (sum of GPUs x duration) keeps the
 cluster busy ``load`` of the time over the window, and at least enough
 A100 nodes for the largest gang.
 
+Window: ``start`` (a date in the trace) plus ``offset_days``, lasting
+``days`` (or ``hours``).
+
 Usage: ``python -m app.simulate.philly TRACE.csv --start "2017-10-09 00:00"
---hours 24 --load 0.9 --out eval/philly-day.yaml``.
+--days 2 --load 0.8 [--offset-days 7] --out eval/philly-2d-0.8.yaml``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import argparse
 import csv
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +166,15 @@ def build_scenario(
     }
 
 
+def window(start: str | datetime, *, days: float | None = None, hours: float | None = None,
+           offset_days: float = 0.0) -> tuple[datetime, float]:
+    """(window start, hours) from a start date, an offset in days and a length in days or
+    hours (``days`` wins; default one day)."""
+    t = start if isinstance(start, datetime) else datetime.fromisoformat(str(start))
+    length = 24.0 * days if days is not None else (hours if hours is not None else 24.0)
+    return t + timedelta(days=offset_days), float(length)
+
+
 def write_scenario(doc: dict[str, Any], out: str | Path) -> None:
     meta = doc.pop("_meta")
     header = "".join(f"# {k}: {v}\n" for k, v in meta.items())
@@ -179,14 +191,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
     ap.add_argument("--start", default="2017-10-09 00:00:00")
-    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--hours", type=float, default=None)
+    ap.add_argument("--days", type=float, default=None, help="window length (wins over --hours)")
+    ap.add_argument("--offset-days", type=float, default=0.0, help="added to --start")
     ap.add_argument("--load", type=float, default=0.9)
     ap.add_argument("--max-gpus", type=int, default=16)
     ap.add_argument("--estimate-factor", type=float, default=0.0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    start = datetime.fromisoformat(a.start)
-    doc = build_scenario(read_jobs(a.trace), start=start, hours=a.hours, load=a.load,
+    start, hours = window(a.start, days=a.days, hours=a.hours, offset_days=a.offset_days)
+    doc = build_scenario(read_jobs(a.trace), start=start, hours=hours, load=a.load,
                          max_gpus=a.max_gpus, estimate_factor=a.estimate_factor)
     write_scenario(doc, a.out)
     meta = doc["_meta"]

@@ -41,7 +41,9 @@ from app.domain.percentiles import percentile
 from app.domain.requests import request_from_spec
 from app.domain.spec import JobSpec
 from app.scheduling.baselines import out_of_memory
+from app.scheduling.demands import replica_options
 from app.scheduling.descheduler import deschedule
+from app.scheduling.filters import allowed_types
 from app.scheduling.model import (
     CycleResult,
     JobRequest,
@@ -51,7 +53,9 @@ from app.scheduling.model import (
     RunningJob,
     Snapshot,
 )
-from app.scheduling.policies import Policy, get_policy
+from app.scheduling.policies import Policy
+from app.simulate.measures import gpus_held, measures
+from app.simulate.policies import make_policy
 
 DEFAULT_RUNTIME_S = 3600.0
 OOM_AFTER_S = 60.0  # a run on a card with too little memory fails this long after start
@@ -89,9 +93,16 @@ class SimJob:
     placements: tuple[ReplicaPlacement, ...] = ()
     preemptions: int = 0
     failures: int = 0
+    ideal_runtime_s: float = 0.0  # run time on the fastest GPU type the request allows
+    used_gpu_s: float = 0.0  # GPU-seconds of every run (cards x seconds)
+    wasted_gpu_s: float = 0.0  # GPU-seconds of runs that did not finish (restarted)
     run_token: int = 0  # invalidates the finish event of a run that was preempted
     leases: tuple[LeaseInfo, ...] = ()
     reason: str = ""
+
+    @property
+    def team(self) -> str:
+        return self.request.team
 
 
 @dataclass
@@ -189,6 +200,10 @@ def to_json(result: SimulationResult) -> dict[str, Any]:
         "cycles": result.cycles,
         "descheduler_ticks": result.descheduler_ticks,
     }
+    overall, per_team = measures(result.jobs)
+    summary.update(overall)
+    for name, extra in per_team.items():
+        summary["by_team"][name].update(extra)
     return {"policy": result.policy, "jobs": jobs, "events": result.events, "summary": summary}
 
 
@@ -244,7 +259,13 @@ class Simulator:
                 default_placement=pool.placement if pool else "binpack",
             )
             runtime = spec.runtime_s or spec.duration_estimate_s or DEFAULT_RUNTIME_S
-            out.append(SimJob(i, spec, req, submit, runtime))
+            kinds = {d.gpu_type for d in replica_options(req, allowed_types(req, c.gpu_types,
+                                                                            c.pools))}
+            if req.mode == "gpu_units":
+                kinds = {t.name for t in allowed_types(req, c.gpu_types, c.pools)}
+            speeds = [spec.speed.get(t, 1.0) for t in kinds if t]
+            ideal = runtime / max(speeds) if speeds else runtime
+            out.append(SimJob(i, spec, req, submit, runtime, ideal_runtime_s=ideal))
         return out
 
     def push(self, t: float, kind: str, job: int = -1, token: int = 0) -> None:
@@ -403,11 +424,21 @@ class Simulator:
         job is requeued), then admissions, then verdicts; True if anything changed."""
         changed = False
         by_id = {j.request.id: j for j in [*self.pending.values(), *self.running.values()]}
+        for ret in res.returned:  # a lease now on the pool's own guarantee: it just ends
+            j = by_id.get(ret.job_id)
+            if j is None or j.status != "running":
+                continue
+            for x in [x for x in j.leases if x.id == ret.lease_id]:
+                self.event("lease_end", j, **self._lease_detail(x), state="returned",
+                           reason=ret.reason)
+            j.leases = tuple(x for x in j.leases if x.id != ret.lease_id)
+            changed = True
         for pre in res.preemptions:
             j = by_id.get(pre.job_id)
             if j is None or j.status != "running":
                 continue
-            self._stop_run(j)
+            attempt = self.now - (j.start_s if j.start_s is not None else self.now)
+            self._stop_run(j, finished=False)
             j.preemptions += 1
             by = by_id.get(pre.by_job or "")
             self.event("reclaim" if pre.kind == "reclaim" else "preempt", j,
@@ -417,6 +448,7 @@ class Simulator:
                 j.request, last_preempted_at=self.now, last_preempted_by=pre.by_job,
                 last_reclaimed_at=self.now if pre.kind == "reclaim" else
                 j.request.last_reclaimed_at,
+                longest_attempt_s=max(j.request.longest_attempt_s or 0.0, attempt),
             )
             # the thrash guard is time-based: look again when it lapses
             self.push(self.now + self.model.cluster.scheduler.thrash_window_s, "wake")
@@ -465,21 +497,31 @@ class Simulator:
         self.push(self.now + duration, "end" if outcome == "finish" else "fail", j.index,
                   j.run_token)
 
-    def _stop_run(self, j: SimJob) -> None:
-        """Free the job's capacity and account what it used."""
+    def _stop_run(self, j: SimJob, finished: bool) -> None:
+        """Free the job's capacity and account what it used (and threw away, if the run
+        did not finish: a restarted run starts over)."""
         del self.running[j.index]
         elapsed = self.now - (j.start_s if j.start_s is not None else self.now)
+        types = self.model.cluster.gpu_types
         for p in j.placements:
             if p.gpu_type:
                 self.busy[p.gpu_type] += p.units * elapsed
+                gpu_s = gpus_held(p, types) * elapsed
+                j.used_gpu_s += gpu_s
+                if not finished:
+                    j.wasted_gpu_s += gpu_s
         for x in j.leases:
             self.event("lease_end", j, **self._lease_detail(x))
         j.leases = ()
         j.run_token += 1
 
     def _end_run(self, j: SimJob, outcome: str) -> None:
-        self._stop_run(j)
+        self._stop_run(j, finished=outcome == "finish")
         self._dirty = True
+        # freed guarantee may take a borrower's lease over (the cycle's step 1b),
+        # as the live dispatcher's next pass would, queue or not
+        if any(r.leases for r in self.running.values()):
+            self._lease_due = True
         if outcome == "finish":
             j.status = "succeeded"
             j.end_s = self.now
@@ -502,4 +544,4 @@ def _with_preemptions(r: JobRequest, n: int) -> JobRequest:
 
 def run(model: ScenarioModel, policy: str = "gpuq", seed: int = 42) -> SimulationResult:
     """Replay ``model`` through the policy named ``policy``."""
-    return Simulator(model, get_policy(policy), policy, seed).run()
+    return Simulator(model, make_policy(policy), policy, seed).run()

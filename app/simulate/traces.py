@@ -1,20 +1,21 @@
 """Scenarios whose jobs come from a trace (``trace:`` instead of ``jobs:``).
 
-* ``format: philly``, ``path: philly.csv``, ``options: {start, hours, load,
+* ``format: philly``, ``path: philly.csv``, ``options: {start, offset_days, days|hours, load,
   max_gpus, max_runtime_s, estimate_factor}``: the Philly builder (:mod:`app.simulate.philly`).
   The scenario's own ``gpu_types``/``nodes``/``pools``/``teams`` are used when
   given; otherwise the builder's three-type cluster sized for ``load``.
 * ``format: alibaba-openb``, ``nodes``/``pods`` CSVs: the pods replayed with
   their timestamps (submit = creation time, run time = deletion - creation)
   on the trace's GPU nodes; GPU types from the reader's model table unless
-  the scenario lists ``gpu_types``.
+  the scenario lists ``gpu_types``. With ``options: {load, start_day, days,
+  max_runtime_s}``: a window of the trace on a cluster sized for ``load``
+  (:mod:`app.simulate.alibaba_timed`).
 
 Relative paths are relative to the scenario file.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +54,18 @@ def scenario_from_trace(cfg: GpuqConfig, base: Path) -> ScenarioModel:
         raise ValueError("trace: missing")
     opts = dict(tr.options)
     if tr.format == "philly":
-        from app.simulate.philly import build_scenario, read_jobs
+        from app.simulate.philly import build_scenario, read_jobs, window
 
-        start = datetime.fromisoformat(str(opts.get("start", "2017-10-09 00:00:00")))
+        start, hours = window(
+            str(opts.get("start", "2017-10-09 00:00:00")),
+            days=float(opts["days"]) if "days" in opts else None,
+            hours=float(opts["hours"]) if "hours" in opts else None,
+            offset_days=float(opts.get("offset_days", 0.0)),
+        )
         doc = build_scenario(
             read_jobs(_path(base, tr.path, "path")),
             start=start,
-            hours=float(opts.get("hours", 24)),
+            hours=hours,
             load=float(opts.get("load", 0.9)),
             max_gpus=int(opts.get("max_gpus", 16)),
             max_runtime_s=float(opts.get("max_runtime_s", 2 * 86400)),
@@ -77,6 +83,17 @@ def scenario_from_trace(cfg: GpuqConfig, base: Path) -> ScenarioModel:
 
         nodes = read_nodes(_path(base, tr.nodes, "nodes"))
         pods = read_pods(_path(base, tr.pods, "pods"))
+        if "load" in opts:  # a window of the trace on a cluster sized for a load
+            from app.simulate.alibaba_timed import build_timed_scenario
+
+            doc = build_timed_scenario(
+                nodes, pods,
+                start_day=float(opts.get("start_day", 118.0)),
+                days=float(opts.get("days", 2.0)),
+                load=float(opts["load"]),
+                max_runtime_s=float(opts.get("max_runtime_s", 2 * 86400.0)),
+            )
+            return ScenarioModel.from_config(_merge(cfg, doc))
         t0 = min((p.creation_time or 0.0 for p in pods), default=0.0)
         specs = []
         for p in pods:

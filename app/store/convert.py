@@ -110,4 +110,5 @@ def job_request(
         submitted_at=to_epoch(job.submitted_at),
         preemption_count=job.preemption_count,
         default_placement=pool.placement if pool else "binpack",
+        longest_attempt_s=job.longest_attempt_s,
     )

@@ -189,6 +189,9 @@ class JobRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     preemption_count: Mapped[int] = mapped_column(Integer, default=0)
+    # the longest attempt that was stopped before it finished (preempted or
+    # reclaimed): a known lower bound on the job's run time (migration 0005)
+    longest_attempt_s: Mapped[float | None] = mapped_column(Float)
     # position in the dispatch order of the last cycle (pending jobs only)
     queue_position: Mapped[int | None] = mapped_column(Integer)
     revision: Mapped[int] = mapped_column(

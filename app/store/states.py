@@ -87,7 +87,7 @@ def _stamp(col: str) -> str:
 _ALLOWED_PAIRS = _literal([f"{a}>{b}" for a, tos in ALLOWED.items() for b in tos])
 RETURNED = (
     "status", "revision", "reason", "units", "waited_s", "queued_at", *STAMPED,
-    "queue_position", "preemption_count",
+    "queue_position", "preemption_count", "longest_attempt_s",
 )
 _UPDATE = text(
     f"""
@@ -102,6 +102,13 @@ _UPDATE = text(
         queue_position = CASE WHEN v.to_status = 'pending' THEN j.queue_position END,
         reason = v.reason,
         units = COALESCE(v.units, j.units),
+        -- a running job sent back to the queue ran that long without finishing:
+        -- the longest such attempt is a lower bound on its run time (leases)
+        longest_attempt_s = CASE WHEN v.old = 'running' AND v.to_status = 'pending'
+            AND j.started_at IS NOT NULL
+            THEN GREATEST(COALESCE(j.longest_attempt_s, 0),
+                          EXTRACT(EPOCH FROM (CAST(:now AS timestamptz) - j.started_at)))
+            ELSE j.longest_attempt_s END,
         preemption_count = j.preemption_count + CASE WHEN v.to_status = 'pending'
             AND v.old = ANY({_literal(sorted(ACTIVE))})
             AND v.event_type = ANY({_literal(sorted(PREEMPTION_EVENTS))}) THEN 1 ELSE 0 END,
@@ -125,7 +132,7 @@ _UPDATE = text(
 )
 _FREE = text(
     "DELETE FROM allocations WHERE job_id = ANY(CAST(:ids AS bigint[]))"
-    " AND releasing_since IS NULL"  # an older attempt's rows may still drain
+    " AND releasing_since IS NULL"  # live rows (app/store/live.py); older attempts' may drain
 )
 _MARK_RELEASING = text(
     "UPDATE allocations SET releasing_since = CAST(:now AS timestamptz)"

@@ -101,6 +101,12 @@ class Sim:
     def cycle(self):
         self.last_snap = self.snap()
         res = self.policy(self.last_snap)
+        for ret in res.returned:  # the lease ends, the job keeps running
+            r = self.running[ret.job_id]
+            self.running[ret.job_id] = replace(
+                r, leases=tuple(x for x in r.leases if x.id != ret.lease_id))
+            self.events.append((self.now, "lease_returned", ret.job_id,
+                                {"lease": ret.lease_id, "reason": ret.reason}))
         for pr in res.preemptions:
             r = self.running.pop(pr.job_id)
             for x in r.leases:
@@ -111,7 +117,9 @@ class Sim:
                 r.request, preemption_count=r.request.preemption_count + 1,
                 last_preempted_at=self.now, last_preempted_by=pr.by_job,
                 last_reclaimed_at=self.now if pr.kind == "reclaim" else
-                r.request.last_reclaimed_at)
+                r.request.last_reclaimed_at,
+                longest_attempt_s=max(r.request.longest_attempt_s or 0.0,
+                                      self.now - r.started_at))
         for a in res.admissions:
             req = self.pending.pop(a.job_id)
             leases = []

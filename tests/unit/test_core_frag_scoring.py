@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import random
 
-from app.scheduling.capacity_index import CapacityIndex, signature
+from app.scheduling.capacity_index import CapacityIndex
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import Demand
 from app.scheduling.fragmentation import MixEntry, WorkloadMix
 from app.scheduling.model import ReplicaPlacement, SchedulerConfig
+from app.scheduling.node_reads import node_signature as signature
 from app.scheduling.placement import place_job
 from app.scheduling.scores import score
 from app.scheduling.state import ClusterState

@@ -211,8 +211,5 @@ def test_fill_gpuq_is_the_live_core(tmp_path):
     assert check_placements(nodes, pods, placed) == []
 
 
-def test_fill_prototype_keeps_its_own_name(tmp_path):
-    nodes, pods = _tiny(tmp_path)
-    assert make_policy("gpuq-fill-prototype", random.Random(0), pods, nodes, {}).name == (
-        "gpuq-fill-prototype")
-    assert "gpuq-core" not in FILL_POLICIES
+def test_fill_has_no_second_placement_engine():
+    assert FILL_POLICIES == ("random", "bestfit", "fgd", "gpuq")  # gpuq = the live core

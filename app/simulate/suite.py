@@ -1,0 +1,250 @@
+"""Run every policy on a suite of scenarios and write one comparison report.
+
+``python -m app.simulate.suite eval/suite/*.yaml --out docs/eval/suite
+[--policies gpuq,kueue,volcano,slurm,fifo-typed]`` writes, into ``--out``:
+
+* ``suite.json``: per scenario and policy the result's ``summary`` (every
+  measure of :mod:`app.simulate.measures`, per team too) and the CPU seconds
+  the run took, plus the load average of the machine when it started;
+* ``report.md``: one table per scenario (every policy, every measure), the
+  per-team waits, and the goals of issue 14 checked for ``gpuq`` against the
+  best baseline of the same run;
+* ``suite_jct.png``, ``suite_wait_p99.png``: mean JCT and the worst team's P99
+  wait per scenario and policy.
+
+Scenarios may run in separate processes (one ``--out`` each) and be put in one report
+with ``--combine A/suite.json B/suite.json --out DIR``.
+
+The full suite is a by-hand command (minutes per scenario on 2 cores); tests
+run it on tiny scenarios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from app.simulate.command import load_scenario
+from app.simulate.policies import make_policy
+from app.simulate.replay import ScenarioModel, Simulator, to_json
+
+DEFAULT_POLICIES = ("gpuq", "kueue", "volcano", "slurm", "fifo-typed")
+BASELINES = ("kueue", "volcano", "slurm")  # what teams would use instead (the goals' rivals)
+
+# the goals of issue 14, gpuq against the best baseline in the same run
+GOAL_JCT = 0.25  # mean JCT at least 25 % lower
+GOAL_P99 = 0.30  # worst team's P99 wait at least 30 % lower
+GOAL_WASTE_PCT = 5.0  # thrown-away GPU-hours under 5 % of GPU-hours used
+
+
+def run_one(model: ScenarioModel, policy: str) -> dict[str, Any]:
+    t0 = time.process_time()
+    doc = to_json(Simulator(model, make_policy(policy), policy).run())
+    return {"summary": doc["summary"], "cpu_s": round(time.process_time() - t0, 2)}
+
+
+def run_suite(paths: list[str], policies: list[str],
+              progress: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"load_average": os.getloadavg()[0], "policies": policies,
+                           "scenarios": {}}
+    for path in paths:
+        name = Path(path).stem
+        model = load_scenario(path)  # read once: a run never changes the model
+        runs = {}
+        for p in policies:
+            runs[p] = run_one(model, p)
+            if progress:
+                s = runs[p]["summary"]
+                print(f"{name} {p}: jct mean {s['jct_mean_s']}, worst team p99 "
+                      f"{s['worst_team_wait_p99_s']}, {runs[p]['cpu_s']} CPU s", flush=True)
+        out["scenarios"][name] = {"path": str(path), "runs": runs}
+    return out
+
+
+def goals(runs: dict[str, Any]) -> dict[str, Any] | None:
+    """gpuq against the best baseline of the same run, per goal; None without both."""
+    rivals = [p for p in BASELINES if p in runs]
+    if "gpuq" not in runs or not rivals:
+        return None
+    g = runs["gpuq"]["summary"]
+    sums = {p: runs[p]["summary"] for p in rivals}
+
+    def best(key: str, lower: bool = True) -> tuple[str, float]:
+        vals = [(p, s[key]) for p, s in sums.items() if s.get(key) is not None]
+        return (min if lower else max)(vals, key=lambda x: x[1])
+
+    bj, jct = best("jct_mean_s")
+    bp, p99 = best("worst_team_wait_p99_s")
+    bf, jain = best("jain_slowdown", lower=False)
+    gj, gp, gf = g["jct_mean_s"] or 0.0, g["worst_team_wait_p99_s"], g["jain_slowdown"] or 0.0
+    jct_cut = 1.0 - gj / jct if jct else 0.0
+    p99_cut = 1.0 - gp / p99 if p99 else (0.0 if gp == 0 else -1.0)
+    p99_met = p99_cut >= GOAL_P99 or (p99 == 0 and gp == 0)  # nobody waits: nothing to cut
+    return {
+        "jct": {"best": bj, "best_value": jct, "gpuq": gj, "cut": round(jct_cut, 4),
+                "met": jct_cut >= GOAL_JCT},
+        "worst_team_p99": {"best": bp, "best_value": p99, "gpuq": gp, "cut": round(p99_cut, 4),
+                           "met": p99_met},
+        "jain": {"best": bf, "best_value": jain, "gpuq": gf, "met": gf >= jain - 1e-9},
+        "failed": {"gpuq": g["failed"], "met": g["failed"] == 0},
+        "thrown_away_pct": {"gpuq": g["thrown_away_pct"],
+                            "met": g["thrown_away_pct"] < GOAL_WASTE_PCT},
+    }
+
+
+def _f(x: Any, nd: int = 0) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.{nd}f}"
+    return str(x)
+
+
+def scenario_table(runs: dict[str, Any]) -> str:
+    types = sorted({t for r in runs.values() for t in r["summary"]["utilization"]})
+    head = ["policy", "finished", "failed", "not started", "wait P50 s", "wait P99 s",
+            "worst team wait P99 s", "JCT mean s", "JCT P50 s", "JCT P99 s", "mean slowdown",
+            "Jain (slowdown)", f"utilization {' / '.join(types)}", "makespan s", "restarts",
+            "GPU-h thrown away (% of used)", "CPU s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for p, r in runs.items():
+        s = r["summary"]
+        util = " / ".join(f"{s['utilization'].get(t, 0.0):.2f}" for t in types)
+        lines.append("| " + " | ".join([
+            p, _f(s["finished"]), _f(s["failed"]), _f(s["not_started"]), _f(s["wait_p50_s"]),
+            _f(s["wait_p99_s"]), _f(s["worst_team_wait_p99_s"]), _f(s["jct_mean_s"]),
+            _f(s["jct_p50_s"]), _f(s["jct_p99_s"]), _f(s["slowdown_mean"], 2),
+            _f(s["jain_slowdown"], 3), util, _f(s["makespan_s"]), _f(s["restarts"]),
+            f"{_f(s['gpu_hours_thrown_away'], 1)} ({_f(s['thrown_away_pct'], 2)} %)",
+            _f(r["cpu_s"], 1),
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def team_table(runs: dict[str, Any]) -> str:
+    teams = sorted({t for r in runs.values() for t in r["summary"]["by_team"]})
+    pols = list(runs)
+    lines = ["| team (jobs) | " + " | ".join(pols) + " |", "|---|" + "---|" * len(pols)]
+    for t in teams:
+        jobs = next((r["summary"]["by_team"][t]["jobs"] for r in runs.values()
+                     if t in r["summary"]["by_team"]), 0)
+        cells = []
+        for p in pols:
+            bt = runs[p]["summary"]["by_team"].get(t)
+            cells.append("-" if bt is None else
+                         f"{_f(bt['wait_p50_s'])} / {_f(bt['wait_p99_s'])}")
+        lines.append(f"| {t} ({jobs}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def goals_table(doc: dict[str, Any]) -> str:
+    lines = ["| scenario | mean JCT: gpuq vs best baseline (cut, goal >= 25 %) | worst team's "
+             "P99 wait: gpuq vs best (cut, goal >= 30 %) | Jain: gpuq vs best | gpuq failed | "
+             "gpuq thrown away (< 5 %) |", "|---|---|---|---|---|---|"]
+    for name, sc in doc["scenarios"].items():
+        g = goals(sc["runs"])
+        if g is None:
+            continue
+
+        def ok(x: dict) -> str:
+            return "met" if x["met"] else "**not met**"
+
+        j, w, f = g["jct"], g["worst_team_p99"], g["jain"]
+        lines.append(
+            f"| {name} | {_f(j['gpuq'])} vs {_f(j['best_value'])} ({j['best']}): "
+            f"{j['cut'] * 100:.1f} % {ok(j)} | {_f(w['gpuq'])} vs {_f(w['best_value'])} "
+            f"({w['best']}): {w['cut'] * 100:.1f} % {ok(w)} | {_f(f['gpuq'], 3)} vs "
+            f"{_f(f['best_value'], 3)} ({f['best']}) {ok(f)} | {g['failed']['gpuq']} "
+            f"{ok(g['failed'])} | {_f(g['thrown_away_pct']['gpuq'], 2)} % "
+            f"{ok(g['thrown_away_pct'])} |")
+    return "\n".join(lines)
+
+
+def write_plots(doc: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(doc["scenarios"])
+    pols = doc["policies"]
+    files = []
+    for key, label, fname in (("jct_mean_s", "mean JCT (s)", "suite_jct.png"),
+                              ("worst_team_wait_p99_s", "worst team's P99 wait (s)",
+                               "suite_wait_p99.png")):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        width = 0.8 / max(1, len(pols))
+        for i, p in enumerate(pols):
+            ys = [doc["scenarios"][n]["runs"][p]["summary"][key] or 0.0 for n in names]
+            ax.bar([k + i * width for k in range(len(names))], ys, width, label=p)
+        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(names))], names, fontsize=8)
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=100)
+        plt.close(fig)
+        files.append(fname)
+    return files
+
+
+def write_report(doc: dict[str, Any], out_dir: str | Path, plots: bool = True) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "suite.json").write_text(json.dumps(doc, indent=1))
+    md = ["# Policy comparison on the evaluation suite", "",
+          f"Policies: {', '.join(doc['policies'])}. Load average when the run started: "
+          f"{doc['load_average']:.1f} (CPU seconds per run are in the last column).", "",
+          "## Goals (gpuq against the best baseline of the same run)", "", goals_table(doc), ""]
+    for name, sc in doc["scenarios"].items():
+        md += [f"## {name} (`{sc['path']}`)", "", scenario_table(sc["runs"]), "",
+               "Per team, wait P50 / P99 (s):", "", team_table(sc["runs"]), ""]
+    if plots:
+        for f in write_plots(doc, out):
+            md.append(f"![{f}]({f})")
+    path = out / "report.md"
+    path.write_text("\n".join(md) + "\n")
+    return path
+
+
+def combine(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several suite.json documents (e.g. scenarios run in parallel) as one."""
+    out: dict[str, Any] = {"load_average": max(d["load_average"] for d in docs),
+                           "policies": [], "scenarios": {}}
+    for d in docs:
+        for p in d["policies"]:
+            if p not in out["policies"]:
+                out["policies"].append(p)
+        for name, sc in d["scenarios"].items():
+            have = out["scenarios"].setdefault(name, {"path": sc["path"], "runs": {}})
+            have["runs"].update(sc["runs"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("scenarios", nargs="*")
+    ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--combine", nargs="+", default=None, metavar="SUITE_JSON",
+                    help="write one report from suite.json files of earlier runs instead")
+    a = ap.parse_args(argv)
+    if a.combine:
+        doc = combine([json.loads(Path(f).read_text()) for f in a.combine])
+    elif a.scenarios:
+        doc = run_suite(a.scenarios, [p.strip() for p in a.policies.split(",") if p.strip()],
+                        progress=True)
+    else:
+        ap.error("give scenario files, or --combine SUITE_JSON ...")
+    path = write_report(doc, a.out, plots=not a.no_plots)
+    print(f"report written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

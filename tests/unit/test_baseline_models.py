@@ -1,0 +1,191 @@
+"""The Kueue, Volcano and Slurm models reproduce behaviour their documentation describes."""
+
+from __future__ import annotations
+
+from app.domain.config import load_config_text
+from app.simulate.baselines.slurm import SlurmPolicy
+from app.simulate.baselines.volcano import deserved_shares
+from app.simulate.command import run_simulate
+from app.simulate.policies import POLICY_NAMES, make_policy
+from app.simulate.replay import ScenarioModel, Simulator, to_json
+
+
+def _run(text: str, policy: str) -> dict:
+    model = ScenarioModel.from_config(load_config_text(text))
+    return to_json(Simulator(model, make_policy(policy), policy).run())
+
+
+def _jobs(doc: dict) -> dict[str, dict]:
+    return {j["name"]: j for j in doc["jobs"]}
+
+
+ONE_FLAVOR = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10}
+nodes:
+  - {name: a, count: 1, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}
+pools: [{name: p}]
+teams: [{name: lender, pool: p}, {name: borrower, pool: p}]
+jobs:
+  - {name: borrows, team: borrower, submit_at_s: 0, runtime_s: 5000, resources: {gpus: 8}}
+  - {name: nominal, team: lender, submit_at_s: 100, runtime_s: 1000, resources: {gpus: 4}}
+"""
+
+
+def test_names_are_registered_and_fresh_per_run():
+    assert {"kueue", "volcano", "slurm", "gpuq", "fifo-typed"} <= set(POLICY_NAMES)
+    assert make_policy("slurm") is not make_policy("slurm")  # Slurm keeps usage per run
+
+
+def test_kueue_borrows_then_preempts_the_borrower_for_the_lenders_nominal_quota():
+    doc = _run(ONE_FLAVOR, "kueue")
+    jobs = _jobs(doc)
+    # the borrower took all 8 cards (4 of its own nominal quota, 4 borrowed) at once ...
+    admits = [e for e in doc["events"] if e["type"] == "admit"]
+    assert (admits[0]["job"], admits[0]["t"]) == ("borrows", 0.0)
+    # ... and when the lender asks for its nominal quota, the borrower is preempted for it
+    pre = [e for e in doc["events"] if e["type"] == "preempt"]
+    assert len(pre) == 1 and pre[0]["job"] == "borrows" and pre[0]["t"] == 100.0
+    assert pre[0]["by"] == "nominal" and "reclaim of nominal quota" in pre[0]["reason"]
+    assert jobs["nominal"]["start_s"] == 100.0
+    assert jobs["borrows"]["preemptions"] == 1 and jobs["borrows"]["status"] == "succeeded"
+    assert jobs["borrows"]["start_s"] == 1100.0  # back when the lender's job ended
+
+
+def test_kueue_does_not_preempt_a_queue_within_its_nominal_quota():
+    text = ONE_FLAVOR.replace("resources: {gpus: 8}}", "resources: {gpus: 4}}").replace(
+        "runtime_s: 1000, resources: {gpus: 4}", "runtime_s: 1000, resources: {gpus: 8}")
+    doc = _run(text, "kueue")
+    assert not [e for e in doc["events"] if e["type"] == "preempt"]
+    assert _jobs(doc)["nominal"]["start_s"] == 5000.0  # waits: the other queue is not borrowing
+
+
+TWO_FLAVORS = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10}
+  - {name: v100-32g, memory_gb: 32, weight: 4}
+nodes:
+  - {name: a, count: 1, gpu_type: a100-80g, gpus: 4, cpu: 64, memory_gb: 512}
+  - {name: v, count: 1, gpu_type: v100-32g, gpus: 4, cpu: 64, memory_gb: 512}
+pools: [{name: p}]
+teams: [{name: t1, pool: p}]
+jobs:
+  - {name: first, team: t1, submit_at_s: 0, runtime_s: 1000, resources: {gpus: 4}}
+  - {name: second, team: t1, submit_at_s: 10, runtime_s: 1000, resources: {gpus: 4}}
+  - {name: big-head, team: t1, submit_at_s: 20, runtime_s: 1000, resources: {gpus: 6}}
+  - {name: behind, team: t1, submit_at_s: 30, runtime_s: 100,
+     resources: {gpus: 1, min_gpu_memory_gb: 40}}
+"""
+
+
+def test_kueue_flavors_in_fixed_order_and_best_effort_fifo():
+    jobs = _jobs(_run(TWO_FLAVORS, "kueue"))
+    # cheapest flavor first; when it is used up the next flavor is tried
+    assert jobs["first"]["allocations"][0]["gpu_type"] == "v100-32g"
+    assert jobs["second"]["allocations"][0]["gpu_type"] == "a100-80g"
+    # BestEffortFIFO: a head that cannot be admitted does not block the next workload
+    # ("behind" may only use the A100 flavor: 40 GB)
+    assert jobs["big-head"]["status"] == "unschedulable"  # 6 cards > any flavor's 4
+    assert jobs["behind"]["start_s"] == 1010.0
+
+
+def test_volcano_deserved_share_is_water_filled_by_weight_and_capped_at_request():
+    d = deserved_shares({"g": 10.0}, {"a": 1.0, "b": 1.0, "c": 2.0},
+                        {"a": {"g": 1.0}, "b": {"g": 20.0}, "c": {"g": 20.0}})
+    assert d["a"]["g"] == 1.0
+    assert abs(d["b"]["g"] - 3.0) < 1e-9 and abs(d["c"]["g"] - 6.0) < 1e-9
+
+
+VOLCANO = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10}
+nodes:
+  - {name: a, count: 2, gpu_type: a100-80g, gpus: 4, cpu: 64, memory_gb: 512}
+pools: [{name: p}]
+teams: [{name: early, pool: p}, {name: late, pool: p}]
+jobs:
+""" + "".join(
+    f"  - {{name: e{i}, team: early, submit_at_s: 0, runtime_s: 4000, resources: {{gpus: 1}}}}\n"
+    for i in range(8)
+) + """  - {name: l0, team: late, submit_at_s: 100, runtime_s: 500, resources: {gpus: 1}}
+  - {name: l1, team: late, submit_at_s: 100, runtime_s: 500, resources: {gpus: 1}}
+  - {name: gang, team: late, submit_at_s: 200, runtime_s: 500, replicas: 2, min_available: 2,
+     resources: {gpus: 4}}
+"""
+
+
+def test_volcano_reclaims_up_to_the_deserved_share_and_places_gangs_whole():
+    doc = _run(VOLCANO, "volcano")
+    jobs = _jobs(doc)
+    # "early" took all 8 cards; "late" (equal weight, deserves 4 of them once it asks)
+    # reclaims one card per waiting job at once
+    rec = [e for e in doc["events"] if e["type"] == "reclaim"]
+    assert len([e for e in rec if e["t"] == 100.0]) == 2
+    assert jobs["l0"]["start_s"] == 100.0 and jobs["l1"]["start_s"] == 100.0
+    # the gang (2 x 4 cards) would take "late" above its deserved share: no reclaim for it,
+    # it starts whole, both replicas at once, when the cluster has room
+    g = jobs["gang"]
+    assert len(g["allocations"]) == 2 and len({a["node"] for a in g["allocations"]}) == 2
+    assert g["start_s"] >= 4000.0
+
+
+BACKFILL = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10}
+nodes:
+  - {name: a, count: 1, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}
+pools: [{name: p}]
+teams: [{name: t, pool: p}]
+jobs:
+  - {name: running, team: t, submit_at_s: 0, runtime_s: 1000, duration_estimate_s: 1000,
+     resources: {gpus: 4}}
+  - {name: big, team: t, submit_at_s: 1, runtime_s: 1000, duration_estimate_s: 1000,
+     resources: {gpus: 8}}
+  - {name: short, team: t, submit_at_s: 2, runtime_s: 400, duration_estimate_s: 500,
+     resources: {gpus: 4}}
+  - {name: long, team: t, submit_at_s: 3, runtime_s: 4000, duration_estimate_s: 5000,
+     resources: {gpus: 4}}
+"""
+
+
+def test_slurm_backfill_starts_a_short_job_that_ends_before_the_big_ones_reserved_start():
+    jobs = _jobs(_run(BACKFILL, "slurm"))
+    big, short, long_ = jobs["big"], jobs["short"], jobs["long"]
+    assert big["start_s"] == 1000.0  # reserved for when "running" reaches its time limit
+    assert short["start_s"] < 1000.0 and short["end_s"] <= big["start_s"]  # backfilled
+    assert long_["start_s"] >= big["end_s"]  # would have delayed "big": not backfilled
+
+
+def test_slurm_without_backfill_gain_keeps_strict_priority():
+    # without a time limit (no estimate: DefaultTime 2 days) nothing ends before "big"
+    text = BACKFILL.replace(", duration_estimate_s: 500", "")
+    jobs = _jobs(_run(text, "slurm"))
+    assert jobs["short"]["start_s"] >= jobs["big"]["start_s"]
+
+
+def test_slurm_fair_share_ranks_the_account_with_less_decayed_usage_first():
+    snap_text = ONE_FLAVOR
+    model = ScenarioModel.from_config(load_config_text(snap_text))
+    sim = Simulator(model, make_policy("slurm"), "slurm")
+    policy = sim.policy
+    assert isinstance(policy, SlurmPolicy)
+    policy.usage.update({"lender": 1000.0, "borrower": 9000.0})
+    snap = sim.snapshot()
+    fs = policy.fairshare_factors(snap, {"lender", "borrower"})
+    assert fs["lender"] == 1.0 and fs["borrower"] == 0.5
+    # the usage decays with the half-life
+    from app.simulate.baselines import slurm as mod
+
+    policy.last_t = 0.0
+    snap.now = mod.DECAY_HALF_LIFE_S
+    policy._charge(snap)
+    assert abs(policy.usage["borrower"] - 4500.0) < 1e-6
+
+
+def test_simulate_command_runs_each_model(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(TWO_FLAVORS)
+    for name in ("kueue", "volcano", "slurm"):
+        out = tmp_path / f"{name}.json"
+        assert run_simulate(str(path), policy=name, out=str(out)) == 0
+        assert out.is_file()

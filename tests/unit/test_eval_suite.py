@@ -1,0 +1,85 @@
+"""Scenario builders of the evaluation suite and the one command that compares policies."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from app.simulate.alibaba import read_nodes, read_pods
+from app.simulate.alibaba_timed import build_timed_scenario
+from app.simulate.philly import build_scenario, read_jobs, window
+from app.simulate.suite import combine, goals, main, run_suite
+from tests.unit.openb_fixtures import write_nodes, write_pods
+from tests.unit.test_philly_builder import _philly_csv
+
+
+def test_philly_window_takes_days_and_an_offset(tmp_path):
+    start, hours = window("2017-10-08 00:00:00", days=2, offset_days=1)
+    assert start == datetime(2017, 10, 9) and hours == 48.0
+    assert window("2017-10-09 00:00:00", hours=6) == (datetime(2017, 10, 9), 6.0)
+    jobs = read_jobs(_philly_csv(tmp_path / "p.csv"))
+    a = build_scenario(jobs, start=start, hours=hours, load=0.01)
+    b = build_scenario(jobs, start=start, hours=hours, load=2.0)
+    assert a["_meta"]["jobs_in_window"] == 61  # the day after is in a 2-day window
+    assert len(a["jobs"]) == len(b["jobs"])
+    assert a["_meta"]["groups"] > b["_meta"]["groups"]  # a lower load needs more nodes
+
+
+def _openb(tmp_path):
+    nodes = [(f"n-{i:02d}", 64000, 262144, 8, "T4" if i % 2 else "V100M16") for i in range(20)]
+    day = 86400
+    pods = [(f"p-{i:03d}", 4000, 8192, 1, 1000, "", "LS" if i % 3 else "BE", "Running",
+             day * 10 + i * 600, day * 10 + i * 600 + 3600, day * 10 + i * 600 + 5)
+            for i in range(100)]
+    pods.append(("p-late", 4000, 8192, 1, 1000, "", "LS", "Running", day * 30, day * 31, day * 30))
+    pods.append(("p-first", 1000, 1024, 0, 0, "", "LS", "Running", 0, 10, 0))
+    return (read_nodes(write_nodes(tmp_path / "n.csv", nodes)),
+            read_pods(write_pods(tmp_path / "p.csv", pods)))
+
+
+def test_alibaba_timed_window_is_sized_to_the_load(tmp_path):
+    nodes, pods = _openb(tmp_path)
+    doc = build_timed_scenario(nodes, pods, start_day=10, days=2, load=1.0)
+    assert len(doc["jobs"]) == 100  # only the window's pods
+    assert {t["name"] for t in doc["teams"]} == {"ls", "be"}
+    assert all(j["runtime_s"] == 3595.0 for j in doc["jobs"])  # deletion - scheduled
+    assert min(j["submit_at_s"] for j in doc["jobs"]) == 0.0
+    # one node of each model is kept at least; work 100 x 3595 GPU-s over 2 days at speeds
+    # T4 1.0 and V100M16 3.0 needs far less than 20 nodes
+    assert doc["_meta"]["nodes_kept"] == 2
+    big = build_timed_scenario(nodes, pods, start_day=10, days=2, load=0.001)
+    assert big["_meta"]["nodes_kept"] == 20  # never more than the trace has
+
+
+def test_suite_runs_every_policy_and_checks_the_goals(tmp_path):
+    nodes, pods = _openb(tmp_path)
+    scen = tmp_path / "tiny.yaml"
+    scen.write_text(
+        "trace: {format: alibaba-openb, nodes: n.csv, pods: p.csv,\n"
+        "        options: {start_day: 10, days: 1, load: 2.0}}\n")
+    doc = run_suite([str(scen)], ["gpuq", "kueue", "volcano", "slurm"])
+    runs = doc["scenarios"]["tiny"]["runs"]
+    assert set(runs) == {"gpuq", "kueue", "volcano", "slurm"}
+    for r in runs.values():
+        assert r["summary"]["finished"] == 100
+    g = goals(runs)
+    assert g is not None and set(g) == {"jct", "worst_team_p99", "jain", "failed",
+                                        "thrown_away_pct"}
+    assert g["failed"]["met"]
+    out = tmp_path / "report"
+    assert main([str(scen), "--policies", "gpuq,slurm", "--out", str(out), "--no-plots"]) == 0
+    text = (out / "report.md").read_text()
+    assert "| gpuq |" in text and "| slurm |" in text and "Goals" in text
+    assert json.loads((out / "suite.json").read_text())["policies"] == ["gpuq", "slurm"]
+
+
+def test_runs_of_separate_processes_combine_into_one_report(tmp_path):
+    a = {"load_average": 1.0, "policies": ["gpuq"],
+         "scenarios": {"s1": {"path": "s1.yaml", "runs": {"gpuq": {"x": 1}}}}}
+    b = {"load_average": 3.0, "policies": ["gpuq", "slurm"],
+         "scenarios": {"s1": {"path": "s1.yaml", "runs": {"slurm": {"x": 2}}},
+                       "s2": {"path": "s2.yaml", "runs": {"gpuq": {"x": 3}}}}}
+    doc = combine([a, b])
+    assert doc["policies"] == ["gpuq", "slurm"] and doc["load_average"] == 3.0
+    assert set(doc["scenarios"]["s1"]["runs"]) == {"gpuq", "slurm"}
+    assert doc["scenarios"]["s2"]["runs"]["gpuq"] == {"x": 3}
