@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench docs clean
+.PHONY: run test lint bench docs clean docs-assets
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -32,3 +32,18 @@ docs: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .gpuq
+
+# Swagger UI and ReDoc for the off-line /docs and /redoc, vendored from the npm registry
+SWAGGER_UI ?= 5.35.0
+REDOC ?= 2.5.1
+VENDOR := app/ui/static/vendor
+docs-assets:
+	rm -rf .vendor-tmp && mkdir -p .vendor-tmp $(VENDOR)/swagger-ui $(VENDOR)/redoc
+	cd .vendor-tmp && npm pack -q swagger-ui-dist@$(SWAGGER_UI) redoc@$(REDOC) \
+		&& mkdir s r && tar xzf swagger-ui-dist-$(SWAGGER_UI).tgz -C s && tar xzf redoc-$(REDOC).tgz -C r
+	cp .vendor-tmp/s/package/swagger-ui-bundle.js .vendor-tmp/s/package/swagger-ui.css \
+		.vendor-tmp/s/package/favicon-32x32.png .vendor-tmp/s/package/LICENSE \
+		.vendor-tmp/s/package/NOTICE $(VENDOR)/swagger-ui/
+	cp .vendor-tmp/r/package/bundles/redoc.standalone.js .vendor-tmp/r/package/LICENSE $(VENDOR)/redoc/
+	cd $(VENDOR) && sha256sum swagger-ui/* redoc/* > SHA256SUMS
+	rm -rf .vendor-tmp

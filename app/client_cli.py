@@ -21,7 +21,9 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from app.ui.html import secs as fmt_s  # one duration format for the CLI and the dashboard
+from app.ui.format import num as fmt_num  # numbers rounded for people, as the dashboard does
+from app.ui.format import secs as fmt_s  # one duration format for the CLI and the dashboard
+from app.ui.format import when as fmt_when  # ISO 8601 UTC to the second
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -127,14 +129,6 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
     if not jobs or not all(isinstance(j, dict) for j in jobs):
         raise ClientError(f"{path}: expected a job mapping or a list of them", code=2)
     return jobs
-
-
-def fmt_num(x: Any) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return str(x)
 
 
 def status_text(status: str | None) -> str:
@@ -268,7 +262,7 @@ def cmd_queue(
     body = client.get("/v1/queue", pool=pool, team=team)
     items = body.get("items", body) if isinstance(body, dict) else body
     t = Table(title=f"queue ({len(items)} pending)", header_style="bold")
-    for col in ("pos", "id", "name", "team", "pool", "prio", "waited", "reason"):
+    for col in ("pos", "id", "name", "team", "pool", "prio", "waited", "est. start", "reason"):
         t.add_column(col, overflow="fold")
     for q in items:
         t.add_row(
@@ -279,6 +273,7 @@ def cmd_queue(
             str(q.get("pool")),
             str(q.get("priority")),
             fmt_s(q.get("wait_seconds")),
+            fmt_when(q.get("estimated_start")),
             str(q.get("reason") or "-"),
         )
     console.print(t)

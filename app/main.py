@@ -61,7 +61,6 @@ ROUTERS = [
     reports.router,
     tuning.router,
     metrics.router,
-    ui_routes.router,
 ]
 
 
@@ -192,6 +191,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         version="0.1.0",
         description="A fair batch queue for Kubernetes clusters that mix GPU models.",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc come from app.ui.docs, with assets shipped in
+        redoc_url=None,  # the package instead of a CDN (GPU clusters are often off-line)
     )
     app.state.settings = settings
     app.state.metrics = GpuqMetrics()
@@ -231,6 +232,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         app.include_router(router)
     install_truthful_openapi(app)
     app.add_middleware(AllowMethods, router_app=app)
+    ui_routes.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RefuseNul)
     return app

@@ -94,6 +94,10 @@ class Settings(BaseSettings):
         default=40, ge=1, alias="GPUQ_WORKER_THREADS",
         description="threads serving the API's synchronous routes",
     )
+    # the dashboard asks for a token unless an operator opens it read-only to everyone
+    ui_public: bool = Field(default=False, alias="GPUQ_UI_PUBLIC")
+    # estimated start times are recomputed at most this often (a bounded forward replay)
+    estimate_interval_s: float = Field(default=30.0, gt=0, alias="GPUQ_ESTIMATE_INTERVAL")
 
 
 def get_settings() -> Settings:

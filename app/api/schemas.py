@@ -64,6 +64,9 @@ class JobOut(BaseModel):
     queue_position: int | None = None
     # who submitted it: ``token:<name>`` or ``oidc:<subject>`` (None: before 0004)
     submitted_by: str | None = None
+    # pending jobs: when the core, replayed forward from now, would start it (None: not
+    # within the replay's bounds, or not pending)
+    estimated_start: datetime | None = None
 
 
 class JobPage(BaseModel):
@@ -93,6 +96,7 @@ class QueueItem(BaseModel):
     wait_seconds: float
     reason: str | None
     preemption_count: int
+    estimated_start: datetime | None = None
 
 
 class TokenOut(BaseModel):

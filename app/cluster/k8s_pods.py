@@ -5,7 +5,11 @@ The Pod is the job's ``pod_template`` (a PodTemplateSpec ``{metadata, spec}``
 or a bare PodSpec) with gpuq's additions: ``schedulerName`` (so the default
 scheduler leaves it alone until gpuq binds it), labels, the accelerator
 requests/limits of the placement, the PriorityClass, tolerations for the
-node's GPU taints, and env vars with the GPU type, world size and rank.
+node's GPU taints, and env vars with the GPU type, world size and rank. A job
+with several replicas also gets a headless Service (:func:`build_service`) and,
+on every Pod, a stable hostname under it and the rendezvous variables
+(``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``...) that
+torchrun and MPI-style launchers read (docs/multi-node.md).
 """
 
 from __future__ import annotations
@@ -42,6 +46,79 @@ def pod_name(req: BindRequest, replica: int, bind_id: str) -> str:
     base = _NAME_BAD.sub("-", req.name.lower())[:40].strip("-") or "job"
     jid = _NAME_BAD.sub("", req.job_id.lower())[:8] or "x"
     return f"{base}-{jid}-{bind_id}-{replica}"
+
+
+def service_name(req: BindRequest) -> str:
+    """The headless Service of a multi-replica job: ``<job name>-<job id>``, a DNS-1035
+    label (starts with a letter) short enough that ``<service>-<replica>`` is one too."""
+    base = _NAME_BAD.sub("-", req.name.lower())[:40].strip("-") or "job"
+    if not base[0].isalpha():
+        base = "j" + base
+    jid = _NAME_BAD.sub("", req.job_id.lower())[:8] or "x"
+    return f"{base}-{jid}"
+
+
+def is_gang(req: BindRequest) -> bool:
+    """More than one replica: the replicas must find each other (Service + rendezvous)."""
+    return len(req.placements) > 1
+
+
+def replica_host(req: BindRequest, replica: int, namespace: str) -> str:
+    """The stable DNS name of one replica (the same in every bind attempt)."""
+    svc = service_name(req)
+    return f"{svc}-{replica}.{svc}.{namespace}.svc"
+
+
+def build_service(req: BindRequest, ks: KubeSettings, namespace: str) -> dict:
+    """A headless Service selecting the job's Pods, so each replica gets the DNS name
+    ``<service>-<replica>.<service>.<namespace>.svc`` (Pod ``hostname`` + ``subdomain``),
+    published before the Pods are ready (rendezvous happens before readiness)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(req),
+            "namespace": namespace,
+            "labels": {
+                L.MANAGED_BY: L.MANAGED_BY_VALUE,
+                L.JOB_ID: L.label_value(req.job_id),
+                L.JOB_NAME: L.label_value(req.name),
+            },
+            "annotations": {L.ANN_JOB_ID: req.job_id},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {L.MANAGED_BY: L.MANAGED_BY_VALUE, L.JOB_ID: L.label_value(req.job_id)},
+            "ports": [{"name": "rendezvous", "port": ks.rendezvous_port, "protocol": "TCP"}],
+        },
+    }
+
+
+def rendezvous_env(req: BindRequest, p: ReplicaPlacement, ks: KubeSettings, namespace: str):
+    """torchrun / PyTorchJob-style variables plus host lists for MPI-style launchers.
+
+    ``WORLD_SIZE`` and ``NNODES`` count replicas (one per node), ``NODE_RANK`` and
+    ``RANK`` are this replica's index; ``GPUQ_HOSTS`` lists every replica's stable
+    name in rank order (a hostfile is one line per entry, ``slots=$GPUQ_GPUS``).
+    """
+    n = len(req.placements)
+    if is_gang(req):
+        hosts = [replica_host(req, i, namespace) for i in range(n)]
+        master = hosts[0]
+    else:
+        hosts, master = ["localhost"], "localhost"
+    return [
+        {"name": "MASTER_ADDR", "value": master},
+        {"name": "MASTER_PORT", "value": str(ks.rendezvous_port)},
+        {"name": "WORLD_SIZE", "value": str(n)},
+        {"name": "NNODES", "value": str(n)},
+        {"name": "NODE_RANK", "value": str(p.replica)},
+        {"name": "RANK", "value": str(p.replica)},
+        {"name": "GPUQ_REPLICA_INDEX", "value": str(p.replica)},
+        {"name": "GPUQ_HOSTNAME", "value": hosts[p.replica] if is_gang(req) else "localhost"},
+        {"name": "GPUQ_HOSTS", "value": ",".join(hosts)},
+    ]
 
 
 def accelerator_resources(p: ReplicaPlacement, gpu_type: GpuType | None) -> dict[str, str]:
@@ -151,6 +228,7 @@ def build_pod(
         {"name": "GPUQ_WORLD_SIZE", "value": str(req.world_size or len(req.placements))},
         {"name": "GPUQ_RANK", "value": str(p.replica)},
         {"name": "GPUQ_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        *rendezvous_env(req, p, ks, namespace),
     ]
     ours = {e["name"] for e in env}
     accel = accelerator_resources(p, gpu_type)
@@ -175,6 +253,9 @@ def build_pod(
         out_containers.append(c)
     spec["containers"] = out_containers
     spec["schedulerName"] = ks.scheduler_name
+    if is_gang(req):  # a stable DNS name per replica through the job's headless Service
+        spec["hostname"] = f"{service_name(req)}-{p.replica}"
+        spec["subdomain"] = service_name(req)
     spec.pop("nodeName", None)  # the Binding sets it
     spec.setdefault("restartPolicy", "Never")
     spec["priorityClassName"] = ks.priority_class_prefix + req.priority.lower()

@@ -62,6 +62,9 @@ class KubeSettings(BaseSettings):
             kubernetes_version=self.version,
         )
 
+    # Port of MASTER_ADDR (torchrun's c10d rendezvous) on a multi-replica job's Service.
+    rendezvous_port: int = Field(default=29500, ge=1, le=65535)
+
     @field_validator("rack_labels", "tolerated_taints", mode="before")
     @classmethod
     def _csv(cls, v: object) -> object:

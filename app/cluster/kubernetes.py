@@ -44,7 +44,14 @@ from app.cluster.base import (
     ReconcileReport,
 )
 from app.cluster.k8s_nodes import NodeView, node_views, pod_holds_resources
-from app.cluster.k8s_pods import build_pod, job_phase, placement_key, pod_placement_key
+from app.cluster.k8s_pods import (
+    build_pod,
+    build_service,
+    is_gang,
+    job_phase,
+    placement_key,
+    pod_placement_key,
+)
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.k8s_watch import Informer
 from app.domain.config import GpuTypeConfig
@@ -118,6 +125,9 @@ class KubernetesCluster:
         self._lock = threading.RLock()
         self._tracks: dict[str, _Track] = {}
         self._events: list[JobStatusEvent] = []
+        # multi-replica jobs that ended: (job id, phase, message); poll_events stops the
+        # surviving replicas of a failed gang and deletes the job's Service
+        self._gangs_ended: list[tuple[str, str, str]] = []
         self._reported_unmatched: set[tuple[str, str]] = set()
         self._by_job: dict[str, dict[str, dict]] = {}  # job id -> pod key -> Pod
         self.unmatched: dict[str, str] = {}  # node -> product, from the last list_nodes
@@ -263,6 +273,9 @@ class KubernetesCluster:
                 if violations:
                     raise InvalidPodError(f"refused by the Pod policy of team {req.team}: "
                                           + describe(violations))
+            # 0. a gang's headless Service: stable replica hostnames for the rendezvous
+            if is_gang(req) and pods:
+                self._ensure_service(build_service(req, self.ks, pods[0]["metadata"]["namespace"]))
             # 1. create every Pod (unbound: nobody else schedules them)
             for pod in pods:
                 ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -302,6 +315,36 @@ class KubernetesCluster:
                 raise
             raise BindError(f"bind {req.job_id}: {e}") from e
 
+    def _ensure_service(self, svc: dict) -> None:
+        ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
+        try:
+            self.api.create_namespaced_service(ns, svc, _preload_content=False)
+        except ApiException as e:
+            if e.status == 409:
+                return  # an earlier attempt's: same name, same selector
+            raise BindError(
+                f"create service {ns}/{name}: {e.status} {_body(e).get('message', e.reason)}"
+            ) from e
+
+    def _delete_services(self, job_id: str) -> None:
+        """Delete the job's Services (found by label, so a new leader finds them too)."""
+        sel = f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE},{L.JOB_ID}={L.label_value(job_id)}"
+        try:
+            resp = self.api.list_service_for_all_namespaces(label_selector=sel,
+                                                            _preload_content=False)
+            items = json.loads(resp.data).get("items") or []
+        except ApiException as e:
+            log.warning("list services of %s failed: %s", job_id, e.status)
+            return
+        for svc in items:
+            meta = svc.get("metadata") or {}
+            try:
+                self.api.delete_namespaced_service(meta.get("name"), meta.get("namespace"),
+                                                   _preload_content=False)
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("delete service %s failed: %s", meta.get("name"), e.status)
+
     def _undo(self, job_id: str, created: list[tuple[str, str]]) -> None:
         with self._lock:
             t = self._tracks.get(job_id)
@@ -339,6 +382,7 @@ class KubernetesCluster:
             else:
                 self._tracks[job_id] = _Track("", 0, stopped=True)
         grace = max(0, int(grace_seconds))
+        self._delete_services(job_id)
         for pod in self._job_pods(job_id) or self._list_job_pods(job_id):
             meta = pod.get("metadata") or {}
             ns, name = meta.get("namespace", self.ks.namespace), meta.get("name", "")
@@ -416,11 +460,21 @@ class KubernetesCluster:
             if phase != t.reported and phase != "pending":
                 t.reported = phase
                 self._events.append(JobStatusEvent(job_id, phase, message))
+                if phase in ("failed", "succeeded") and t.expected > 1:
+                    self._gangs_ended.append((job_id, phase, message))
 
     def poll_events(self) -> list[JobStatusEvent]:
         with self._lock:
             out, self._events = self._events, []
-            return out
+            ended, self._gangs_ended = self._gangs_ended, []
+        for job_id, phase, message in ended:
+            if phase == "failed":
+                # one replica failed: the others must not keep their GPUs (whether the
+                # dispatcher restarts the whole gang or fails the job)
+                self.stop(job_id, f"gang stopped: {message}", grace_seconds=0)
+            else:
+                self._delete_services(job_id)
+        return out
 
     def running_job_ids(self) -> set[str]:
         """Jobs that have Pods on the cluster now, finished ones included (their

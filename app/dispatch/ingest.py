@@ -15,6 +15,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.cluster.base import Cluster, JobStatusEvent
+from app.domain.spec import FailurePolicy
 from app.domain.states import ACTIVE
 from app.store.dispatch_rows import lock_jobs, retry_count
 from app.store.orm import JobRow
@@ -69,7 +70,7 @@ class Ingest:
             jid = int(ev.job_id)
             if ev.phase == "running":
                 running.append(jid)
-            elif ev.phase == "succeeded" or (ev.phase == "failed" and not self.max_retries):
+            elif ev.phase == "succeeded":
                 finished.setdefault(jid, (ev.phase, ev.message or None))
             else:
                 rest.append(ev)
@@ -83,21 +84,29 @@ class Ingest:
         )
         return rest
 
+    def retry_limit(self, job: JobRow) -> int:
+        """The job's ``failure_policy`` (restart the whole gang N times, or fail), else the
+        cluster-wide retry count. Failed runs are rare, so they all take this per-job path."""
+        policy = (job.spec or {}).get("failure_policy")
+        if policy is None:
+            return self.max_retries
+        return FailurePolicy.model_validate(policy).restarts_allowed()
+
     def _apply(self, session: Session, job: JobRow | None, ev: JobStatusEvent) -> None:
         if job is None or job.status not in ACTIVE:
             return  # cancelled or requeued meanwhile: nothing to do
         now = self.clock()
         if ev.phase == "running" and job.status == "admitted":
             change_state(session, job, "running", now=now, reason=None)
-        elif ev.phase == "failed" and retry_count(session, job.id) < self.max_retries:
-            n = retry_count(session, job.id) + 1
+        elif ev.phase == "failed" and retry_count(session, job.id) < self.retry_limit(job):
+            n, limit = retry_count(session, job.id) + 1, self.retry_limit(job)
             change_state(
                 session,
                 job,
                 "pending",
                 now=now,
                 event_type="retried",
-                reason=f"run failed (retry {n}/{self.max_retries}): {ev.message}",
+                reason=f"run failed (retry {n}/{limit}): {ev.message}",
                 pods_gone=True,
             )
         elif ev.phase in ("succeeded", "failed"):

@@ -76,6 +76,26 @@ class Resources(BaseModel):
         raise AssertionError("validated above")
 
 
+SCENARIO_ONLY = ("submit_at_s", "runtime_s", "speed")
+
+
+class FailurePolicy(BaseModel):
+    """What a failed run does (a Pod of any replica failing fails the run of the gang).
+
+    ``restart``: the whole gang is stopped and queued again, up to ``max_restarts``
+    times, then the job ends ``failed``; ``fail``: the job ends ``failed`` at once.
+    Either way the other replicas are stopped, so none keeps its GPUs.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["restart", "fail"] = "fail"
+    max_restarts: int = Field(default=3, ge=0, le=100)
+
+    def restarts_allowed(self) -> int:
+        return self.max_restarts if self.action == "restart" else 0
+
+
 class JobSpec(BaseModel):
     """A job as submitted (REST body or scenario entry)."""
 
@@ -93,6 +113,8 @@ class JobSpec(BaseModel):
     duration_estimate_s: float | None = Field(default=None, gt=0, le=365 * 86400)
     pod_template: dict[str, Any] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
+    # unset: the cluster-wide GPUQ_K8S_MAX_RETRIES restarts apply
+    failure_policy: FailurePolicy | None = None
     # scenario-only fields (ignored by the live service)
     submit_at_s: float | None = Field(default=None, ge=0)
     runtime_s: float | None = Field(default=None, gt=0)
@@ -121,6 +143,11 @@ class JobSpec(BaseModel):
             if s <= 0:
                 raise ValueError(f"speed[{t}] must be > 0")
         return self
+
+    def scenario_only_fields(self) -> list[str]:
+        """The scenario-only fields this spec sets (the live service refuses them: a run
+        time the service would silently ignore is a mistake the user should hear about)."""
+        return [f for f in SCENARIO_ONLY if f in self.model_fields_set]
 
     @property
     def replica_count(self) -> int:

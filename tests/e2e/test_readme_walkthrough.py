@@ -102,6 +102,8 @@ def test_readme_walkthrough_word_for_word(checkout) -> None:
         '"borrower":"mixed","lender":"training","gpu_type":"v100-16g","units":32.0',
         '"borrower":"mixed","lender":"inference","gpu_type":"v100-16g","units":16.0',
         "train (team nlp, pool training, P1): pending",
+        "est. start",
+        '"estimated_start":"20',
         '"preemption_count":1',
         '"overall"',
     ]

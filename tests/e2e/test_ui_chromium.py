@@ -8,16 +8,18 @@ control page that logs an error proves the check can fail.
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 import tempfile
-import threading
 import time
+import zlib
+from base64 import b64decode
+from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 
-from tests.integration.obs_env import free_port, job, seeded_env
+from tests.integration.obs_env import ADMIN, AUTH, free_port, job, seeded_env, serving
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -43,7 +45,7 @@ pytestmark = pytest.mark.skipif(
 class Browser:
     """A minimal W3C WebDriver client."""
 
-    def __init__(self, driver_url: str, profile: str) -> None:
+    def __init__(self, driver_url: str, profile: str, extra_args: list[str] = ()) -> None:
         self.http = httpx.Client(base_url=driver_url, timeout=60)
         caps = {
             "capabilities": {
@@ -51,7 +53,7 @@ class Browser:
                     "browserName": "chrome",
                     "goog:chromeOptions": {
                         "binary": CHROMIUM,
-                        "args": [*FLAGS, f"--user-data-dir={profile}"],
+                        "args": [*FLAGS, *extra_args, f"--user-data-dir={profile}"],
                     },
                     "goog:loggingPrefs": {"browser": "ALL"},
                 }
@@ -75,6 +77,33 @@ class Browser:
     def text(self) -> str:
         return self.js("return document.body.innerText")
 
+    def screenshot(self) -> bytes:
+        return b64decode(self.cmd("GET", "/screenshot"))
+
+    def wait_url(self, fragment: str) -> str:
+        for _ in range(200):
+            url = self.cmd("GET", "/url")
+            if fragment in url:
+                return url
+            time.sleep(0.05)
+        raise AssertionError(f"never reached a URL with {fragment!r} (at {url})")
+
+    def login(self, site: str, token: str) -> None:
+        """Through the dashboard's own form, as a person would."""
+        self.open(site + "/ui/login")
+        self.js(
+            f"document.getElementById('token').value={token!r};"
+            "document.querySelector('form.login').submit();"
+        )
+        self.wait_url("/ui")
+        for _ in range(100):
+            if self.js("return document.readyState") == "complete" and "/login" not in self.cmd(
+                "GET", "/url"
+            ):
+                return
+            time.sleep(0.05)
+        raise AssertionError("login did not leave the login page")
+
     def console(self) -> list[dict]:
         return self.cmd("POST", "/se/log", {"type": "browser"})
 
@@ -85,6 +114,9 @@ class Browser:
             self.http.close()
 
 
+SITE_TOKENS: dict[str, str] = {}
+
+
 @pytest.fixture(scope="module")
 def site():
     with seeded_env() as env:
@@ -93,27 +125,16 @@ def site():
         env.submit(job("train-wait", "nlp", 3, "a100"))  # waits: one whole A100 left
         env.advance(5)
         env.dispatch()
-        port = free_port()
-        srv = uvicorn.Server(
-            uvicorn.Config(
-                env.client.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
-            )
-        )
-        t = threading.Thread(target=srv.run, daemon=True)
-        t.start()
-        for _ in range(200):
-            if srv.started:
-                break
-            time.sleep(0.05)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            srv.should_exit = True
-            t.join(timeout=10)
+        r = env.client.post("/v1/teams/nlp/tokens", headers=AUTH)
+        assert r.status_code == 201, r.text
+        SITE_TOKENS["nlp"] = r.json()["token"]
+        with serving(env.client.app) as url:
+            yield url
 
 
-@pytest.fixture(scope="module")
-def browser():
+@contextmanager
+def chromium(extra_args: list[str] = ()):
+    """chromedriver on a free port and one browser session (1280x900) on it."""
     port = free_port()
     proc = subprocess.Popen(
         [DRIVER, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -128,8 +149,9 @@ def browser():
             except (httpx.HTTPError, ValueError, KeyError):
                 pass
             time.sleep(0.05)
-        b = Browser(url, profile)
+        b = Browser(url, profile, extra_args)
         try:
+            b.cmd("POST", "/window/rect", {"width": 1280, "height": 900})
             yield b
         finally:
             b.close()
@@ -142,6 +164,12 @@ def browser():
         shutil.rmtree(profile, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
 def errors(entries: list[dict]) -> list[dict]:
     return [e for e in entries if e.get("level") in ("SEVERE", "ERROR")]
 
@@ -152,10 +180,69 @@ def test_console_check_can_fail(browser):
     assert any("boom" in e["message"] for e in errors(browser.console()))
 
 
+def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Width, height and RGB(A) rows of a PNG (8-bit, no interlace: what Chromium writes)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, width = 8, b"", 0
+    height = bpp = 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and colour in (2, 6), (depth, colour)
+            bpp = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
+    for y in range(height):
+        f, line = (
+            raw[y * (stride + 1)],
+            bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
+        )
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b, c = prev[x], prev[x - bpp] if x >= bpp else 0
+            if f == 1:
+                line[x] = (line[x] + a) & 255
+            elif f == 2:
+                line[x] = (line[x] + b) & 255
+            elif f == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, height, [bytes(r[i] for i in range(len(r)) if i % bpp < 3) for r in rows]
+
+
+def check_screenshot(png: bytes, name: str) -> None:
+    """The page was painted: the dark header band on top, a light page below, and enough
+    distinct colours (text, tables, bars) that it is not blank. Kept in GPUQ_SCREENSHOTS."""
+    import os
+
+    folder = os.environ.get("GPUQ_SCREENSHOTS")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{name}.png"), "wb") as f:
+            f.write(png)
+    width, height, rows = png_pixels(png)
+    assert width >= 800 and height >= 400, (width, height)
+    top = rows[5][:3]
+    assert top == bytes((0x1D, 0x23, 0x30)), f"{name}: header colour {top.hex()}"
+    colours = {row[x : x + 3] for row in rows[::7] for x in range(0, len(row), 21)}
+    assert len(colours) >= 12, f"{name}: only {len(colours)} colours: blank page?"
+
+
 PAGES = [
-    ("/ui", ["GPU types", "a100", "v100", "unknown", "Alerts"]),
-    ("/ui/queue", ["Queue (1 pending)", "train-wait", "why it waits"]),
+    ("/ui", ["GPU types", "a100", "v100", "unknown", "Alerts", "admin"]),
+    ("/ui/queue", ["Queue (1 pending)", "train-wait", "why it waits", "estimated start"]),
     ("/ui/queue?pool=inference", ["Queue (0 pending)", "the queue is empty"]),
+    ("/ui/teams", ["Teams", "nlp", "cv", "dominant share", "borrowed CU", "wait P99"]),
+    ("/ui/nodes", ["a100-0", "v100-0", "3g.40gb: free", "train-a", "serve-b"]),
     ("/ui/fairness?window_s=3600", ["window 1h00m", "nlp"]),
     ("/ui/pools", ["training", "inference", "guaranteed", "Active leases"]),
     ("/ui/fairness", ["Fairness", "Teams", "nlp", "cv", "wait P99"]),
@@ -165,8 +252,18 @@ PAGES = [
 ]
 
 
+def test_pages_need_a_token(browser, site):
+    browser.cmd("DELETE", "/cookie")
+    browser.open(site + "/ui/teams")
+    assert "/ui/login" in browser.wait_url("/ui/login")
+    assert "API token" in browser.text()
+    check_screenshot(browser.screenshot(), "login")
+    assert errors(browser.console()) == []
+
+
 @pytest.mark.parametrize(("path", "expect"), PAGES, ids=[p for p, _ in PAGES])
 def test_pages_load_with_data_and_no_console_errors(browser, site, path, expect):
+    browser.login(site, ADMIN)
     browser.console()  # drain whatever came before
     browser.open(site + path)
     assert browser.js("return document.readyState") == "complete"
@@ -178,19 +275,20 @@ def test_pages_load_with_data_and_no_console_errors(browser, site, path, expect)
     # every page links to the API docs and refreshes itself
     assert browser.js("return !!document.querySelector('a[href=\"/docs\"]')")
     assert browser.js("return !!document.querySelector('meta[http-equiv=refresh]')")
+    # the stylesheet loaded (the header is dark, not the browser's default)
+    assert browser.js("return getComputedStyle(document.querySelector('header')).display") == "flex"
+    check_screenshot(browser.screenshot(), path.strip("/").replace("/", "-").replace("?", "-"))
     assert errors(browser.console()) == [], path
 
 
 def test_job_detail_and_filter_form(browser, site):
+    browser.login(site, ADMIN)
     browser.open(site + "/ui/jobs")
     browser.js(
         "document.querySelector('select[name=status]').value='pending';"
         "document.querySelector('form.filters').submit();"
     )
-    for _ in range(100):
-        if "status=pending" in browser.cmd("GET", "/url"):
-            break
-        time.sleep(0.05)
+    browser.wait_url("status=pending")
     text = browser.text()
     assert "train-wait" in text and "train-a" not in text
     href = browser.js("return document.querySelector('#jobs tbody a').getAttribute('href')")
@@ -198,3 +296,33 @@ def test_job_detail_and_filter_form(browser, site):
     text = browser.text()
     assert "train-wait" in text and "History" in text and "submitted" in text
     assert errors(browser.console()) == []
+
+
+def test_team_token_sees_its_jobs_and_cancels_with_the_button(browser, site):
+    browser.cmd("DELETE", "/cookie")
+    browser.login(site, SITE_TOKENS["nlp"])
+    browser.open(site + "/ui/jobs")
+    text = browser.text()
+    assert "team nlp" in text and "train-wait" in text and "serve-b" not in text
+    browser.open(site + "/ui/jobs")
+    browser.js(
+        "document.querySelector('select[name=status]').value='pending';"
+        "document.querySelector('form.filters').submit();"
+    )
+    browser.wait_url("status=pending")
+    href = browser.js("return document.querySelector('#jobs tbody a').getAttribute('href')")
+    browser.open(site + href)
+    assert "cancel this job" in browser.text()
+    check_screenshot(browser.screenshot(), "job-cancel")
+    browser.js("document.querySelector('#cancel button').click()")
+    browser.cmd("POST", "/alert/accept", {})  # the "Cancel job ...?" confirmation
+    browser.wait_url("cancelled=1")
+    text = browser.text()
+    assert "cancel requested" in text and "cancelled" in text
+    assert "cancel this job" not in text
+    assert errors(browser.console()) == []
+    # log out: the cookie is gone, the next page asks for a token again
+    browser.js("document.querySelector('#who form').submit()")
+    browser.wait_url("/ui/login")
+    browser.open(site + "/ui/jobs")
+    assert "/ui/login" in browser.wait_url("/ui/login")

@@ -13,6 +13,9 @@ Enough of the core/v1 API for gpuq's backend, driven by the official
   injectable failures), ``POST .../pods/{name}/eviction`` (policy/v1; 429
   ``TooManyRequests`` for Pods a "disruption budget" protects).
 * ``POST /api/v1/namespaces/{ns}/events``.
+* Services: ``POST /api/v1/namespaces/{ns}/services`` (409 ``AlreadyExists``; a
+  headless one needs ``clusterIP: None``), ``GET /api/v1/services`` and
+  ``GET /api/v1/namespaces/{ns}/services`` (``labelSelector``), ``DELETE`` one.
 
 Test code changes the world through methods (``add_node``, ``set_pod_phase``,
 ``delete_pod``, ``compact``) which emit the watch events a real server would.
@@ -34,6 +37,7 @@ from urllib.parse import parse_qs, urlparse
 
 POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/(binding|eviction))?$")
 EVENTS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
+SERVICE_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")
 
 
 def status(code: int, reason: str, message: str, **details: Any) -> dict:
@@ -79,6 +83,7 @@ class FakeKube:
         self.compacted_rv = 0
         self.nodes: dict[str, dict] = {}
         self.pods: dict[tuple[str, str], dict] = {}
+        self.services: dict[tuple[str, str], dict] = {}
         self.log: list[tuple[int, str, str, dict]] = []  # (rv, kind, type, object)
         self.k8s_events: list[dict] = []
         self.requests: list[tuple[str, str]] = []
@@ -244,6 +249,38 @@ class FakeKube:
             self._emit("pods", "ADDED", pod)
             return 201, copy.deepcopy(pod)
 
+    def create_service(self, ns: str, body: dict) -> tuple[int, dict]:
+        name = body.get("metadata", {}).get("name")
+        if not name or not re.match(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$", name):
+            return 422, status(422, "Invalid", f"metadata.name: Invalid value: {name!r}")
+        with self.cond:
+            if (ns, name) in self.services:
+                return 409, status(
+                    409, "AlreadyExists", f'services "{name}" already exists', name=name
+                )
+            svc = self._stamp(copy.deepcopy(body), ns)
+            svc["kind"], svc["apiVersion"] = "Service", "v1"
+            self.services[(ns, name)] = svc
+            return 201, copy.deepcopy(svc)
+
+    def list_services(self, ns: str | None, selector: str | None) -> dict:
+        with self.cond:
+            items = [
+                copy.deepcopy(s)
+                for (sns, _), s in self.services.items()
+                if (ns is None or sns == ns)
+                and _match_labels(selector, s["metadata"].get("labels", {}))
+            ]
+            return {"kind": "ServiceList", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+
+    def delete_service(self, ns: str, name: str) -> tuple[int, dict]:
+        with self.cond:
+            svc = self.services.pop((ns, name), None)
+            if svc is None:
+                return 404, status(404, "NotFound", f'services "{name}" not found', name=name)
+            return 200, status(200, "", "", name=name)
+
     def bind(self, ns: str, name: str, body: dict) -> tuple[int, dict]:
         with self.cond:
             pod = self.pods.get((ns, name))
@@ -404,6 +441,11 @@ class _Handler(BaseHTTPRequestHandler):
         q = {k: v[-1] for k, v in parse_qs(url.query).items()}
         self.kube.requests.append(("GET", self.path))
         kind = {"/api/v1/nodes": "nodes", "/api/v1/pods": "pods"}.get(url.path)
+        sm = SERVICE_PATH.match(url.path)
+        if url.path == "/api/v1/services" or (sm and not sm.group(2)):
+            ns = sm.group(1) if sm else None
+            self._send(200, self.kube.list_services(ns, q.get("labelSelector")))
+            return
         if kind is None:
             m = POD_PATH.match(url.path)
             if m and not m.group(3):
@@ -451,6 +493,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.kube.k8s_events.append(body)
             self._send(201, body)
             return
+        sm = SERVICE_PATH.match(url.path)
+        if sm and not sm.group(2):
+            self._send(*self.kube.create_service(sm.group(1), body))
+            return
         m = POD_PATH.match(url.path)
         if not m:
             self._send(404, status(404, "NotFound", f"no route {url.path}"))
@@ -469,6 +515,10 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         self.kube.requests.append(("DELETE", self.path))
         body = self._body()
+        sm = SERVICE_PATH.match(url.path)
+        if sm and sm.group(2):
+            self._send(*self.kube.delete_service(sm.group(1), sm.group(2)))
+            return
         m = POD_PATH.match(url.path)
         if not m or not m.group(2) or m.group(3):
             self._send(404, status(404, "NotFound", f"no route {url.path}"))

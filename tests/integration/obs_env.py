@@ -67,6 +67,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextmanager
+def serving(app) -> Iterator[str]:
+    """``app`` on a real port in a thread (uvicorn, no lifespan); yields its base URL."""
+    import threading
+    import time
+
+    import uvicorn
+
+    port = free_port()
+    srv = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    t = threading.Thread(target=srv.run, daemon=True)
+    t.start()
+    for _ in range(200):
+        if srv.started:
+            break
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        t.join(timeout=10)
+
+
 _EMBEDDED: list = []
 
 
@@ -182,4 +207,6 @@ def job(name: str, team: str, gpus: int, gpu_type: str, duration: float = 60.0, 
     return spec
 
 
-__all__ = ["ADMIN", "AUTH", "CONFIG", "Env", "free_port", "job", "seeded_env", "timedelta"]
+__all__ = [
+    "ADMIN", "AUTH", "CONFIG", "Env", "free_port", "job", "seeded_env", "serving", "timedelta"
+]

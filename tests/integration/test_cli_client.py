@@ -5,38 +5,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 
-from tests.integration.obs_env import ADMIN, free_port, seeded_env
+from tests.integration.obs_env import ADMIN, seeded_env, serving
 
 GPUQ = [sys.executable, "-m", "app.cli"]
 
 
 @pytest.fixture(scope="module")
 def server():
-    with seeded_env() as env:
-        port = free_port()
-        config = uvicorn.Config(
-            env.client.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
-        )
-        srv = uvicorn.Server(config)
-        t = threading.Thread(target=srv.run, daemon=True)
-        t.start()
-        for _ in range(200):
-            if srv.started:
-                break
-            time.sleep(0.05)
-        assert srv.started, "uvicorn did not start"
-        try:
-            yield env, f"http://127.0.0.1:{port}"
-        finally:
-            srv.should_exit = True
-            t.join(timeout=10)
+    with seeded_env() as env, serving(env.client.app) as url:
+        yield env, url
 
 
 def gpuq(url: str, *args: str, token: str | None = ADMIN, cwd: Path | None = None):

@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
 from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
 
 from app.clock import utcnow
 from app.dispatch.dispatcher import Dispatcher
@@ -249,3 +251,68 @@ def test_invalid_pod_template_fails_the_job_instead_of_retrying_forever(kube, db
         d.elector.release()
         c.close()
         engine.dispose()
+
+
+@contextmanager
+def one_dispatcher(kube, db_url: str, **kw) -> Iterator[tuple[Dispatcher, sessionmaker]]:
+    """A leader-elected dispatcher on the fake cluster; released and closed afterwards."""
+    engine = make_engine(db_url, pool_size=4)
+    sf = make_session_factory(engine)
+    with sf() as s:
+        types = gpu_type_configs(s)
+    c = make_cluster(kube)
+    c.set_gpu_types(types)
+    c.start(wait_s=10)
+    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"), **kw)
+    try:
+        yield d, sf
+    finally:
+        d.elector.release()
+        c.close()
+        engine.dispose()
+
+
+@pytest.mark.parametrize("action", ["restart", "fail"])
+def test_gang_failure_policy_restarts_the_whole_gang_or_fails_it(kube, db_url, action):
+    """One replica of a 2-node gang fails: with ``restart`` the whole gang runs again (new
+    Pods for both replicas) up to max_restarts, with ``fail`` the job fails at once; either
+    way the healthy replica is stopped, never left holding its GPUs."""
+    kube.add_node(article_a100("a100-0"))
+    kube.add_node(article_a100("a100-1"))
+    with one_dispatcher(kube, db_url) as (d, sf):
+        with sf() as s:
+            spec = JobSpec.model_validate({
+                "name": "ddp", "team": "nlp", "replicas": 2,
+                "resources": {"gpus": 8, "gpu_types": ["a100-80g"], "cpu": 4, "memory_gb": 16},
+                "failure_policy": {"action": action, "max_restarts": 1},
+            })
+            job_id = submit_job(s, spec, now=utcnow()).job.id
+            s.commit()
+        seen: set[str] = set()
+
+        def fresh_gang():
+            pods = [p for p in kube.gpuq_pods()
+                    if p["metadata"]["name"] not in seen and p["spec"].get("nodeName")]
+            return sorted(p["metadata"]["name"] for p in pods) if len(pods) == 2 else None
+
+        attempts = 2 if action == "restart" else 1
+        for _ in range(attempts):
+            wait_until(lambda: d.run_once() or fresh_gang())
+            gang = fresh_gang()
+            seen.update(gang)
+            for name in gang:
+                kube.set_pod_phase("gpuq-jobs", name, "Running")
+            kube.set_pod_phase("gpuq-jobs", gang[1], "Failed",
+                               terminated={"reason": "Error", "exitCode": 3})
+            # the healthy replica is evicted by the cluster adapter itself
+            wait_until(lambda g=gang: d.run_once() or g[0] in {n for _ns, n, _g in kube.evictions})
+        wait_until(lambda: d.run_once() or _status(sf, job_id) == "failed")
+        with sf() as s:
+            events = [e.type for e in s.scalars(
+                select(JobEventRow).where(JobEventRow.job_id == job_id))]
+        assert events.count("retried") == attempts - 1
+        assert len(seen) == 2 * attempts  # every restart made new Pods for BOTH replicas
+        running = [p for p in kube.gpuq_pods()
+                   if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
+        assert running == []  # nothing is left holding GPUs
+        assert kube.services == {}

@@ -86,7 +86,7 @@ def test_tuner_recommend_cooldown_then_auto_applies_through_the_store():
         env.dispatch()
         assert running(env) == 5
         # the dashboard page shows the change
-        page = c.get("/ui/tuning").text
+        page = c.get("/ui/tuning", headers=AUTH).text
         assert "v100 4→3.2" in page and "applied" in page
 
 

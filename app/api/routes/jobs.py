@@ -19,12 +19,27 @@ from app.api.deps import (
     bearer_token,
     resolve_principal,
 )
+from app.api.estimates import EstimatorDep
 from app.api.schemas import EventOut, JobOut, JobPage, event_out, job_out, new_job_out
+from app.domain.errors import InputError
 from app.domain.spec import JobSpec
 from app.store import jobs as job_store
 from app.store import requeue
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+def refuse_scenario_fields(specs: list[JobSpec], prefix: str | None = None) -> None:
+    """422 naming the scenario-only fields (``runtime_s``...) a live submit sets."""
+    for i, spec in enumerate(specs):
+        bad = spec.scenario_only_fields()
+        if bad:
+            where = f"{prefix}.{i}." if prefix is not None else ""
+            raise InputError(
+                "scenario-only field(s) for `gpuq simulate`, not accepted by the service "
+                "(use duration_estimate_s for the expected run time)",
+                ", ".join(where + f for f in bad),
+            )
+
 
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)]
 
@@ -66,6 +81,7 @@ def _submit_one(
         with Session(bind=conn) as session:
             principal = resolve_principal(state, session, token, now)
             principal.require_team(spec.team, write=True)
+            refuse_scenario_fields([spec])
             got = job_store.insert_job(
                 conn,
                 spec,
@@ -118,6 +134,7 @@ def _submit_many(
         principal = resolve_principal(state, session, token, now)
         for spec in specs:
             principal.require_team(spec.team, write=True)
+        refuse_scenario_fields(specs, prefix="jobs")
         ids = job_store.submit_jobs(
             session, specs, now=now, submitted_by=principal.name, install=state.install_policy
         )
@@ -155,14 +172,23 @@ def list_jobs(
 
 
 @router.get("/{job_id}")
-def get_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowDep) -> JobOut:
+def get_job(
+    job_id: str,
+    session: SessionDep,
+    principal: PrincipalDep,
+    now: NowDep,
+    estimator: EstimatorDep,
+) -> JobOut:
     job = job_store.get_job(session, job_id, team=principal.team)
-    return job_out(
+    out = job_out(
         job,
         now,
         job_store.active_lease(session, job),
         released=job_store.released_placements(session, job),
     )
+    if job.status == "pending":
+        out.estimated_start = estimator.starts(now)(out.id)
+    return out
 
 
 @router.post("/{job_id}/cancel")

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
+from app.api.estimates import EstimatorDep
 from app.api.schemas import QueueItem
 from app.store import jobs as job_store
 from app.store.queue_order import queue_page
@@ -30,6 +31,7 @@ def get_queue(
     session: SessionDep,
     principal: PrincipalDep,
     now: NowDep,
+    estimator: EstimatorDep,
     pool: str | None = None,
     team: str | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="jobs per page")] = 100,
@@ -61,6 +63,7 @@ def get_queue(
         response.headers["X-Next-Cursor"] = next_cursor
         url = request.url.include_query_params(cursor=next_cursor)
         response.headers["Link"] = f'<{url}>; rel="next"'
+    start_of = estimator.starts(now)
     return [
         QueueItem(
             position=j.ord if team_view and j.ord is not None else first + i,
@@ -73,6 +76,7 @@ def get_queue(
             wait_seconds=round(wait_seconds(j, now), 3),
             reason=j.reason,
             preemption_count=j.preemption_count,
+            estimated_start=start_of(str(j.id)),
         )
         for i, j in enumerate(rows)
     ]

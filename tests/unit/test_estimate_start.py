@@ -1,0 +1,58 @@
+"""Estimated start times: the live snapshot replayed forward through the core."""
+
+from __future__ import annotations
+
+from app.scheduling.model import ReplicaPlacement
+from app.scheduling.policies import get_policy
+from app.simulate.estimate import MIN_REMAINING_S, estimate_starts
+from tests.unit.core_fixtures import job, node, running, snap
+
+GPUQ = get_policy("gpuq")
+NOW = 1000.0
+
+
+def holding(j, n="n0", devices=(0, 1, 2, 3), started_at=0.0):
+    return running(
+        j, ReplicaPlacement(0, n, "v100-16g", tuple(devices), units=4.0 * len(devices)),
+        started_at=started_at,
+    )
+
+
+def test_pending_jobs_start_when_running_work_ends():
+    big = job("run", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=1500)
+    a = job("a", gpus=2, gpu_types=("v100-16g",), duration_estimate_s=600, submitted_at=10)
+    b = job("b", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=300, submitted_at=20)
+    s = snap([node("n0", "v100-16g", 4)], [a, b], running=[holding(big)], now=NOW)
+    est = estimate_starts(s, GPUQ)
+    # "run" started at 0 with 1500 s: ends at 1500; a starts then; b after a (600 s)
+    assert est.get("a") == 1500.0
+    assert est.get("b") == 2100.0
+    assert not est.horizon_reached and est.computed_at == NOW
+
+
+def test_default_runtime_per_pool_and_overrunning_jobs():
+    late = job("late", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=100)  # past due
+    nodur = job("nodur", gpus=4, gpu_types=("v100-16g",))
+    a = job("a", gpus=4, gpu_types=("v100-16g",), submitted_at=5)
+    s = snap([node("n0", "v100-16g", 4)], [a], running=[holding(late)], now=NOW)
+    assert estimate_starts(s, GPUQ).get("a") == NOW + MIN_REMAINING_S
+    s = snap([node("n0", "v100-16g", 4)], [a], running=[holding(nodur, started_at=900)], now=NOW)
+    assert estimate_starts(s, GPUQ, default_runtime_s={"p": 500}).get("a") == 1400.0
+
+
+def test_cost_is_bounded_and_unknown_beyond_it():
+    blockers = [job(f"q{i}", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=3600,
+                    submitted_at=i) for i in range(50)]
+    s = snap([node("n0", "v100-16g", 4)], blockers, now=NOW)
+    est = estimate_starts(s, GPUQ, max_cycles=10)
+    assert est.horizon_reached and est.cycles == 10
+    assert est.get("q0") == NOW and est.get("q1") == NOW + 3600
+    assert est.get("q49") is None  # not within the bound: no estimate, not a guess
+    est = estimate_starts(s, GPUQ, horizon_s=2 * 3600)
+    assert est.get("q2") == NOW + 7200 and est.get("q3") is None
+
+
+def test_a_request_no_node_can_hold_gets_no_estimate():
+    huge = job("huge", gpus=16, gpu_types=("v100-16g",))
+    s = snap([node("n0", "v100-16g", 4)], [huge], now=NOW)
+    assert estimate_starts(s, GPUQ).get("huge") is None
