@@ -95,8 +95,18 @@ def resolve_principal(state: Any, session: Session, token: str | None, now: date
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+def bearer_required(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None,
+) -> HTTPAuthorizationCredentials:
+    """The bearer credentials, or 401 at once: a dependency runs before the body is
+    validated, so a request without a token gets 401, not a 422 about its body."""
+    if credentials is None or not credentials.credentials.strip():
+        raise Unauthorized("missing 'Authorization: Bearer TOKEN' header", "Authorization")
+    return credentials
+
+
 # the bearer credentials alone (routes that resolve the principal in a worker thread)
-BearerDep = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+BearerDep = Annotated[HTTPAuthorizationCredentials, Depends(bearer_required)]
 
 
 def require_admin(principal: PrincipalDep) -> Principal:

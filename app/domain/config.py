@@ -161,8 +161,9 @@ class TeamConfig(BaseModel):
 class PriorityClassConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=63)
-    value: int = Field(ge=-2_000_000_000, le=1_000_000_000)
-    preemptible: bool = True
+    value: int = Field(ge=-2_000_000_000, le=1_000_000_000, strict=True)
+    # strict: the OpenAPI says boolean, so 0 or "yes" is refused rather than coerced
+    preemptible: bool = Field(default=True, strict=True)
 
     @field_validator("name")
     @classmethod

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, quote
 from fastapi import Depends, Request
 from fastapi.responses import RedirectResponse
 
-from app.api.deps import Principal, SessionDep, Unauthorized, get_principal
+from app.api.deps import Principal, SessionDep, Unauthorized, get_now, resolve_principal
 
 COOKIE = "gpuq_ui_token"
 
@@ -74,7 +74,7 @@ class Viewer:
 
 def principal_for(request: Request, session, token: str) -> Principal:
     """The API's own token resolution (raises its 401 error when unknown or revoked)."""
-    return get_principal(request, session, f"Bearer {token}")
+    return resolve_principal(request.app.state, session, token, get_now(request))
 
 
 def get_viewer(request: Request, session: SessionDep) -> Viewer:

@@ -61,7 +61,7 @@ def test_sigterm_stops_the_http_processes(command, engine, database_url, tmp_pat
         "DATABASE_URL": database_url,
         "GPUQ_DATA_DIR": str(tmp_path),
         "GPUQ_PORT": str(port),
-        "GPUQ_ADMIN_TOKEN": "t",
+        "GPUQ_ADMIN_TOKEN": "shutdown-test-admin-token-0123456789abcdef",
     }
     proc = subprocess.Popen(
         [str(GPUQ), command], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -78,7 +78,8 @@ def test_sigterm_stops_the_http_processes(command, engine, database_url, tmp_pat
 
         _wait_for(up)
         # a keep-alive client with an open connection must not hold the exit up
-        with httpx.Client(base_url=base, headers={"Authorization": "Bearer t"}) as c:
+        auth = {"Authorization": "Bearer shutdown-test-admin-token-0123456789abcdef"}
+        with httpx.Client(base_url=base, headers=auth) as c:
             assert c.get("/v1/jobs").status_code == 200
             took = _terminate_and_time(proc)
         # uvicorn re-raises the signal it handled once its shutdown is complete
@@ -105,7 +106,7 @@ def test_sigterm_stops_the_leading_dispatcher(kube, engine, database_url, tmp_pa
         **os.environ,
         "DATABASE_URL": database_url,
         "GPUQ_DATA_DIR": str(tmp_path),
-        "GPUQ_ADMIN_TOKEN": "t",
+        "GPUQ_ADMIN_TOKEN": "shutdown-test-admin-token-0123456789abcdef",
         "GPUQ_CLUSTER": "kubernetes",
         "KUBECONFIG": str(kubeconfig),
         "GPUQ_K8S_WATCH_TIMEOUT_S": "2",

@@ -50,7 +50,8 @@ def test_queue_shows_position_and_actionable_reason(client, admin, dispatcher):
                   resources={"gpus": 8, "gpu_types": ["a100-80g"], "min_gpu_memory_gb": 40})
     # 2 x 6 whole A100s fit the cluster (one replica per node; 2 x 8 could never: a100-0
     # has 7 whole cards, so that gang is unschedulable) but not a 100 CU quota
-    r = client.put("/v1/teams/nlp/quota", json={"quota_units": 100}, headers=admin)
+    r = client.put("/v1/teams/nlp/quota", json={"quota_units": 100, "quota_by_type": {}},
+                   headers=admin)
     assert r.status_code == 200, r.text
     over = _submit(client, admin, name="over-quota", team="nlp",
                    resources={"gpus": 6, "gpu_types": ["a100-80g"]}, replicas=2, min_available=2)

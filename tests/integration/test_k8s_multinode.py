@@ -20,6 +20,12 @@ TORCHRUN = {
                     "--master_addr=$MASTER_ADDR --master_port=$MASTER_PORT train.py"
                 ],
                 "env": [{"name": "MASTER_PORT", "value": "1"}],  # gpuq's value wins
+                # the team's default Pod Security level is restricted (docs/security.md)
+                "securityContext": {
+                    "runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
             }
         ]
     }

@@ -91,6 +91,8 @@ GPUQ_SA = [{"kind": "ServiceAccount", "name": "gpuq", "namespace": "gpuq"}]
 JOB_RIGHTS = {
     ("pods", "create"), ("pods", "delete"), ("pods", "get"), ("pods", "list"),
     ("pods", "watch"), ("pods/binding", "create"), ("pods/eviction", "create"),
+    # the headless Service of a multi-replica job (rendezvous hostnames)
+    ("services", "create"), ("services", "delete"), ("services", "get"), ("services", "list"),
 }
 
 
@@ -100,6 +102,7 @@ def test_rbac_is_least_privilege() -> None:
     assert _rules(objs[("ClusterRole", "gpuq-scheduler")]) == {
         ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
         ("pods", "get"), ("pods", "list"), ("pods", "watch"),
+        ("services", "get"), ("services", "list"), ("services", "watch"),
         ("events", "create"),
     }
     assert objs[("ClusterRoleBinding", "gpuq-scheduler")]["subjects"] == GPUQ_SA

@@ -53,7 +53,7 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_lengt
 async def submit_job(
     spec: JobSpec,
     request: Request,
-    credentials: BearerDep = None,
+    credentials: BearerDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Submit one job: 201 with the job (200 with the earlier job for a repeated
@@ -114,7 +114,7 @@ class BatchOut(BaseModel):
 
 
 @router.post(":batch", status_code=201, response_model=BatchOut)
-async def submit_batch(body: JobBatch, request: Request, credentials: BearerDep = None) -> Response:
+async def submit_batch(body: JobBatch, request: Request, credentials: BearerDep) -> Response:
     """Many jobs in one transaction (all or nothing): one statement writes the jobs
     (as column arrays), their events and one NOTIFY."""
     state = request.app.state
