@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app.store.convert import ALLOCATION_AS_IS, LEASE_AS_IS, copied
 from app.store.jobs import NewJob
 from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
 from app.store.states import wait_seconds
@@ -142,30 +143,17 @@ class AuditOut(BaseModel):
 
 def allocation_out(a: AllocationRow) -> AllocationOut:
     return AllocationOut(
-        replica=a.replica,
-        node=a.node,
-        gpu_type=a.gpu_type,
+        **copied(a, ALLOCATION_AS_IS),
         gpus=[int(d) for d in a.devices] if not a.mig else [],
         mig=[list(m) for m in a.mig],
-        units=a.units,
-        share=a.share,
-        cpu=a.cpu,
-        memory_gb=a.memory_gb,
     )
 
 
 def lease_out(lease: LeaseRow) -> LeaseOut:
     return LeaseOut(
+        **copied(lease, (*LEASE_AS_IS, "started_at", "expires_at", "state", "ended_at")),
         id=str(lease.id),
-        borrower=lease.borrower,
-        lender=lease.lender,
-        gpu_type=lease.gpu_type,
-        units=lease.units,
         job_id=str(lease.job_id),
-        started_at=lease.started_at,
-        expires_at=lease.expires_at,
-        state=lease.state,
-        ended_at=lease.ended_at,
     )
 
 

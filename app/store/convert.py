@@ -7,6 +7,9 @@ cannot disagree on what a row means.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from app.clock import to_epoch
 from app.domain.from_config import pool_from_config, team_from_config
 from app.domain.requests import request_from_spec
@@ -68,28 +71,30 @@ def team_info(r: TeamRow) -> TeamInfo:
     return team_from_config(r)
 
 
+def copied(row: object, names: Iterable[str]) -> dict[str, Any]:
+    """``row``'s attributes ``names`` as keyword arguments: the columns that mean the
+    same on both sides pass as they are, so each conversion (here and the API's
+    ``allocation_out``/``lease_out``) spells out only what it changes."""
+    return {n: getattr(row, n) for n in names}
+
+
+ALLOCATION_AS_IS = ("replica", "node", "gpu_type", "share", "units", "cpu", "memory_gb")
+LEASE_AS_IS = ("borrower", "lender", "gpu_type", "units")
+
+
 def placement_of(a: AllocationRow) -> ReplicaPlacement:
     return ReplicaPlacement(
-        replica=a.replica,
-        node=a.node,
-        gpu_type=a.gpu_type,
+        **copied(a, ALLOCATION_AS_IS),
         devices=tuple(int(d) for d in a.devices),
         mig=tuple((int(d), int(i), str(p)) for d, i, p in a.mig),
-        share=a.share,
         share_memory_gb=a.share_memory_gb,
-        units=a.units,
-        cpu=a.cpu,
-        memory_gb=a.memory_gb,
     )
 
 
 def lease_info(r: LeaseRow) -> LeaseInfo:
     return LeaseInfo(
+        **copied(r, LEASE_AS_IS),
         id=str(r.id),
-        borrower=r.borrower,
-        lender=r.lender,
-        gpu_type=r.gpu_type,
-        units=r.units,
         job_id=str(r.job_id),
         started_at=to_epoch(r.started_at),
         expires_at=to_epoch(r.expires_at),
