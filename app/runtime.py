@@ -27,7 +27,6 @@ from app.dispatch.descheduler import Descheduler
 from app.dispatch.leader import LeaderElector
 from app.dispatch.leases import LeaseReaper
 from app.dispatch.metrics import MeteredDispatcher
-from app.dispatch.node_sync import gpu_type_configs
 from app.dispatch.notify import NotifyListener
 from app.dispatch.tuner import TunerLoop
 from app.domain.config import GpuqConfig, load_config, load_config_text
@@ -48,6 +47,7 @@ from app.store.config_loader import (
 from app.store.convert import node_info
 from app.store.db import make_engine, make_session_factory, psycopg_conninfo
 from app.store.embedded import EmbeddedPostgres, start_embedded
+from app.store.node_rows import gpu_type_configs
 from app.store.orm import NodeRow
 from app.store.tokens import ADMIN_PREFIX, new_token, seed_admin_token
 

@@ -7,6 +7,9 @@ going when a pass raises, and warns when a pass overruns its interval.
 :class:`Step`: a periodic decision (descheduler, lease reaper, tuner) that
 has no thread of its own: the dispatcher's one decision thread runs it when
 it is due, so nothing that decides ever runs beside the dispatcher's pass.
+
+:class:`Part`: what each part of a dispatch pass (ingest, reconcile, bind)
+is built from.
 """
 
 from __future__ import annotations
@@ -14,6 +17,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.cluster.base import Cluster
+
+log = logging.getLogger("gpuq.loops.dispatcher")  # the parts log as the dispatcher
 
 
 class LoopService:
@@ -127,3 +139,13 @@ class Step:
             self.log.exception("%s step failed; continuing", self.name)
         self.passes += 1
         self.next_due = time.monotonic() + self.interval
+
+
+@dataclass
+class Part:
+    """One part of a dispatch pass: the database it writes, the cluster it
+    talks to and the clock it reads "now" from (tests pass a fake one)."""
+
+    session_factory: sessionmaker[Session]
+    cluster: Cluster
+    clock: Callable[[], datetime]

@@ -9,28 +9,19 @@ the cluster rejects its Pod as invalid).
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 
-from sqlalchemy.orm import Session, sessionmaker
-
-from app.cluster.base import BindError, BindRequest, Cluster
+from app.cluster.base import BindError, BindRequest
+from app.dispatch.base import Part, log
 from app.dispatch.plan import Plan
 from app.dispatch.releasing import cluster_view
 from app.store.dispatch_rows import lock_job
 from app.store.releasing import any_releasing, blocked_binds, finalise
 from app.store.states import change_state
 
-log = logging.getLogger("gpuq.loops.dispatcher")
-
 
 @dataclass
-class Binder:
-    session_factory: sessionmaker[Session]
-    cluster: Cluster
-    clock: Callable[[], datetime]
+class Binder(Part):
     grace_seconds: float = 30.0  # unless the scheduler config sets preemption_grace_s
 
     def perform(self, plan: Plan) -> None:

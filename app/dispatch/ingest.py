@@ -7,28 +7,21 @@ Pods lost) go through the state rules one job at a time.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from app.cluster.base import Cluster, JobStatusEvent
+from app.cluster.base import JobStatusEvent
+from app.dispatch.base import Part
 from app.domain.spec import FailurePolicy
 from app.domain.states import ACTIVE
 from app.store.dispatch_rows import lock_jobs, retry_count
 from app.store.orm import JobRow
 from app.store.states import Change, apply_changes, change_state
 
-log = logging.getLogger("gpuq.loops.dispatcher")
-
 
 @dataclass
-class Ingest:
-    session_factory: sessionmaker[Session]
-    cluster: Cluster
-    clock: Callable[[], datetime]
+class Ingest(Part):
     max_retries: int = 0  # a failed run is requeued this many times
     # Events polled but not yet recorded: dropped only once the transaction that
     # records them has committed (a failed pass keeps them for the next one).

@@ -17,7 +17,6 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.dispatch.node_sync import fingerprint
 from app.dispatch.picture import QueuePicture
 from app.dispatch.plan import Plan, bind_request
 from app.scheduling.model import (
@@ -32,6 +31,7 @@ from app.scheduling.policies import get_policy
 from app.scheduling.releasing import hold_in_snapshot
 from app.store import batch_states, queue_order
 from app.store.leases import return_leases
+from app.store.node_rows import fingerprint
 from app.store.requeue import any_unschedulable, requeue_if_fits
 from app.store.snapshot import SnapshotContext
 from app.store.states import Change, apply_changes

@@ -13,32 +13,22 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
-
-from app.cluster.base import Cluster
-from app.dispatch.node_sync import fingerprint, gpu_type_configs, sync_node_rows
+from app.dispatch.base import Part, log
 from app.dispatch.plan import Plan, bind_request
 from app.dispatch.releasing import cluster_view
 from app.scheduling.model import Node
 from app.store.dispatch_rows import active_states, jobs_with_allocations, lock_job
+from app.store.node_rows import fingerprint, gpu_type_configs, sync_node_rows
 from app.store.orm import JobRow
 from app.store.releasing import finalise, moved_placements
 from app.store.states import change_state
 
-log = logging.getLogger("gpuq.loops.dispatcher")
-
 
 @dataclass
-class Reconcile:
-    session_factory: sessionmaker[Session]
-    cluster: Cluster
-    clock: Callable[[], datetime]
+class Reconcile(Part):
     grace_seconds: float = 30.0  # for Pods a reconcile evicts
     after_leader_change: bool = True  # the first pass as leader squares the cluster
     live_nodes: list[Node] | None = None  # a live cluster's nodes, this pass

@@ -10,10 +10,10 @@ import uuid
 from app.clock import utcnow
 from app.dispatch.dispatcher import Dispatcher
 from app.dispatch.leader import LeaderElector
-from app.dispatch.node_sync import gpu_type_configs
 from app.domain.spec import JobSpec
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
+from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
 from tests.fakekube.fixtures import kube, make_cluster, wait_until  # noqa: F401 (fixture)
 from tests.fakekube.objects import article_a100

@@ -24,11 +24,11 @@ from sqlalchemy import select
 from app.clock import utcnow
 from app.dispatch.dispatcher import Dispatcher
 from app.dispatch.leader import LeaderElector, libpq_dsn
-from app.dispatch.node_sync import gpu_type_configs
 from app.domain.spec import JobSpec
 from app.domain.states import TERMINAL
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
+from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
 from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import kube, make_cluster

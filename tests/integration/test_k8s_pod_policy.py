@@ -15,12 +15,12 @@ from sqlalchemy import func, select, update
 from app.clock import utcnow
 from app.dispatch.dispatcher import Dispatcher
 from app.dispatch.leader import LeaderElector
-from app.dispatch.node_sync import gpu_type_configs
 from app.domain.errors import PodPolicyError
 from app.domain.spec import JobSpec
 from app.store.catalog_cache import pod_policy_reader
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
+from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow, TeamRow
 from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
 from tests.fakekube.fixtures import kube, make_cluster

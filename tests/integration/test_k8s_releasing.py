@@ -17,10 +17,10 @@ from sqlalchemy import func, select
 from app.clock import ManualClock
 from app.cluster import k8s_labels as L
 from app.dispatch.dispatcher import Dispatcher
-from app.dispatch.node_sync import gpu_type_configs
 from app.domain.spec import JobSpec
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import cancel_job, submit_job
+from app.store.node_rows import gpu_type_configs
 from app.store.orm import AllocationRow, JobEventRow, JobRow
 from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import kube, make_cluster, wait_until  # noqa: F401

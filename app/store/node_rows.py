@@ -4,6 +4,8 @@ The dispatcher schedules on the live node list the cluster reports (with
 usage by Pods gpuq does not manage); the table is the API's view of it
 (``GET /v1/nodes``), rows marked ``source='kubernetes'``. Written only when
 something changed, so a steady cluster costs no writes. The caller commits.
+It issues SQL, so it lives with the store; the dispatcher's reconcile part
+calls it.
 """
 
 from __future__ import annotations
