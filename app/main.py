@@ -7,6 +7,7 @@ loops) and closes them on shutdown; tests pass ready-made services.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -41,6 +42,7 @@ from app.domain.errors import GpuqError
 from app.metrics import GpuqMetrics
 from app.runtime import Services, open_services
 from app.settings import Settings, get_settings
+from app.store.deadline import request_budget
 from app.store.tokens import PrincipalCache
 from app.ui import routes as ui_routes
 
@@ -114,6 +116,25 @@ class RefuseNul:
                 await send({"type": "http.response.body", "body": payload})
                 return
         await self.app(scope, receive, send)
+
+
+class RequestBudget:
+    """Give each HTTP request ``GPUQ_REQUEST_TIMEOUT`` seconds of database time in
+    all (app/store/deadline.py): its pool waits and statements are cut to what is
+    left, and a request past it answers 503 with Retry-After. The clock is
+    ``app.state.monotonic`` (tests move it)."""
+
+    def __init__(self, app, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or self.seconds <= 0:
+            await self.app(scope, receive, send)
+            return
+        clock = getattr(scope["app"].state, "monotonic", time.monotonic)
+        with request_budget(self.seconds, clock):
+            await self.app(scope, receive, send)
 
 
 class BodySizeLimit:
@@ -231,6 +252,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     for router in ROUTERS:
         app.include_router(router)
     install_truthful_openapi(app)
+    app.add_middleware(RequestBudget, seconds=settings.request_timeout_s)
     app.add_middleware(AllowMethods, router_app=app)
     ui_routes.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

@@ -87,8 +87,10 @@ class Settings(BaseSettings):
     )
     request_timeout_s: float = Field(
         default=30.0, ge=0, alias="GPUQ_REQUEST_TIMEOUT",
-        description="longest one SQL statement may run (PostgreSQL statement_timeout); "
-        "a request past it answers 503; 0 = no limit",
+        description="seconds of database time one API request may use in all (its waits "
+        "for a pooled connection and its statements, cut to what is left); a request past "
+        "it answers 503 with Retry-After. Also each statement's limit in the dispatcher "
+        "(PostgreSQL statement_timeout); 0 = no limit",
     )
     worker_threads: int = Field(
         default=40, ge=1, alias="GPUQ_WORKER_THREADS",

@@ -1,7 +1,8 @@
 """Database trouble as answers a client can act on: 503 + Retry-After, JSON.
 
 A database that is down, a pool with no free connection within its timeout,
-or a statement cancelled by ``statement_timeout`` are not the client's fault
+a statement cancelled by ``statement_timeout`` or a request past
+``GPUQ_REQUEST_TIMEOUT`` (app/store/deadline.py) are not the client's fault
 and not a bug: they get ``503 {"detail": ...}`` with ``Retry-After``, fast,
 and the HTTP connection stays open for the retry (an unhandled error used to
 answer a text/plain 500 and drop the keep-alive connection). Text PostgreSQL
@@ -17,6 +18,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from app.store.deadline import RequestTimedOut
 
 log = logging.getLogger("gpuq.api")
 
@@ -36,6 +39,11 @@ def install_db_error_handlers(app: FastAPI) -> None:
     async def _pool_timeout(request: Request, exc: PoolTimeout) -> JSONResponse:
         log.warning("%s %s: no database connection free in time", request.method,
                     request.url.path)
+        return unavailable(DB_BUSY)
+
+    @app.exception_handler(RequestTimedOut)
+    async def _request_timeout(request: Request, exc: RequestTimedOut) -> JSONResponse:
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
         return unavailable(DB_BUSY)
 
     @app.exception_handler(OperationalError)

@@ -14,6 +14,8 @@ from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from app.store.deadline import BudgetedQueuePool, enforce_budgets
+
 
 def normalize_url(url: str) -> str:
     """Accept plain ``postgresql://`` / ``postgres://`` URLs and use psycopg 3."""
@@ -37,13 +39,16 @@ def make_engine(
     after a database restart the first request reconnects instead of failing).
 
     ``pool_timeout_s`` bounds the wait for a pooled connection, ``connect_timeout_s``
-    a new connection, ``statement_timeout_s`` every statement (server side); the
-    API turns any of them running out into a 503 with Retry-After.
+    a new connection, ``statement_timeout_s`` every statement (server side); inside
+    an API request both are cut to what is left of the request's budget
+    (app/store/deadline.py). The API turns any of them running out into a 503 with
+    Retry-After.
     """
     kwargs: dict = {"future": True}
     if null_pool:
         kwargs["poolclass"] = NullPool
     else:
+        kwargs["poolclass"] = BudgetedQueuePool  # waits within the request's budget
         kwargs["pool_size"] = pool_size
         kwargs["max_overflow"] = pool_size if max_overflow is None else max_overflow
         kwargs["pool_timeout"] = pool_timeout_s
@@ -59,6 +64,7 @@ def make_engine(
     kwargs["connect_args"] = connect_args
     engine = create_engine(normalize_url(url), **kwargs)
     ping_when_idle(engine)
+    enforce_budgets(engine, statement_timeout_s)
     return engine
 
 
