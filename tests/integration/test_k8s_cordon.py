@@ -17,7 +17,7 @@ from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
 from tests.fakekube.fixtures import kube, make_cluster, wait_until  # noqa: F401 (fixture)
 from tests.fakekube.objects import article_a100
-from tests.integration.test_k8s_dispatcher import db_url, pytestmark  # noqa: F401
+from tests.integration.test_k8s_dispatcher import db_url  # noqa: F401
 
 
 def _job(sf, job_id) -> JobRow:

@@ -25,15 +25,12 @@ from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
 from tests.fakekube.fixtures import kube, make_cluster, wait_until
 from tests.fakekube.objects import article_a100, node
 
-BASE = os.environ.get("TEST_DATABASE_URL")
-pytestmark = pytest.mark.skipif(not BASE, reason="TEST_DATABASE_URL not set")
-
 CONFIG = A100_TRAINING_CONFIG
 
 
 @pytest.fixture
 def db_url() -> Iterator[str]:
-    yield from fresh_database(BASE, CONFIG)
+    yield from fresh_database(CONFIG)
 
 
 def _status(sf, job_id):

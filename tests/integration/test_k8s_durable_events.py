@@ -30,9 +30,6 @@ from tests.fakekube.fixtures import kube, make_cluster, wait_until
 from tests.fakekube.objects import article_a100
 from tests.faults import kill_connection_on
 
-BASE = os.environ.get("TEST_DATABASE_URL")
-pytestmark = pytest.mark.skipif(not BASE, reason="TEST_DATABASE_URL not set")
-
 CONFIG = """
 gpu_types:
   - {name: a100-80g, memory_gb: 80, weight: 10, product: "NVIDIA-A100.*80GB"}
@@ -45,7 +42,7 @@ teams:
 
 @pytest.fixture
 def db_url() -> Iterator[str]:
-    yield from fresh_database(BASE, CONFIG)
+    yield from fresh_database(CONFIG)
 
 
 def _status(sf, job_id) -> str:

@@ -36,9 +36,6 @@ from tests.fakekube.objects import article_a100
 from tests.fakekube.server import FakeKube
 from tests.invariants import check_cluster, check_database
 
-BASE = os.environ.get("TEST_DATABASE_URL")
-pytestmark = pytest.mark.skipif(not BASE, reason="TEST_DATABASE_URL not set")
-
 CONFIG = """
 gpu_types:
   - {name: a100-80g, memory_gb: 80, weight: 10, product: "NVIDIA-A100.*80GB"}
@@ -52,7 +49,7 @@ teams:
 
 @pytest.fixture
 def db_url() -> Iterator[str]:
-    yield from fresh_database(BASE, CONFIG)
+    yield from fresh_database(CONFIG)
 
 
 class FakeKubelet:

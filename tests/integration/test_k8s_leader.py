@@ -10,22 +10,14 @@ import psycopg
 import pytest
 
 from app.dispatch.leader import LeaderElector, fence, libpq_dsn, lock_key
-
-BASE = os.environ.get("TEST_DATABASE_URL")
-pytestmark = pytest.mark.skipif(not BASE, reason="TEST_DATABASE_URL not set")
+from tests.pg_server import own_database
 
 
 @pytest.fixture(scope="module")
 def db_url() -> Iterator[str]:
     """A database of our own for this run (dropped at the end)."""
-    name = f"gpuq_leader_{uuid.uuid4().hex[:10]}"
-    admin = libpq_dsn(BASE)
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    base, _, _db = BASE.rpartition("/")
-    yield f"{base}/{name}"
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with own_database("gpuq_leader") as url:
+        yield url
 
 
 @pytest.fixture

@@ -26,9 +26,6 @@ from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
 from tests.fakekube.fixtures import kube, make_cluster
 from tests.fakekube.objects import article_a100
 
-BASE = os.environ.get("TEST_DATABASE_URL")
-pytestmark = pytest.mark.skipif(not BASE, reason="TEST_DATABASE_URL not set")
-
 CONFIG = A100_TRAINING_CONFIG
 
 SC = {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
@@ -41,7 +38,7 @@ GOOD = {
 
 @pytest.fixture
 def env(kube) -> Iterator[tuple]:
-    db_url = next(gen := fresh_database(BASE, CONFIG))
+    db_url = next(gen := fresh_database(CONFIG))
     kube.add_node(article_a100("a100-0"))
     engine = make_engine(db_url, pool_size=4)
     sf = make_session_factory(engine)

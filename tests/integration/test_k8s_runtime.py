@@ -20,9 +20,6 @@ from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import kube
 from tests.fakekube.objects import article_a100
 
-BASE = os.environ.get("TEST_DATABASE_URL")
-pytestmark = pytest.mark.skipif(not BASE, reason="TEST_DATABASE_URL not set")
-
 CONFIG = """
 gpu_types:
   - {name: a100-80g, memory_gb: 80, weight: 10, product: "NVIDIA-A100.*80GB"}
@@ -35,7 +32,7 @@ teams:
 
 @pytest.fixture
 def db_url() -> Iterator[str]:
-    yield from fresh_database(BASE, CONFIG)
+    yield from fresh_database(CONFIG)
 
 
 def test_gpuq_cluster_kubernetes_from_kubeconfig(kube, db_url, tmp_path, monkeypatch):
