@@ -25,6 +25,10 @@ def simulate(
     protocol: str | None = typer.Option(None, help="'fill' for the FGD fill protocol"),
     inflate: float = typer.Option(1.3, help="fill protocol: arrive up to this share of capacity"),
     seeds: str | None = typer.Option(None, help="fill protocol: seeds, e.g. 42..51 or 1,2,3"),
+    trace_dir: str | None = typer.Option(
+        None, "--trace-dir", envvar="GPUQ_TRACE_DIR",
+        help="folder holding the traces, for trace paths not found beside the scenario",
+    ),
 ) -> None:
     """Replay a scenario through the scheduling core in virtual time."""
     from app.simulate.command import run_simulate
@@ -39,6 +43,7 @@ def simulate(
             protocol=protocol,
             inflate=inflate,
             seeds=seeds,
+            trace_dir=trace_dir,
         )
     )
 

@@ -23,8 +23,10 @@ class ScenarioInputError(ValueError):
     """The scenario file cannot be replayed (the message says why)."""
 
 
-def load_scenario(scenario: str | Path) -> ScenarioModel:
-    """A scenario file (jobs or a trace) as the model the simulator replays."""
+def load_scenario(scenario: str | Path, trace_dir: str | Path | None = None) -> ScenarioModel:
+    """A scenario file (jobs or a trace) as the model the simulator replays; a trace's
+    relative paths are relative to the file, else under ``trace_dir`` /
+    ``$GPUQ_TRACE_DIR`` (:func:`app.simulate.traces.trace_file`)."""
     path = Path(scenario)
     if not path.is_file():
         raise ScenarioInputError(f"scenario file not found: {scenario}")
@@ -37,7 +39,7 @@ def load_scenario(scenario: str | Path) -> ScenarioModel:
     if cfg.trace is None:
         return ScenarioModel.from_config(cfg)
     try:
-        return scenario_from_trace(cfg, base=path.parent)
+        return scenario_from_trace(cfg, base=path.parent, trace_dir=trace_dir)
     except (OSError, ValueError, KeyError) as e:
         raise ScenarioInputError(f"cannot read the trace of {scenario}: {e}") from None
 
@@ -52,6 +54,7 @@ def run_simulate(
     protocol: str | None = None,
     inflate: float = 1.3,
     seeds: str | None = None,
+    trace_dir: str | None = None,
 ) -> int:
     """Exit code: 0 ok, 2 bad input (message on stderr)."""
     if protocol not in (None, "replay"):
@@ -62,13 +65,13 @@ def run_simulate(
 
         # the fill protocol has its own policies (random, bestfit, fgd, gpuq = the live core)
         return int(run_fill_command(scenario, policy=policy, seed=seed, out=out, report=report,
-                                    inflate=inflate, seeds=seeds))
+                                    inflate=inflate, seeds=seeds, trace_dir=trace_dir))
     if policy not in POLICY_NAMES:
         print(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICY_NAMES))}",
               file=sys.stderr)
         return 2
     try:
-        model = load_scenario(scenario)
+        model = load_scenario(scenario, trace_dir)
     except ScenarioInputError as e:
         print(str(e), file=sys.stderr)
         return 2

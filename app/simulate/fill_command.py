@@ -16,26 +16,27 @@ from typing import Any
 from app.domain.config import load_config
 from app.simulate.alibaba import read_nodes, read_pods
 from app.simulate.fill import FILL_POLICIES, check_placements, parse_seeds, run_fill, summarize
+from app.simulate.traces import trace_file
 
 
 class ScenarioError(ValueError):
     """The scenario cannot be run with this protocol (message names the field)."""
 
 
-def trace_paths(scenario: str | Path) -> tuple[Path, Path, dict[str, Any]]:
+def trace_paths(
+    scenario: str | Path, trace_dir: str | Path | None = None
+) -> tuple[Path, Path, dict[str, Any]]:
     cfg = load_config(scenario)
     if cfg.trace is None or cfg.trace.format != "alibaba-openb":
         raise ScenarioError("trace: the fill protocol needs trace.format alibaba-openb")
     if not cfg.trace.nodes or not cfg.trace.pods:
         raise ScenarioError("trace: alibaba-openb needs both trace.nodes and trace.pods")
     base = Path(scenario).resolve().parent
-    nodes = Path(cfg.trace.nodes)
-    pods = Path(cfg.trace.pods)
-    nodes = nodes if nodes.is_absolute() else base / nodes
-    pods = pods if pods.is_absolute() else base / pods
-    for p, field in ((nodes, "trace.nodes"), (pods, "trace.pods")):
-        if not p.is_file():
-            raise ScenarioError(f"{field}: file {p} not found")
+    try:
+        nodes = trace_file(base, cfg.trace.nodes, "nodes", trace_dir)
+        pods = trace_file(base, cfg.trace.pods, "pods", trace_dir)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
     return nodes, pods, dict(cfg.scheduler)
 
 
@@ -46,13 +47,14 @@ def fill_result(
     seeds: list[int],
     inflate: float = 1.3,
     show_progress: bool = False,
+    trace_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run the fill protocol for every seed and return the API.md result (re-checked)."""
     if policy not in FILL_POLICIES:
         raise ScenarioError(f"policy: unknown fill policy {policy!r}; known: {FILL_POLICIES}")
     if not 0 < inflate <= 10:
         raise ScenarioError("inflate: must be in (0, 10]")
-    nodes_path, pods_path, scheduler = trace_paths(scenario)
+    nodes_path, pods_path, scheduler = trace_paths(scenario, trace_dir)
     nodes = read_nodes(nodes_path)
     pods = read_pods(pods_path)
     runs = []
@@ -115,6 +117,7 @@ def run_fill_command(
     inflate: float,
     out: str | None,
     report: str | None,
+    trace_dir: str | None = None,
 ) -> int:
     try:
         seed_list = parse_seeds(seeds, seed)
@@ -123,7 +126,8 @@ def run_fill_command(
         return 2
     try:
         result = fill_result(
-            scenario, policy=policy, seeds=seed_list, inflate=inflate, show_progress=True
+            scenario, policy=policy, seeds=seed_list, inflate=inflate, show_progress=True,
+            trace_dir=trace_dir,
         )
     except (ScenarioError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

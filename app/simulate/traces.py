@@ -11,26 +11,54 @@
   max_runtime_s}``: a window of the trace on a cluster sized for ``load``
   (:mod:`app.simulate.alibaba_timed`).
 
-Relative paths are relative to the scenario file.
+Relative paths are relative to the scenario file (API.md); when the file is not
+there, they are looked up in the trace folder given by ``--trace-dir`` or
+``GPUQ_TRACE_DIR`` (see :func:`trace_file`), so a scenario written for a
+checkout beside ``shared/`` runs from anywhere.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from pathlib import Path, PurePath
 from typing import Any
 
 from app.domain.config import GpuqConfig
 from app.simulate.replay import ScenarioModel
 
+TRACE_DIR_ENV = "GPUQ_TRACE_DIR"
 
-def _path(base: Path, p: str | None, field: str) -> Path:
+
+def trace_candidates(base: Path, p: str, trace_dir: str | Path | None = None) -> list[Path]:
+    """Where a trace path is looked for, in order: as written (absolute) or relative to
+    the scenario's folder ``base``; then, for a relative path, in the trace folder
+    (``trace_dir``, else ``$GPUQ_TRACE_DIR``), first with the whole path, then with its
+    leading folders dropped one by one. So ``../../shared/traces/philly/x.csv`` is found
+    as ``philly/x.csv`` under ``GPUQ_TRACE_DIR=/data/traces``."""
+    q = Path(p)
+    if q.is_absolute():
+        return [q]
+    out = [base / q]
+    folder = trace_dir or os.environ.get(TRACE_DIR_ENV)
+    if folder:
+        parts = [x for x in PurePath(p).parts if x not in ("..", ".")]
+        out += [Path(folder).expanduser() / Path(*parts[i:]) for i in range(len(parts))]
+    return out
+
+
+def trace_file(base: Path, p: str | None, field: str, trace_dir: str | Path | None = None) -> Path:
+    """The first existing :func:`trace_candidates` path; a ValueError naming every place
+    looked at (and how to point gpuq at the traces) when none exists."""
     if not p:
         raise ValueError(f"trace.{field} is required for this format")
-    q = Path(p)
-    q = q if q.is_absolute() else base / q
-    if not q.is_file():
-        raise ValueError(f"trace.{field}: file {q} not found")
-    return q
+    tried = trace_candidates(base, p, trace_dir)
+    for q in tried:
+        if q.is_file():
+            return q
+    hint = ("" if (trace_dir or os.environ.get(TRACE_DIR_ENV)) or Path(p).is_absolute()
+            else f"; pass --trace-dir DIR or set {TRACE_DIR_ENV} to the folder holding the traces")
+    raise ValueError(f"trace.{field}: file {p} not found (looked at "
+                     f"{', '.join(str(q) for q in dict.fromkeys(tried))}){hint}")
 
 
 def _merge(cfg: GpuqConfig, doc: dict[str, Any]) -> GpuqConfig:
@@ -48,8 +76,16 @@ def _merge(cfg: GpuqConfig, doc: dict[str, Any]) -> GpuqConfig:
     return GpuqConfig.model_validate(out)
 
 
-def scenario_from_trace(cfg: GpuqConfig, base: Path) -> ScenarioModel:
+def scenario_from_trace(
+    cfg: GpuqConfig, base: Path, trace_dir: str | Path | None = None
+) -> ScenarioModel:
+    """The scenario ``cfg`` with its jobs read from its trace; relative trace paths are
+    resolved by :func:`trace_file` (``base`` = the scenario file's folder)."""
     tr = cfg.trace
+
+    def _path(base: Path, p: str | None, field: str) -> Path:
+        return trace_file(base, p, field, trace_dir)
+
     if tr is None:
         raise ValueError("trace: missing")
     opts = dict(tr.options)
