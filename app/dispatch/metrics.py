@@ -104,8 +104,10 @@ class MetricsLoop(LoopService):
             except Exception:
                 self.metrics.metrics_pass_errors.inc()
                 raise
-            finally:
-                self._last_pass = time.monotonic()
+            # only a pass that worked is reused: after a failure the next scrape
+            # tries again (and fails while the database is down) instead of
+            # serving the values of before the failure
+            self._last_pass = time.monotonic()
 
     def _gauges(self, session: Session, now: datetime) -> None:
         snap = self._snapshot(session, now)

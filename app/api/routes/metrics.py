@@ -1,13 +1,24 @@
-"""``GET /metrics``: Prometheus exposition (open without a token)."""
+"""``GET /metrics``: Prometheus exposition (open without a token).
+
+While the database is unavailable a scrape fails (503 with Retry-After, as
+every route does): the gauges could only repeat what was true before the
+outage, and a failed scrape is what Prometheus users alert on (``up == 0``).
+"""
 
 from __future__ import annotations
 
 import logging
 
 from fastapi import APIRouter, Request, Response
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from app.dispatch.metrics import MetricsLoop
 from app.metrics import CONTENT_TYPE
+from app.store.deadline import RequestTimedOut
+
+# the database is down, busy or too slow: the scrape fails (app/api/db_errors.py: 503)
+DATABASE_TROUBLE = (OperationalError, InterfaceError, PoolTimeout, RequestTimedOut)
 
 router = APIRouter(tags=["metrics"])
 log = logging.getLogger("gpuq.metrics")
@@ -34,6 +45,8 @@ def metrics(request: Request) -> Response:
     try:
         # scrapes closer than this reuse the last pass (tests set 0 to always refresh)
         metrics_loop(request).refresh(getattr(request.app.state, "metrics_max_age_s", 5.0))
+    except DATABASE_TROUBLE:
+        raise
     except Exception:  # serve what we have (and count the failure) rather than a 500
         log.exception("metrics refresh failed")
     return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
