@@ -243,7 +243,7 @@ def open_services(
         if embedded is not None:
             migrate.upgrade(engine)  # embedded mode keeps its own schema current
         else:
-            migrate.check_current(engine)
+            migrate.check_compatible(engine)
         session_factory = make_session_factory(engine)
         with session_factory() as session:
             ensure_priority_classes(session)

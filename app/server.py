@@ -32,8 +32,8 @@ def require_current_schema(settings: Settings) -> None:
 
     engine = make_engine(settings.database_url, null_pool=True)
     try:
-        migrate.check_current(engine)
-    except migrate.SchemaNotCurrent as e:
+        migrate.check_compatible(engine)
+    except migrate.SchemaIncompatible as e:
         print(f"gpuq: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     finally:
@@ -140,7 +140,7 @@ def config_apply(settings: Settings, path: str, *, dry_run: bool) -> list[str]:
         if embedded is not None:
             migrate.upgrade(engine)
         else:
-            migrate.check_current(engine)
+            migrate.check_compatible(engine)
         with make_session_factory(engine)() as session:
             lock_config(session)
             ensure_priority_classes(session)

@@ -12,6 +12,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from app.store.db import normalize_url
+from app.store.migrate import record_compat
 from app.store.orm import Base
 
 config = context.config
@@ -24,6 +25,9 @@ def _run(connection) -> None:
         target_metadata=target_metadata,
         compare_type=True,
         transaction_per_migration=True,
+        # every step records its revision and the oldest code that runs on it
+        # (the settings row read by /readyz: docs/upgrading.md)
+        on_version_apply=record_compat,
     )
     with context.begin_transaction():
         context.run_migrations()

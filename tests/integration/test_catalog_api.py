@@ -10,7 +10,7 @@ from tests.integration.conftest import job_body
 
 def test_health_ready_docs_open_without_token(client):
     assert client.get("/healthz").json() == {"status": "ok"}
-    assert client.get("/readyz").json() == {"status": "ready"}
+    assert client.get("/readyz").json() == {"status": "ready", "schema": "schema current"}
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
     for p in [
@@ -259,7 +259,7 @@ def test_readyz_reports_a_schema_that_is_not_current(services, engine):
 
     with engine.begin() as conn:
         current = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one()
-        conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'older'")
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0005'")  # behind
     try:
         with TestClient(create_app(services=services)) as c:
             r = c.get("/readyz")

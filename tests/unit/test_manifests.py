@@ -24,11 +24,16 @@ VERSIONS = ["1.27.0", kubernetes_validate.utils.latest_version()]
 SKIP_DIRS = {"grafana"}
 
 
+# k8s/config.yaml is the gpuq config file the base turns into a ConfigMap, not an object
+NOT_OBJECTS = {"kustomization.yaml", "config.yaml"}
+CONFIG = K8S / "config.yaml"
+
+
 def manifest_files() -> list[Path]:
     return sorted(
         p
         for p in K8S.rglob("*.yaml")
-        if p.name != "kustomization.yaml" and not SKIP_DIRS & set(p.relative_to(K8S).parts)
+        if p.name not in NOT_OBJECTS and not SKIP_DIRS & set(p.relative_to(K8S).parts)
     )
 
 
@@ -78,7 +83,7 @@ def test_kustomization_lists_existing_files() -> None:
         for r in yaml.safe_load(k.read_text()).get("resources", []):
             assert (k.parent / r).exists(), f"{k}: {r} missing"
     listed = set(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"])
-    top = {p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml"}
+    top = {p.name for p in K8S.glob("*.yaml") if p.name not in NOT_OBJECTS}
     assert listed == top, "every top-level manifest is part of the base"
 
 
@@ -166,6 +171,7 @@ def test_deployments_replicas_probes_non_root() -> None:
     assert api["automountServiceAccountToken"] is False  # the API never calls Kubernetes
     job = objs[("Job", "gpuq-db-upgrade")]["spec"]["template"]["spec"]
     assert job["containers"][0]["args"] == ["db", "upgrade"]
+    assert job["automountServiceAccountToken"] is False
     svc = objs[("Service", "gpuq")]
     assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "api"
 
@@ -182,8 +188,7 @@ def test_priority_classes_match_what_pods_ask_for() -> None:
 
 
 def test_configmap_is_a_valid_gpuq_config() -> None:
-    cm = all_objects()[("ConfigMap", "gpuq-config")]
-    cfg = load_config_text(cm["data"]["config.yaml"])
+    cfg = load_config_text(CONFIG.read_text())
     assert {t.name for t in cfg.gpu_types} >= {"a100-80g", "v100-16g", "rtx4090-24g"}
     assert cfg.nodes == []  # nodes come from the cluster
 
@@ -191,8 +196,7 @@ def test_configmap_is_a_valid_gpuq_config() -> None:
 def test_node_label_examples_are_read_by_node_sync() -> None:
     from app.cluster.k8s_nodes import node_view
 
-    cm = all_objects()[("ConfigMap", "gpuq-config")]
-    types = load_config_text(cm["data"]["config.yaml"]).gpu_types
+    types = load_config_text(CONFIG.read_text()).gpu_types
     got = {}
     for n in docs(K8S / "examples" / "node-labels.yaml"):
         n["status"] = {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"},
@@ -206,23 +210,116 @@ def test_node_label_examples_are_read_by_node_sync() -> None:
     }
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-@pytest.mark.parametrize("target", ["", "postgres", "overlays/extra-job-namespace"])
-def test_kubectl_kustomize_builds(target: str) -> None:
+KUBECTL = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+
+
+def kustomize(target: Path) -> list[dict]:
     out = subprocess.run(
-        ["kubectl", "kustomize", str(K8S / target)],
+        ["kubectl", "kustomize", str(target)],
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert out.returncode == 0, out.stderr
-    built = [d for d in yaml.safe_load_all(out.stdout) if d]
-    expected = sum(
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def by_kind(built: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in built}
+
+
+def generated(target: Path) -> int:
+    k = yaml.safe_load((target / "kustomization.yaml").read_text())
+    return len(k.get("configMapGenerator", []))
+
+
+@KUBECTL
+@pytest.mark.parametrize("target", ["", "migrate", "postgres", "overlays/extra-job-namespace"])
+def test_kubectl_kustomize_builds(target: str) -> None:
+    built = kustomize(K8S / target)
+    expected = generated(K8S / target) + sum(
         len(docs(K8S / target / r))
         for r in yaml.safe_load((K8S / target / "kustomization.yaml").read_text())["resources"]
     )
     assert len(built) == expected
     for d in built:
         kubernetes_validate.validate(d, VERSIONS[-1], strict=True)
-    if not target:
+    if target in ("", "migrate"):
         images = {c["image"] for d in built if d["kind"] in ("Deployment", "Job")
                   for c in d["spec"]["template"]["spec"]["containers"]}
-        assert images == {"gpuq:0.1.0"}
+        assert images == {"gpuq:0.1.0"}  # one pin (k8s/image) for the Job and the pods
+
+
+@KUBECTL
+def test_migration_job_is_applied_apart_from_the_rollout() -> None:
+    """The Job runs (and is waited for) before the Deployments change
+    (docs/upgrading.md): it is not in the base, and the base holds no Job."""
+    base = kustomize(K8S)
+    assert not [d for d in base if d["kind"] == "Job"]
+    (job,) = kustomize(K8S / "migrate")
+    assert job["kind"] == "Job" and job["metadata"]["namespace"] == "gpuq"
+    pod = job["spec"]["template"]["spec"]
+    # runs before k8s/ made the gpuq ServiceAccount on a first install
+    assert "serviceAccountName" not in pod and pod["automountServiceAccountToken"] is False
+
+
+def _config_refs(built: list[dict]) -> dict[str, set[str]]:
+    return {
+        d["metadata"]["name"]: {v["configMap"]["name"]
+                                for v in d["spec"]["template"]["spec"]["volumes"]
+                                if "configMap" in v}
+        for d in built if d["kind"] == "Deployment"
+    }
+
+
+@KUBECTL
+def test_a_config_change_rolls_the_pods(tmp_path: Path) -> None:
+    """The ConfigMap is generated with a hash of the config in its name, and the
+    Deployments mount that name: editing config.yaml changes their pod template
+    (a rollout); an unchanged file builds the same template (no rollout)."""
+    before = kustomize(K8S)
+    (cm,) = [d for d in before if d["kind"] == "ConfigMap"]
+    assert cm["metadata"]["name"].startswith("gpuq-config-")
+    assert load_config_text(cm["data"]["config.yaml"]) == load_config_text(CONFIG.read_text())
+    refs = _config_refs(before)
+    assert refs == {"gpuq-api": {cm["metadata"]["name"]},
+                    "gpuq-dispatcher": {cm["metadata"]["name"]}}
+
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy)
+    assert _config_refs(kustomize(copy)) == refs  # same content, same name
+    (copy / "config.yaml").write_text(
+        CONFIG.read_text().replace("quota_units: 200", "quota_units: 250")
+    )
+    after = by_kind(kustomize(copy))
+    new_refs = _config_refs(list(after.values()))
+    assert new_refs["gpuq-api"].isdisjoint(refs["gpuq-api"])
+    for name in ("gpuq-api", "gpuq-dispatcher"):
+        old_t = by_kind(before)[("Deployment", name)]["spec"]["template"]
+        assert after[("Deployment", name)]["spec"]["template"] != old_t
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@KUBECTL
+@pytest.mark.parametrize(
+    ("target", "release"),
+    [("grafana", "kube-prometheus-stack"), ("overlays/prometheus-release", "monitoring")],
+)
+def test_servicemonitor_labels_for_the_prometheus_selector(target: str, release: str) -> None:
+    """kube-prometheus-stack's default serviceMonitorSelector is `release: <helm
+    release>`: the default build carries the chart's documented release name, the
+    overlay sets another; either way it still selects gpuq's metrics Services."""
+    built = by_kind(kustomize(K8S / target))
+    sm = built[("ServiceMonitor", "gpuq")]
+    assert sm["metadata"]["labels"]["release"] == release
+    assert sm["metadata"]["namespace"] == "gpuq"
+    assert built[("ConfigMap", "gpuq-grafana-dashboard")]["metadata"]["labels"] == {
+        "grafana_dashboard": "1"}
+    services = [d for d in kustomize(K8S) if d["kind"] == "Service"]
+    selected = {s["metadata"]["name"] for s in services
+                if s["metadata"]["namespace"] in sm["spec"]["namespaceSelector"]["matchNames"]
+                and _selects(sm["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])}
+    assert selected == {"gpuq", "gpuq-dispatcher"}
+    ports = {p["name"] for s in services for p in s["spec"]["ports"]}
+    assert {e["port"] for e in sm["spec"]["endpoints"]} <= ports

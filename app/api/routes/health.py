@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 
-from app.store.migrate import SchemaNotCurrent, check_current
+from app.store.migrate import schema_status
 
 router = APIRouter(tags=["health"])
 
@@ -20,13 +19,13 @@ def healthz() -> dict[str, str]:
 def readyz(request: Request) -> JSONResponse:
     engine = request.app.state.engine
     try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-        check_current(engine)
-    except SchemaNotCurrent as e:
-        return JSONResponse({"status": "not ready", "detail": str(e)}, status_code=503)
+        schema = schema_status(engine)  # one connection: reachable, and which schema
     except Exception as e:  # the database is down: not ready, and say why
         return JSONResponse(
             {"status": "not ready", "detail": f"database: {type(e).__name__}"}, status_code=503
         )
-    return JSONResponse({"status": "ready"})
+    # ready on the code's schema or a newer compatible one, so pods of the previous
+    # release stay in service while a new release rolls out (docs/upgrading.md)
+    if not schema.ready:
+        return JSONResponse({"status": "not ready", "detail": schema.detail}, status_code=503)
+    return JSONResponse({"status": "ready", "schema": schema.detail})

@@ -15,6 +15,9 @@ revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# The oldest code revision that still runs on this schema (docs/upgrading.md):
+# the first schema: there is no older code.
+min_code_revision: str = "0001"
 
 
 def upgrade() -> None:

@@ -32,6 +32,9 @@ revision: str = "0002"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# The oldest code revision that still runs on this schema (docs/upgrading.md):
+# before the expand-then-contract rule (0004): not claimed compatible with older code.
+min_code_revision: str = "0002"
 
 CATALOG_TABLES = ("gpu_types", "pools", "teams", "priority_classes")
 

@@ -21,6 +21,10 @@ revision: str = "0003"
 down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# The oldest code revision that still runs on this schema (docs/upgrading.md):
+# before the expand-then-contract rule (0004): code before 0003 would count
+# draining allocations as live.
+min_code_revision: str = "0003"
 
 
 def upgrade() -> None:

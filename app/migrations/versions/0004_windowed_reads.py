@@ -33,6 +33,9 @@ revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# The oldest code revision that still runs on this schema (docs/upgrading.md):
+# expand only: new indexes and storage parameters.
+min_code_revision: str = "0003"
 
 JOB_TIMES = ("submitted_at", "admitted_at", "finished_at")
 

@@ -19,6 +19,9 @@ revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# The oldest code revision that still runs on this schema (docs/upgrading.md):
+# expand only: a nullable column the previous code does not read.
+min_code_revision: str = "0004"
 
 
 def upgrade() -> None:

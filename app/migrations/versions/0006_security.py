@@ -28,6 +28,9 @@ revision: str = "0006"
 down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# The oldest code revision that still runs on this schema (docs/upgrading.md):
+# expand only: nullable columns, server defaults, a new table.
+min_code_revision: str = "0005"
 
 MANAGED = ("gpu_types", "nodes", "pools", "priority_classes", "teams")
 
