@@ -140,11 +140,12 @@ def jobs(
     status: str | None = typer.Option(None, help="only this status"),
     priority: str | None = typer.Option(None, help="only this priority"),
     limit: int = typer.Option(50, help="at most this many"),
+    cursor: str | None = typer.Option(None, help="the next page (printed after a full page)"),
     output: str = typer.Option("table", "-o", "--output", help="table or json"),
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
-    """List jobs."""
+    """List jobs, newest first, a page at a time."""
     from app import client_cli as c
 
     raise typer.Exit(
@@ -157,6 +158,7 @@ def jobs(
             status=status,
             priority=priority,
             limit=limit,
+            cursor=cursor,
             output=output,
         )
     )
@@ -179,13 +181,16 @@ def job(
 def queue(
     pool: str | None = typer.Option(None, help="only this pool"),
     team: str | None = typer.Option(None, help="only this team"),
+    limit: int | None = typer.Option(None, help="at most this many (server default 100)"),
+    cursor: str | None = typer.Option(None, help="the next page (printed after a full page)"),
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
-    """Pending jobs in dispatch order, with why each waits."""
+    """Pending jobs in dispatch order, with why each waits and the estimated start."""
     from app import client_cli as c
 
-    raise typer.Exit(c.run(c.cmd_queue, url=url, token=token, pool=pool, team=team))
+    raise typer.Exit(c.run(c.cmd_queue, url=url, token=token, pool=pool, team=team,
+                           limit=limit, cursor=cursor))
 
 
 @app.command()
@@ -270,8 +275,35 @@ def tokens_rotate(
                            expires_in_s=expires_in))
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Run ``gpuq``; every error is one line, ``gpuq: error: <detail>`` (usage mistakes
+    too, instead of a boxed panel), and never a traceback unless ``GPUQ_DEBUG`` is set."""
+    import os
+    import sys
+
+    from app.domain.errors import error_line
+
+    try:
+        code = app(args=argv, prog_name="gpuq", standalone_mode=False)
+    except typer.Abort:
+        print(error_line("aborted"), file=sys.stderr)
+        code = 1
+    except Exception as e:
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            print(ctx.get_help())  # bare `gpuq` or `gpuq tokens`: the help, as before
+            code = 0
+        elif hasattr(e, "format_message") and hasattr(e, "exit_code"):  # usage errors
+            where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            print(error_line(e.format_message() + where), file=sys.stderr)
+            code = e.exit_code
+        elif os.environ.get("GPUQ_DEBUG"):
+            raise
+        else:
+            print(error_line(f"{type(e).__name__}: {e} (GPUQ_DEBUG=1 shows the traceback)"),
+                  file=sys.stderr)
+            code = 1
+    sys.exit(code or 0)
 
 
 if __name__ == "__main__":

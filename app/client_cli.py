@@ -3,15 +3,18 @@
 They speak the REST contract of API.md over httpx and print with rich.
 The server URL and token come from ``--url`` / ``--token`` or the
 ``GPUQ_URL`` / ``GPUQ_TOKEN`` environment variables. Errors are one clear
-line (the server's ``detail`` or why the server could not be reached) and
-a non-zero exit code: 1 for a refused request, 2 for a connection problem
-or a bad local file.
+line, ``gpuq: error: <detail>`` (the server's ``detail`` or why the server
+could not be reached), and a non-zero exit code: 1 for a refused request, 2
+for a connection problem or a bad local file. List commands page with
+``--limit`` and ``--cursor``; ``submit -f`` posts a list of jobs as ONE
+all-or-nothing ``POST /v1/jobs:batch``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from app.domain.errors import error_line
 from app.ui.format import num as fmt_num  # numbers rounded for people, as the dashboard does
 from app.ui.format import secs as fmt_s  # one duration format for the CLI and the dashboard
 from app.ui.format import when as fmt_when  # ISO 8601 UTC to the second
@@ -64,19 +68,35 @@ class Client:
             base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
         )
 
-    def request(self, method: str, path: str, **kw: Any) -> Any:
+    def send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """The response of a request that succeeded (2xx/3xx); a ClientError otherwise."""
         try:
             r = self.http.request(method, path, **kw)
         except httpx.TransportError as e:
             raise ClientError(f"cannot reach gpuq at {self.url}: {e}", code=2) from e
         if r.status_code >= 400:
             raise ClientError(f"{r.status_code} {r.reason_phrase}: {_detail(r)}")
+        return r
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        return self._json(self.send(method, path, **kw), path)
+
+    def _json(self, r: httpx.Response, path: str) -> Any:
         if not r.content:
             return None
         try:
             return r.json()
         except ValueError as e:
             raise ClientError(f"{self.url}{path} did not answer JSON (is this gpuq?)", 2) from e
+
+    def page(self, path: str, **params: Any) -> tuple[Any, str | None]:
+        """A GET of a paged list: the body and the next page's cursor (``next_cursor`` in
+        the body, or the ``X-Next-Cursor`` header of a list body such as the queue's)."""
+        clean = {k: v for k, v in params.items() if v is not None}
+        r = self.send("GET", path, params=clean)
+        body = self._json(r, path)
+        nxt = body.get("next_cursor") if isinstance(body, dict) else None
+        return body, nxt or r.headers.get("X-Next-Cursor")
 
     def get(self, path: str, **params: Any) -> Any:
         clean = {k: v for k, v in params.items() if v is not None}
@@ -112,8 +132,6 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
     """A job spec file (YAML or JSON): one job, a list of jobs, or ``{jobs: [...]}``."""
     p = Path(path)
     if path == "-":
-        import sys
-
         text = sys.stdin.read()
     else:
         if not p.is_file():
@@ -171,22 +189,38 @@ def jobs_table(items: Iterable[Mapping[str, Any]], title: str = "jobs") -> Table
 def cmd_submit(
     client: Client, console: Console, file: str, idempotency_key: str | None = None
 ) -> int:
+    """One job: ``POST /v1/jobs`` (with ``Idempotency-Key`` if given). A list: ONE
+    ``POST /v1/jobs:batch``, all or nothing, so a retry after an error never doubles a
+    part of it; that route takes no key, so a key with a list is refused."""
     jobs = load_job_file(file)
-    created = []
-    for i, spec in enumerate(jobs):
-        headers = {}
-        if idempotency_key:
-            headers["Idempotency-Key"] = (
-                idempotency_key if len(jobs) == 1 else (f"{idempotency_key}-{i}")
-            )
-        created.append(client.post("/v1/jobs", spec, headers))
-    for job in created:
+    if len(jobs) == 1:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        job = client.post("/v1/jobs", jobs[0], headers)
         console.print(
             f"submitted job [bold]{job.get('id')}[/] {job.get('name')} "
             f"(team {job.get('team')}, pool {job.get('pool')}, {job.get('priority')}): "
             f"{status_text(job.get('status'))}"
         )
+        return 0
+    if idempotency_key:
+        raise ClientError(
+            f"{file}: --idempotency-key applies to one job; a list of {len(jobs)} is submitted "
+            "as one all-or-nothing batch (POST /v1/jobs:batch), which takes no key", code=2)
+    body = client.post("/v1/jobs:batch", {"jobs": jobs})
+    for item, spec in zip(body.get("items", []), jobs, strict=False):
+        console.print(
+            f"submitted job [bold]{item.get('id')}[/] {item.get('name')} "
+            f"(team {spec.get('team')}): {status_text(item.get('status'))}"
+        )
+    console.print(f"[dim]{len(jobs)} jobs in one batch (POST /v1/jobs:batch)[/]")
     return 0
+
+
+def more_line(console: Console, command: str, cursor: str | None) -> None:
+    """Where the next page is: the same command with ``--cursor``."""
+    if cursor:
+        console.print(f"[dim]more: {command} --cursor {cursor}[/]", highlight=False,
+                      soft_wrap=True)
 
 
 def cmd_jobs(
@@ -198,19 +232,25 @@ def cmd_jobs(
     status: str | None = None,
     priority: str | None = None,
     limit: int = 50,
+    cursor: str | None = None,
     output: str = "table",
 ) -> int:
-    body = client.get(
-        "/v1/jobs", team=team, pool=pool, status=status, priority=priority, limit=limit
+    body, nxt = client.page(
+        "/v1/jobs", team=team, pool=pool, status=status, priority=priority, limit=limit,
+        cursor=cursor,
     )
     items = body.get("items", []) if isinstance(body, dict) else body
     if output == "json":
         console.print_json(json.dumps(body))
         return 0
     console.print(jobs_table(items, title=f"jobs ({len(items)})"))
-    if isinstance(body, dict) and body.get("next_cursor"):
-        console.print(f"[dim]more: --limit or cursor {body['next_cursor']}[/]")
+    more_line(console, "gpuq jobs" + _flags(team=team, pool=pool, status=status,
+                                            priority=priority, limit=limit), nxt)
     return 0
+
+
+def _flags(**kw: Any) -> str:
+    return "".join(f" --{k} {v}" for k, v in kw.items() if v is not None)
 
 
 def cmd_job(client: Client, console: Console, job_id: str, output: str = "table") -> int:
@@ -257,9 +297,15 @@ def cmd_job(client: Client, console: Console, job_id: str, output: str = "table"
 
 
 def cmd_queue(
-    client: Client, console: Console, *, pool: str | None = None, team: str | None = None
+    client: Client,
+    console: Console,
+    *,
+    pool: str | None = None,
+    team: str | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
 ) -> int:
-    body = client.get("/v1/queue", pool=pool, team=team)
+    body, nxt = client.page("/v1/queue", pool=pool, team=team, limit=limit, cursor=cursor)
     items = body.get("items", body) if isinstance(body, dict) else body
     t = Table(title=f"queue ({len(items)} pending)", header_style="bold")
     for col in ("pos", "id", "name", "team", "pool", "prio", "waited", "est. start", "reason"):
@@ -277,6 +323,7 @@ def cmd_queue(
             str(q.get("reason") or "-"),
         )
     console.print(t)
+    more_line(console, "gpuq queue" + _flags(pool=pool, team=team, limit=limit), nxt)
     return 0
 
 
@@ -414,7 +461,6 @@ def cmd_usage(
 def run(fn: Any, *args: Any, url: str | None, token: str | None, **kw: Any) -> int:
     """Run one command with a client and consoles; a ClientError becomes a message and a code."""
     console = Console()
-    err = Console(stderr=True)
     try:
         client = Client(url, token)
         try:
@@ -422,5 +468,5 @@ def run(fn: Any, *args: Any, url: str | None, token: str | None, **kw: Any) -> i
         finally:
             client.http.close()
     except ClientError as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        print(error_line(e), file=sys.stderr)
         return e.code

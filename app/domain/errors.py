@@ -43,3 +43,10 @@ class PodPolicyError(InputError):
     def __init__(self, violations: list[Violation]) -> None:
         self.violations = list(violations)
         super().__init__(describe(self.violations))
+
+
+def error_line(detail: object) -> str:
+    """The ONE form of every ``gpuq`` command-line error: ``gpuq: error: <detail>`` on a
+    single line (a multi-line detail, e.g. pydantic's, is folded), so scripts can grep it
+    and a terminal never shows a box or a traceback for a user's mistake."""
+    return "gpuq: error: " + " ".join(str(detail).split())

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from app.domain.config import load_config
+from app.domain.errors import error_line
 from app.simulate.policies import POLICY_NAMES, make_policy
 from app.simulate.replay import ScenarioModel, Simulator, to_json
 from app.simulate.traces import scenario_from_trace
@@ -59,7 +60,8 @@ def run_simulate(
     """Exit code: 0 ok, 2 bad input (message on stderr)."""
     if protocol not in (None, "replay"):
         if protocol != "fill":
-            print(f"unknown protocol {protocol!r}; known: replay, fill", file=sys.stderr)
+            print(error_line(f"unknown protocol {protocol!r}; known: replay, fill"),
+                  file=sys.stderr)
             return 2
         from app.simulate.fill_command import run_fill_command
 
@@ -67,13 +69,13 @@ def run_simulate(
         return int(run_fill_command(scenario, policy=policy, seed=seed, out=out, report=report,
                                     inflate=inflate, seeds=seeds, trace_dir=trace_dir))
     if policy not in POLICY_NAMES:
-        print(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICY_NAMES))}",
+        print(error_line(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICY_NAMES))}"),
               file=sys.stderr)
         return 2
     try:
         model = load_scenario(scenario, trace_dir)
     except ScenarioInputError as e:
-        print(str(e), file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         return 2
     sim = Simulator(model, make_policy(policy), policy, seed)
     doc = to_json(sim.run())
@@ -91,7 +93,7 @@ def run_simulate(
         try:
             from app.simulate.report import write_report  # type: ignore[import-not-found]
         except ImportError:
-            print("--report is not available in this build", file=sys.stderr)
+            print(error_line("--report is not available in this build"), file=sys.stderr)
             return 2
         write_report(doc, report)
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.domain.config import load_config
+from app.domain.errors import error_line
 from app.simulate.alibaba import read_nodes, read_pods
 from app.simulate.fill import FILL_POLICIES, check_placements, parse_seeds, run_fill, summarize
 from app.simulate.traces import trace_file
@@ -122,7 +123,7 @@ def run_fill_command(
     try:
         seed_list = parse_seeds(seeds, seed)
     except ValueError as e:
-        print(f"--seeds: {e}", file=sys.stderr)
+        print(error_line(f"--seeds: {e}"), file=sys.stderr)
         return 2
     try:
         result = fill_result(
@@ -130,7 +131,7 @@ def run_fill_command(
             trace_dir=trace_dir,
         )
     except (ScenarioError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         return 2
     text = json.dumps(result)
     if out:

@@ -20,8 +20,10 @@ def server():
         yield env, url
 
 
-def gpuq(url: str, *args: str, token: str | None = ADMIN, cwd: Path | None = None):
-    env = {**os.environ, "GPUQ_URL": url, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+def gpuq(url: str, *args: str, token: str | None = ADMIN, cwd: Path | None = None,
+         extra_env: dict[str, str] | None = None):
+    env = {**os.environ, "GPUQ_URL": url, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb",
+           **(extra_env or {})}
     env.pop("GPUQ_TOKEN", None)
     if token:
         env["GPUQ_TOKEN"] = token
@@ -131,3 +133,88 @@ def test_tokens_create_list_rotate_revoke(server):
     # team tokens do not manage tokens
     r = gpuq(url, "tokens", "list", token=second)
     assert r.returncode == 1
+
+
+def one_error_line(r) -> str:
+    """The whole of stderr: ONE line, ``gpuq: error: <detail>``."""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuq: error: "), r.stderr
+    assert "Traceback" not in r.stderr and "╭" not in r.stderr
+    return lines[0]
+
+
+def test_submit_list_is_one_all_or_nothing_batch(server, tmp_path):
+    env, url = server
+    before = len(env.get("/v1/jobs?limit=500")["items"])
+    bad = tmp_path / "bad-list.yaml"  # the second job names a team that does not exist
+    bad.write_text(
+        "- {name: batch-ok, team: cv, resources: {gpus: 1, gpu_types: [v100]}}\n"
+        "- {name: batch-bad, team: nosuchteam, resources: {gpus: 1, gpu_types: [v100]}}\n"
+    )
+    r = gpuq(url, "submit", "-f", str(bad))
+    assert r.returncode == 1
+    one_error_line(r)
+    # one at a time would have created batch-ok before failing on batch-bad
+    assert len(env.get("/v1/jobs?limit=500")["items"]) == before
+    good = tmp_path / "list.yaml"
+    good.write_text("jobs:\n" + "".join(
+        f"  - {{name: batch-{i}, team: cv, resources: {{gpus: 1, gpu_types: [v100]}}}}\n"
+        for i in range(3)))
+    r = gpuq(url, "submit", "-f", str(good))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("submitted job") == 3 and "one batch" in r.stdout
+    assert len(env.get("/v1/jobs?limit=500")["items"]) == before + 3
+    r = gpuq(url, "submit", "-f", str(good), "--idempotency-key", "k1")
+    assert r.returncode == 2 and "one all-or-nothing batch" in one_error_line(r)
+
+
+def test_cursor_pages_through_jobs_and_queue(server, tmp_path):
+    env, url = server
+    f = tmp_path / "many.yaml"
+    f.write_text("".join(
+        f"- {{name: page-{i}, team: nlp, resources: {{gpus: 8, gpu_types: [v100]}}}}\n"
+        for i in range(5)))  # never fits: they stay pending
+    assert gpuq(url, "submit", "-f", str(f)).returncode == 0
+    seen: list[str] = []
+    args = ["jobs", "--team", "nlp", "--status", "pending", "--limit", "2"]
+    for _ in range(10):
+        r = gpuq(url, *args)
+        assert r.returncode == 0, r.stderr
+        seen += [n for n in (f"page-{i}" for i in range(5)) if n in r.stdout]
+        if "more:" not in r.stdout:
+            break
+        more = r.stdout.split("more: gpuq ", 1)[1].split()
+        assert more[:7] == ["jobs", "--team", "nlp", "--status", "pending", "--limit", "2"]
+        assert more[7] == "--cursor"
+        args = more[:9]
+    assert sorted(seen) == [f"page-{i}" for i in range(5)]  # each page once, none lost
+    r = gpuq(url, "queue", "--team", "nlp", "--limit", "3")
+    assert r.returncode == 0 and "more: gpuq queue --team nlp --limit 3 --cursor" in r.stdout
+    cursor = r.stdout.split("--cursor", 1)[1].split()[0]
+    first = {n for n in (f"page-{i}" for i in range(5)) if n in r.stdout}
+    r = gpuq(url, "queue", "--team", "nlp", "--limit", "3", "--cursor", cursor)
+    assert r.returncode == 0, r.stderr
+    second = {n for n in (f"page-{i}" for i in range(5)) if n in r.stdout}
+    assert first and second and not first & second
+
+
+def test_every_error_is_one_line(server, tmp_path):
+    _env, url = server
+    long_name = "x" * 60  # a detail longer than a narrow terminal
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"name: {long_name}\nteam: nlp\nresources: {{gpus: 1}}\nruntime_s: 5\n")
+    narrow = {"COLUMNS": "40"}
+    for args, code in (
+        (("submit", "-f", str(bad)), 1),  # 422 from the server
+        (("submit",), 2),  # usage: missing option
+        (("jobs", "--limit", "x"), 2),  # usage: bad value
+        (("nosuch",), 2),
+        (("job", "999999"), 1),
+    ):
+        r = gpuq(url, *args, extra_env=narrow)
+        assert r.returncode == code, (args, r.stderr)
+        one_error_line(r)
+    r = gpuq("http://127.0.0.1:1", "queue", extra_env=narrow)
+    assert r.returncode == 2 and "cannot reach gpuq" in one_error_line(r)
+    r = gpuq(url, "simulate", str(tmp_path / "missing.yaml"))
+    assert r.returncode == 2 and "scenario file not found" in one_error_line(r)
