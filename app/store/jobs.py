@@ -215,7 +215,8 @@ def insert_job(
     idempotency_key: str | None = None,
     submitted_by: str | None = None,
     install: InstallPolicy | None = None,
-) -> NewJob | int:
+    at_revision: int | None = None,
+) -> NewJob | int | None:
     """Submit one job in one round trip: checks against the cached catalog, then
     one INSERT ... RETURNING that also writes the event and the NOTIFY.
 
@@ -223,9 +224,16 @@ def insert_job(
     before with the same body - the id of the job it created then (a different
     body is a :class:`Conflict`). With ``conn`` in autocommit the statement is
     its own transaction; inside a transaction it joins it.
+
+    ``at_revision``: write only while ``catalog_revision`` is still this number (the
+    revision a cached principal was resolved at), else write nothing and return None
+    without any other read: the caller then resolves the principal afresh. A spec
+    the cached catalog refuses also returns None (the fresh path gives the 4xx).
     """
     h = spec_hash(spec) if idempotency_key is not None else None
     catalog = cached_catalog(conn.engine)
+    if at_revision is not None and (catalog is None or catalog.revision != at_revision):
+        return None
     fresh = catalog is None  # checked against the database in this call
     if catalog is None:
         catalog = current_catalog_of(conn)
@@ -236,6 +244,8 @@ def insert_job(
         except InputError:
             if fresh:
                 raise
+            if at_revision is not None:
+                return None
             catalog, fresh = current_catalog_of(conn), True  # refused by a stale cache?
             continue
         units = requested_units(None, spec, catalog)
@@ -270,6 +280,8 @@ def insert_job(
                     "this key was already used with a different job body", "Idempotency-Key"
                 )
             return int(existing.id)
+        if at_revision is not None:
+            return None
         catalog, fresh = current_catalog_of(conn), True  # the catalog moved: check again
     raise Conflict("the catalog kept changing during the submit; try again")
 
@@ -293,6 +305,7 @@ def submit_job(
         submitted_by=submitted_by,
         install=install,
     )
+    assert got is not None  # only an ``at_revision`` write gives up
     job_id = got.id if isinstance(got, NewJob) else got
     job = session.scalar(
         select(JobRow).where(JobRow.id == job_id).options(selectinload(JobRow.allocations))

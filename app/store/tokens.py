@@ -198,9 +198,9 @@ class PrincipalCache:
     """token hash -> principal, valid while ``catalog_revision`` does not move.
 
     One process-wide instance per app; thread-safe. A request costs one
-    primary-key read of ``catalog_revision`` on a hit, plus one indexed
-    token read on a miss. Unknown tokens are never cached (no memory for
-    whoever guesses), and the map is bounded.
+    primary-key read of ``catalog_revision`` on a hit (none for a submit: see
+    :meth:`peek`), plus one indexed token read on a miss. Unknown tokens are
+    never cached (no memory for whoever guesses), and the map is bounded.
     """
 
     MAX_ENTRIES = 10_000
@@ -209,6 +209,20 @@ class PrincipalCache:
         self._lock = threading.Lock()
         self._revision: int | None = None
         self._entries: dict[str, _Entry] = {}
+
+    def peek(self, token: str, now: datetime) -> tuple[Principal, int] | None:
+        """The cached principal of ``token`` and the catalog revision it is valid at,
+        without asking the database (None: not cached, or expired). Only for a caller
+        whose one statement then checks that ``catalog_revision`` still has that number
+        (the submit's INSERT does): a revoke moves the revision, so it still acts at once."""
+        with self._lock:
+            hit = self._entries.get(hash_token(token))
+            rev = self._revision
+        if hit is None or rev is None:
+            return None
+        if hit.expires_at is not None and hit.expires_at <= now:
+            return None
+        return hit.principal, rev
 
     def resolve(self, session: Session, token: str, now: datetime) -> Principal | None:
         rev = session.scalar(
