@@ -9,7 +9,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event, select
 
 from app.main import create_app
-
 from app.store.orm import JobEventRow, JobRow
 from tests.integration.conftest import job_body
 
