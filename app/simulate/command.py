@@ -17,6 +17,7 @@ from app.domain.config import load_config
 from app.domain.errors import error_line
 from app.simulate.policies import POLICY_NAMES, make_policy
 from app.simulate.replay import ScenarioModel, Simulator, to_json
+from app.simulate.scenario_info import describe
 from app.simulate.traces import scenario_from_trace
 
 
@@ -79,6 +80,7 @@ def run_simulate(
         return 2
     sim = Simulator(model, make_policy(policy), policy, seed)
     doc = to_json(sim.run())
+    doc["scenario"] = describe(model, load_config(Path(scenario)), scenario)
     text = json.dumps(doc, indent=1)
     if out:
         Path(out).write_text(text)

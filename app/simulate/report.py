@@ -7,7 +7,13 @@ Several results (one per policy) can be put side by side:
 Plots (matplotlib, Agg backend, no display needed):
 * fill runs: unallocated % against arrived % per policy (``fill_unallocated.png``);
 * replays: wait CDF per team and policy (``wait_cdf.png``), allocated CU
-  over time per GPU type and policy (``allocation_<policy>.png``).
+  over time per GPU type and policy with each type's capacity as a dashed
+  line (``allocation_<policy>.png``). Times are in hours; legends sit outside
+  the axes (one entry per team colour and one per policy line style, in as
+  many columns as they need), so eight teams or more stay readable.
+
+The replay report starts with what was simulated: scenario, cluster, load,
+window and policy (the result's ``scenario`` field, :mod:`app.simulate.scenario_info`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from app.simulate.scenario_info import header_lines
+
+LEGEND_ROWS = 14  # legend entries per column before another column is added
 
 
 def _plt():
@@ -169,51 +179,102 @@ def team_table(docs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_replay_report(docs: list[dict[str, Any]], out_dir: str | Path) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def _legend_outside(fig: Any, ax: Any, handles: list[Any]) -> None:
+    """A legend right of the axes, in as many columns as it needs (readable with any
+    number of teams; it never covers the data)."""
+    ncol = max(1, -(-len(handles) // LEGEND_ROWS))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+              borderaxespad=0.0, fontsize=7, ncol=ncol, frameon=False)
+    fig.set_size_inches(7 + 1.9 * ncol, fig.get_size_inches()[1])
+
+
+def wait_cdf_figure(docs: list[dict[str, Any]]) -> Any:
+    """Wait CDF (hours, log) per team (colour) and policy (line style)."""
     plt = _plt()
+    from matplotlib.lines import Line2D
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     teams = sorted({j["team"] for d in docs for j in d.get("jobs", [])})
-    colors = plt.get_cmap("tab10")
+    colors = plt.get_cmap("tab10" if len(teams) <= 10 else "tab20")
+    ncolors = 10 if len(teams) <= 10 else 20
     styles = ["-", "--", ":", "-."]
     for k, d in enumerate(docs):
         by_team: dict[str, list[float]] = defaultdict(list)
         for j in d.get("jobs", []):
             if j.get("start_s") is not None:
-                by_team[j["team"]].append(max(1.0, float(j["wait_s"])))
+                by_team[j["team"]].append(max(1.0, float(j["wait_s"])) / 3600.0)
         for team, waits in sorted(by_team.items()):
             xs, ys = _cdf(waits)
-            ax.step(xs, ys, where="post", color=colors(teams.index(team) % 10),
-                    linestyle=styles[k % len(styles)], label=f"{d.get('policy', '?')} / {team}")
+            ax.step(xs, ys, where="post", color=colors(teams.index(team) % ncolors),
+                    linestyle=styles[k % len(styles)])
     ax.set_xscale("log")
-    ax.set_xlabel("wait (s, log; 0 shown as 1)")
+    ax.set_xlabel("wait (hours, log scale; no wait shown as 1 s)")
     ax.set_ylabel("fraction of jobs")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncol=2)
-    ax.set_title("Wait CDF per team (colour) and policy (line style)")
+    handles = [Line2D([], [], color=colors(i % ncolors), label=t) for i, t in enumerate(teams)]
+    if len(docs) > 1:
+        handles += [Line2D([], [], color="black", linestyle=styles[k % len(styles)],
+                           label=f"policy {d.get('policy', '?')}") for k, d in enumerate(docs)]
+    _legend_outside(fig, ax, handles)
+    ax.set_title("Wait CDF per team" + (" (colour) and policy (line style)" if len(docs) > 1
+                                        else f" ({docs[0].get('policy', '?')})"))
     fig.tight_layout()
+    return fig
+
+
+def allocation_figure(doc: dict[str, Any]) -> Any | None:
+    """Allocated CU over time (hours) per GPU type, each type's capacity dashed."""
+    series = allocation_series(doc)
+    if not series:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    colors = plt.get_cmap("tab10")
+    capacity = {t: v["capacity_cu"]
+                for t, v in ((doc.get("scenario") or {}).get("cluster") or {}).items()}
+    for i, t in enumerate(sorted(set(series) | set(capacity))):
+        pts = series.get(t)
+        if pts:
+            ax.step([p[0] / 3600.0 for p in pts], [p[1] for p in pts], where="post",
+                    color=colors(i % 10), label=f"{t} allocated")
+        if t in capacity:
+            ax.axhline(capacity[t], color=colors(i % 10), linestyle="--", linewidth=1,
+                       label=f"{t} capacity ({capacity[t]:g} CU)")
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("CU")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    _legend_outside(fig, ax, ax.get_legend_handles_labels()[0])
+    ax.set_title(f"Allocation over time per GPU type ({doc.get('policy', '?')})")
+    fig.tight_layout()
+    return fig
+
+
+def write_replay_report(docs: list[dict[str, Any]], out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plt = _plt()
+    fig = wait_cdf_figure(docs)
     fig.savefig(out / "wait_cdf.png", dpi=110)
     plt.close(fig)
     images = ["wait_cdf.png"]
     for d in docs:
-        series = allocation_series(d)
-        if not series:
+        fig = allocation_figure(d)
+        if fig is None:
             continue
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        for t, pts in sorted(series.items()):
-            ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=t)
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel("allocated CU")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        ax.set_title(f"Allocation over time per GPU type ({d.get('policy', '?')})")
-        fig.tight_layout()
         name = f"allocation_{d.get('policy', 'run')}.png"
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
         images.append(name)
-    md = ["# Simulation report", "", replay_table(docs), "", "## Per team", "", team_table(docs)]
+    md = ["# Simulation report", ""]
+    infos = [d.get("scenario") for d in docs]
+    policies = [str(d.get("policy", "?")) for d in docs]
+    if all(i == infos[0] for i in infos):  # one scenario, several policies: one header
+        md += header_lines(infos[0], policies)
+    else:
+        for info, pol in zip(infos, policies, strict=True):
+            md += header_lines(info, [pol]) + [""]
+    md += ["", replay_table(docs), "", "## Per team", "", team_table(docs)]
     md += [""] + [f"![{i}]({i})" for i in images] + [""]
     path = out / "report.md"
     path.write_text("\n".join(md))
