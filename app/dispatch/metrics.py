@@ -39,6 +39,7 @@ from app.reports.alerts import Alert
 from app.reports.event_feed import EventFeed
 from app.reports.live import live_fairness, live_utilization
 from app.reports.utilization import TypeUtilization, borrowed_units, pending_counts
+from app.reports.window import WindowRecords
 from app.scheduling.model import Snapshot
 from app.store.releasing import releasing_units
 
@@ -71,6 +72,9 @@ class MetricsLoop(LoopService):
         # the live jobs, refreshed by the rows changed since the last look (as the
         # dispatcher's own picture is); a full re-read at most hourly as a safety net
         self.picture = QueuePicture(full_reload_s=3600.0)
+        # the recent jobs of the fairness reports (this loop's head-of-line alert, the
+        # report routes and the dashboard of this app), refreshed by what changed
+        self.window = WindowRecords()
         self._lock = threading.Lock()
         self._last_pass: float | None = None
 
@@ -137,7 +141,9 @@ class MetricsLoop(LoopService):
         if self._hol is None or clock - self._hol[0] >= self.alerts_every_s:
             # the head-of-line alert reads an hour of jobs (and every pending one):
             # at most once a minute, not per scrape (alert rules wait minutes anyway)
-            self._hol = (clock, live_fairness(session, now, self.fairness_window_s)["alerts"])
+            self._hol = (clock, live_fairness(
+                session, now, self.fairness_window_s, self.window
+            )["alerts"])
         alerts = [_alert(a) for a in (*util["alerts"], *self._hol[1])]
         self.metrics.record_alerts(alerts)
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
@@ -51,7 +51,7 @@ from app.scheduling.model import (
 )
 from app.store.config_loader import scheduler_knobs
 from app.store.convert import job_request, lease_info, placement_of
-from app.store.live import live_allocations
+from app.store.live import XMIN, live_allocations
 from app.store.orm import (
     AllocationRow,
     JobRow,
@@ -62,7 +62,6 @@ from app.store.snapshot import Catalog, SnapshotContext, read_catalog, with_pree
 
 LIVE = ("pending", *sorted(ACTIVE))
 _DIGITS = re.compile(r"\d+(\.\d+)?")
-XMIN = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
 JOBS = JobRow.__table__
 JOB_COLUMNS = (
     JOBS.c.id,

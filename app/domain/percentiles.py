@@ -25,8 +25,11 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     None when there are none."""
     if isinstance(q, bool) or not 0 <= q <= 100 or q != int(q):
         raise ValueError(f"percentile q must be a whole number within 0..100, got {q!r}")
-    q = int(q)
-    xs = sorted(float(v) for v in values)
+    return percentile_of_sorted(sorted(float(v) for v in values), int(q))
+
+
+def percentile_of_sorted(xs: list[float], q: int) -> float | None:
+    """:func:`percentile` of floats already sorted (a report asks several of one list)."""
     if not xs:
         return None
     if q == 0 or len(xs) == 1:

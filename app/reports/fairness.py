@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from app.domain.percentiles import percentile, ratio
+from app.domain.percentiles import percentile, percentile_of_sorted, ratio
 from app.reports.alerts import AlertThresholds, head_of_line_alerts
 from app.reports.records import JobRecord
 
@@ -76,16 +76,37 @@ def fairness_report(
     window_s: float | None,
     thresholds: AlertThresholds | None = None,
 ) -> dict[str, object]:
-    """The body of ``GET /v1/reports/fairness``: overall, per group, and alerts."""
+    """The body of ``GET /v1/reports/fairness``: overall, per group, and alerts.
+
+    The figures of :func:`group_stats` for every group, in one pass over the records
+    (each wait and JCT taken once, each group's values sorted once): a one-day report
+    covers ~10,000 jobs in five groupings."""
     th = thresholds or AlertThresholds()
     chosen = in_window(records, now, window_s)
+    # per record: its groups, its wait, its JCT
+    cells: dict[tuple[str, str], tuple[list[float], list[float], list[int]]] = {}
+    for r in chosen:
+        wait, jct = r.wait_s, r.jct_s
+        for dim, key in (
+            ("team", str(r.team)), ("pool", str(r.pool)), ("priority", str(r.priority)),
+            ("gpu_type", str(r.gpu_type)), ("all", "all"),
+        ):
+            cell = cells.get((dim, key))
+            if cell is None:
+                cell = cells[(dim, key)] = ([], [], [0])
+            cell[2][0] += 1
+            if wait is not None:
+                cell[0].append(float(wait))
+            if jct is not None:
+                cell[1].append(float(jct))
     groups: dict[str, list[dict[str, object]]] = {}
     all_stats: list[GroupStats] = []
     for dim in DIMENSIONS:
-        stats = [group_stats(dim, k, rs) for k, rs in sorted(group_by(chosen, dim).items())]
+        keys = sorted(k for d, k in cells if d == dim)
+        stats = [_stats(dim, k, *cells[(dim, k)]) for k in keys]
         all_stats.extend(stats)
         groups[dim] = [s.to_dict() for s in stats]
-    overall = group_stats("all", "all", chosen)
+    overall = _stats("all", "all", *cells.get(("all", "all"), ([], [], [0])))
     return {
         "generated_at": now,
         "window_s": window_s,
@@ -93,3 +114,21 @@ def fairness_report(
         "groups": groups,
         "alerts": [a.to_dict() for a in head_of_line_alerts(all_stats, th)],
     }
+
+
+def _stats(dim: str, key: str, waits: list[float], jcts: list[float], n: list[int]) -> GroupStats:
+    waits.sort()
+    jcts.sort()
+    p50 = percentile_of_sorted(waits, 50)
+    p99 = percentile_of_sorted(waits, 99)
+    return GroupStats(
+        dimension=dim,
+        key=key,
+        jobs=n[0],
+        wait_samples=len(waits),
+        wait_p50_s=p50,
+        wait_p99_s=p99,
+        p99_p50_ratio=ratio(p99, p50),
+        jct_samples=len(jcts),
+        jct_p50_s=percentile_of_sorted(jcts, 50),
+    )

@@ -17,6 +17,7 @@ from app.reports.dcgm import fetch_gpu_util
 from app.reports.fairness import fairness_report
 from app.reports.queries import job_records
 from app.reports.utilization import utilization_report
+from app.reports.window import WindowRecords
 from app.scheduling.model import Snapshot
 from app.store.config_loader import scheduler_knobs
 
@@ -62,8 +63,15 @@ def live_utilization(
     return body
 
 
-def live_fairness(session: Session, now: datetime, window_s: float | None) -> dict[str, Any]:
-    records = job_records(session, now, window_s)
+def live_fairness(
+    session: Session, now: datetime, window_s: float | None, window: WindowRecords | None = None
+) -> dict[str, Any]:
+    """The fairness report as of now; ``window`` (the app's, kept by its metrics loop)
+    re-reads only the jobs written since its last report, with the same result."""
+    if window is not None:
+        records = window.records(session, now, window_s)
+    else:
+        records = job_records(session, now, window_s)
     return fairness_report(
         records, now=now.timestamp(), window_s=window_s, thresholds=thresholds(session)
     )

@@ -38,50 +38,69 @@ from app.store.live import live_allocations
 from app.store.orm import AllocationRow, JobRow, NodeRow, PoolRow
 from app.store.states import wait_seconds
 
+# The columns a report reads per job (not ORM objects: a report touches thousands of
+# rows): its timing, its ``resources`` from the spec; the GPU types it holds or held
+# are read apart (:func:`_types`).
+_COLUMNS = (
+    JobRow.id,
+    JobRow.team,
+    JobRow.pool,
+    JobRow.priority,
+    JobRow.status,
+    JobRow.queued_at,
+    JobRow.waited_s,
+    # epoch seconds from the database: 25,000 datetime.timestamp() calls were a
+    # fifth of a one-day report
+    cast(extract("epoch", JobRow.submitted_at), Float).label("submitted_s"),
+    cast(extract("epoch", JobRow.admitted_at), Float).label("admitted_s"),
+    cast(extract("epoch", JobRow.finished_at), Float).label("finished_s"),
+    JobRow.spec["resources"]["gpus"].astext.label("gpus"),
+    JobRow.spec["resources"]["gpu_types"][0].astext.label("first_type"),
+)
+
 
 def job_records(session: Session, now: datetime, window_s: float | None) -> list[JobRecord]:
     """Jobs still pending, or with a submit/admit/finish inside the window (all when None).
 
-    Reads columns, not ORM objects (a report touches thousands of rows): the job's
-    timing, its ``resources`` from the spec, and separately the GPU types it holds or held.
-    With a window the jobs come in four disjoint parts, each through its own index
-    (migration 0004): pending; finished since T; admitted since T (not finished since);
-    submitted since T (neither). One OR over the four made PostgreSQL misjudge the
-    overlap of the conditions and read the whole table; this way the cost follows the
-    window, not the history.
+    The full recomputation: :class:`app.reports.window.WindowRecords` keeps the same
+    records between reports and re-reads only the jobs written since.
     """
-    cols = (
-        JobRow.id,
-        JobRow.team,
-        JobRow.pool,
-        JobRow.priority,
-        JobRow.status,
-        JobRow.queued_at,
-        JobRow.waited_s,
-        # epoch seconds from the database: 25,000 datetime.timestamp() calls were a
-        # fifth of a one-day report
-        _epoch(JobRow.submitted_at).label("submitted_s"),
-        _epoch(JobRow.admitted_at).label("admitted_s"),
-        _epoch(JobRow.finished_at).label("finished_s"),
-        JobRow.spec["resources"]["gpus"].astext.label("gpus"),
-        JobRow.spec["resources"]["gpu_types"][0].astext.label("first_type"),
-    )
+    rows = window_rows(session, now, window_s)
+    return to_records(session, rows, job_types(session, rows), now)
+
+
+def window_rows(session: Session, now: datetime, window_s: float | None) -> list[Any]:
+    """The job rows of :func:`job_records`. With a window they come in four disjoint
+    parts, each through its own index (migration 0004): pending; finished since T;
+    admitted since T (not finished since); submitted since T (neither). One OR over the
+    four made PostgreSQL misjudge the overlap of the conditions and read the whole
+    table; this way the cost follows the window, not the history."""
     conn = session.connection()
     if window_s is None:
-        rows = conn.execute(select(*cols)).all()
-    else:
-        since = now - timedelta(seconds=window_s)
-        done = JobRow.status != "pending"
-        not_fin = or_(JobRow.finished_at < since, JobRow.finished_at.is_(None))
-        not_adm = or_(JobRow.admitted_at < since, JobRow.admitted_at.is_(None))
-        parts = (
-            select(*cols).where(JobRow.status == "pending"),
-            select(*cols).where(done, JobRow.finished_at >= since),
-            select(*cols).where(done, not_fin, JobRow.admitted_at >= since),
-            select(*cols).where(done, not_fin, not_adm, JobRow.submitted_at >= since),
-        )
-        rows = conn.execute(union_all(*parts)).all()
-    pools = _pool_types(session)
+        return list(conn.execute(select(*_COLUMNS)).all())
+    since = now - timedelta(seconds=window_s)
+    done = JobRow.status != "pending"
+    not_fin = or_(JobRow.finished_at < since, JobRow.finished_at.is_(None))
+    not_adm = or_(JobRow.admitted_at < since, JobRow.admitted_at.is_(None))
+    parts = (
+        select(*_COLUMNS).where(JobRow.status == "pending"),
+        select(*_COLUMNS).where(done, JobRow.finished_at >= since),
+        select(*_COLUMNS).where(done, not_fin, JobRow.admitted_at >= since),
+        select(*_COLUMNS).where(done, not_fin, not_adm, JobRow.submitted_at >= since),
+    )
+    return list(conn.execute(union_all(*parts)).all())
+
+
+def changed_rows(session: Session, xact: int) -> list[Any]:
+    """The job rows written by transactions from ``xact`` on (``ix_jobs_xact``)."""
+    return list(session.connection().execute(select(*_COLUMNS).where(JobRow.xact >= xact)))
+
+
+def job_types(session: Session, rows: list[Any]) -> dict[int, str]:
+    """The GPU type each job that is not pending holds (its live allocations) or ran
+    on (an ended job: its last admission); pending jobs are typed by
+    :func:`to_records`, from what they wait for."""
+    conn = session.connection()
     ids = [r.id for r in rows if r.status != "pending"]
     held: dict[int, set[str]] = defaultdict(set)
     ran_on: dict[int, str] = {}
@@ -118,26 +137,36 @@ def job_records(session: Session, now: datetime, window_s: float | None) -> list
                         known[(job_id, ended[job_id])] = ran_on[job_id]
                 while len(known) > ENDED_CAP:
                     known.popitem(last=False)
+    for job_id, types_held in held.items():
+        if job_id not in ran_on:
+            types = sorted(types_held)
+            ran_on[job_id] = types[0] if len(types) == 1 else "mixed"
+    return ran_on
+
+
+def to_records(
+    session: Session, rows: list[Any], types: Mapping[int, str], now: datetime
+) -> list[JobRecord]:
+    """Rows -> records as of ``now`` (a pending job's wait grows with it); a job
+    without an entry in ``types`` is filed under the type it waits for."""
+    pools = _pool_types(session)
     wanted: dict[tuple, str] = {}  # pending jobs share a handful of shapes
     out = []
     for r in rows:
-        job_id = r.id
-        if job_id in ran_on:
-            gpu_type = ran_on[job_id]
-        elif job_id in held:
-            types = sorted(held[job_id])
-            gpu_type = types[0] if len(types) == 1 else "mixed"
-        else:
+        gpu_type = types.get(r.id)
+        if gpu_type is None:
             key = (r.gpus, r.first_type, r.pool)
             gpu_type = wanted.get(key) or wanted.setdefault(key, _wanted(*key, pools))
-        # positional: a report builds thousands of these
-        out.append(
-            JobRecord(
-                str(job_id), r.team, r.pool, r.priority, gpu_type, r.status, r.submitted_s,
-                wait_seconds(r, now), r.admitted_s, r.finished_s,
-            )
-        )
+        out.append(_record(r, gpu_type, now))
     return out
+
+
+def _record(r: Any, gpu_type: str, now: datetime) -> JobRecord:
+    # positional: a report builds thousands of these
+    return JobRecord(
+        str(r.id), r.team, r.pool, r.priority, gpu_type, r.status, r.submitted_s,
+        wait_seconds(r, now), r.admitted_s, r.finished_s,
+    )
 
 
 # The GPU types of each job's last admission (its placements; older events name nodes only).
@@ -169,10 +198,6 @@ def _ended_cache(engine: Engine) -> OrderedDict[tuple[int, float], str]:
         if cache is None:
             cache = _ended[engine] = OrderedDict()
         return cache
-
-
-def _epoch(col: Any) -> Any:
-    return cast(extract("epoch", col), Float)
 
 
 def _pool_types(session: Session) -> dict[str, list[str]]:

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select
+from sqlalchemy import Select, func, or_, select, text
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -79,3 +79,9 @@ def live_units(
     for k, gpu_type, units in session.execute(q):
         out[k][gpu_type] = float(units or 0.0)
     return dict(out)
+
+
+#: ``pg_snapshot_xmin`` of a fresh snapshot: every transaction below it has ended, so
+#: "job rows with ``xact >=`` this", asked later, include every row committed since
+#: (the incremental reads of the dispatcher's picture and of the report windows)
+XMIN = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")

@@ -210,7 +210,7 @@ def queue(
 
 @router.get("/teams", response_class=HTMLResponse)
 def teams(request: Request, session: SessionDep, now: NowDep, viewer: ViewerDep) -> HTMLResponse:
-    data = views.teams_view(session, now, viewer.may_see)
+    data = views.teams_view(session, now, viewer.may_see, metrics_loop(request).window)
     return render(
         request,
         "teams.html",
@@ -268,7 +268,7 @@ def fairness(
         "fairness.html",
         title="Fairness",
         active="/ui/fairness",
-        report=live_fairness(session, now, window_s),
+        report=live_fairness(session, now, window_s, metrics_loop(request).window),
     )
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.reports.live import live_fairness
+from app.reports.window import WindowRecords
 from app.scheduling.quota import QuotaLedger
 from app.store import catalog
 from app.store.orm import JobRow, LeaseRow, NodeRow, TeamRow
@@ -52,7 +53,10 @@ def _lent_by_pool(session: Session) -> dict[str, dict[str, float]]:
 
 
 def teams_view(
-    session: Session, now: datetime, visible: Callable[[str], bool]
+    session: Session,
+    now: datetime,
+    visible: Callable[[str], bool],
+    window: WindowRecords | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per visible team: quota and usage per GPU type, borrowing, fair-share
     position (the core's own dominant share) and the last day's wait percentiles."""
@@ -62,9 +66,8 @@ def teams_view(
     ledger = QuotaLedger(read_catalog(session).teams)
     borrowed = _borrowed_by_team(session)
     lent = _lent_by_pool(session)
-    waits = {
-        g["key"]: g for g in live_fairness(session, now, DAY_S).get("groups", {}).get("team", [])
-    }
+    report = live_fairness(session, now, DAY_S, window)
+    waits = {g["key"]: g for g in report.get("groups", {}).get("team", [])}
     out = []
     for r in rows:
         usage = team_usage(session, r)

@@ -26,6 +26,8 @@ from app.metrics import JCT_BUCKETS, WAIT_BUCKETS, GpuqMetrics, reason_category_
 from app.reports.event_feed import EventFeed
 from app.reports.fairness import fairness_report
 from app.reports.queries import job_records
+from app.reports.records import JobRecord
+from app.reports.window import WindowRecords
 from app.store.orm import JobEventRow, JobRow
 from tests.integration.obs_env import job, seeded_env
 
@@ -110,6 +112,23 @@ def history():
             loops.append((loop, env.clock() - timedelta(seconds=backfill_s)))
 
         start_loop(10**7)
+        # report caches as a server keeps them (the second never re-reads in full), asked
+        # at random moments for random windows; each answer is checked against a full read
+        windows = [WindowRecords(), WindowRecords(full_reload_s=10**9)]
+        checks: list[tuple[float, list, list]] = []
+
+        def check_windows() -> None:
+            now = env.clock()
+            with env.services.session_factory() as s:
+                for w in windows:
+                    window_s = rng.choice((60.0, 600.0, 3000.0, 86400.0))
+                    got = w.records(s, now, window_s)
+                    want = [
+                        r for r in job_records(s, now, None)
+                        if r.active_since(now.timestamp() - window_s)
+                    ]
+                    checks.append((window_s, sorted(got, key=_key), sorted(want, key=_key)))
+
         ids: list[str] = []
         for step in range(90):
             for _ in range(rng.choice((0, 1, 1, 2, 3))):
@@ -132,15 +151,22 @@ def history():
             for loop, _ in loops:
                 if rng.random() < 0.4:
                     loop.run_once()
+            if rng.random() < 0.3:
+                check_windows()
             if step in (30, 60):  # a restart: a new process backfills its window
                 start_loop(10**7 if step == 30 else 900.0)
         for loop, _ in loops:
             loop.run_once()
-        yield env, loops
+        check_windows()
+        yield env, loops, checks
+
+
+def _key(r: JobRecord) -> str:
+    return r.id
 
 
 def test_history_has_what_the_claim_is_about(history):
-    env, _ = history
+    env, _, _ = history
     with env.services.session_factory() as s:
         kinds = dict(
             s.execute(text("SELECT type, count(*) FROM job_events GROUP BY type")).all()
@@ -151,7 +177,7 @@ def test_history_has_what_the_claim_is_about(history):
 
 
 def test_incremental_histograms_equal_full_recomputation(history):
-    env, loops = history
+    env, loops, _ = history
     with env.services.session_factory() as s:
         for loop, since in loops:
             want, _ = recompute(s, since)
@@ -159,7 +185,7 @@ def test_incremental_histograms_equal_full_recomputation(history):
 
 
 def test_observed_waits_add_up_to_waited_s(history):
-    env, _ = history
+    env, _, _ = history
     with env.services.session_factory() as s:
         _, waited = recompute(s, env.clock() - timedelta(days=365))
         for j in s.scalars(select(JobRow).where(JobRow.admitted_at.is_not(None))):
@@ -167,7 +193,7 @@ def test_observed_waits_add_up_to_waited_s(history):
 
 
 def test_windowed_report_equals_report_over_all_jobs(history):
-    env, _ = history
+    env, _, _ = history
     now = env.clock()
     with env.services.session_factory() as s:
         everything = job_records(s, now, None)
@@ -179,13 +205,38 @@ def test_windowed_report_equals_report_over_all_jobs(history):
             assert len(windowed) < len(everything) or window == 10**6
 
 
+def test_kept_report_windows_equal_a_full_read_at_every_moment(history):
+    """WindowRecords (what the report routes use) re-reads only the jobs written since
+    its last call; at random moments of the history, across cancellations,
+    preemptions and requeues, its records equal a full read filtered in Python."""
+    _, _, checks = history
+    assert len(checks) >= 20
+    assert {w for w, _, _ in checks} == {60.0, 600.0, 3000.0, 86400.0}
+    for window_s, got, want in checks:
+        assert got == want, window_s
+    assert any(len(want) > 10 for _, _, want in checks)
+
+
+def test_a_kept_window_reads_only_what_changed(history):
+    env, _, _ = history
+    now = env.clock()
+    w = WindowRecords()
+    with env.services.session_factory() as s:
+        first = w.records(s, now, 86400.0)
+        assert w.last_rows == len(first)  # the first call reads its window
+        again = w.records(s, now, 86400.0)
+        assert w.last_rows == 0 and sorted(again, key=_key) == sorted(first, key=_key)
+        w.records(s, now, 600.0)  # a shorter window is served from what is kept
+        assert w.last_rows == 0
+
+
 def test_buckets_are_the_documented_ones():
     assert WAIT_BUCKETS[0] == 1 and JCT_BUCKETS[-1] == 259200
     assert reason_category_preempt("preempted by job 3 (P0 > P2)") == "priority"
 
 
 def test_feed_reads_an_event_committed_after_a_later_one(history):
-    env, _ = history
+    env, _, _ = history
     sf = env.services.session_factory
     feed = EventFeed(gap_timeout_s=3600)
     with sf() as s:

@@ -130,3 +130,38 @@ def test_type_imbalance_alert_thresholds():
     assert len(type_imbalance_alerts({"a100": 3}, {"a100": 0, "v100": 0.2}, th2)) == 1
     with pytest.raises(ValueError, match="unknown alert thresholds"):
         AlertThresholds.from_mapping({"nope": 1})
+
+
+def test_one_pass_report_equals_group_stats_of_every_group():
+    """fairness_report computes every group in one pass; the figures must be those of
+    group_stats over the records of each group (the plain definition)."""
+    import random
+
+    from app.reports.fairness import DIMENSIONS, group_by, in_window
+
+    rng = random.Random(5)
+    records = [
+        rec(
+            i,
+            rng.choice((None, 0.0, rng.random() * 1000)),
+            team=rng.choice(("nlp", "cv", "rl")),
+            pool=rng.choice(("training", "inference")),
+            prio=rng.choice(("P0", "P1", "P2")),
+            gt=rng.choice(("a100-80g", "v100-16g", "mixed")),
+            status=rng.choice(("succeeded", "failed", "pending", "running")),
+            submitted=rng.random() * 5000,
+            finished=rng.choice((None, 6000.0 + rng.random() * 1000)),
+        )
+        for i in range(2000)
+    ]
+    for window_s in (None, 1500.0, 3000.0):
+        got = fairness_report(records, now=7000.0, window_s=window_s)
+        chosen = in_window(records, 7000.0, window_s)
+        assert got["overall"] == group_stats("all", "all", chosen).to_dict()
+        for dim in DIMENSIONS:
+            want = [group_stats(dim, k, rs).to_dict() for k, rs in
+                    sorted(group_by(chosen, dim).items())]
+            assert got["groups"][dim] == want
+    empty = fairness_report([], now=0.0, window_s=None)
+    assert empty["overall"] == group_stats("all", "all", []).to_dict()
+    assert empty["groups"] == {d: [] for d in DIMENSIONS}

@@ -15,6 +15,7 @@ router = APIRouter(prefix="/v1/reports", tags=["reports"])
 
 @router.get("/fairness")
 def fairness(
+    request: Request,
     session: SessionDep,
     _: PrincipalDep,
     now: NowDep,
@@ -24,7 +25,7 @@ def fairness(
     ] = DEFAULT_WINDOW_S,
 ) -> dict[str, Any]:
     """Wait P50/P99, P99/P50 and JCT P50 per team, pool, priority and GPU type; alerts."""
-    return live_fairness(session, now, window_s)
+    return live_fairness(session, now, window_s, metrics_loop(request).window)
 
 
 @router.get("/utilization")
