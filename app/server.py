@@ -92,8 +92,14 @@ def db_upgrade(settings: Settings) -> str:
     url, embedded = resolve_database(settings)
     engine = make_engine(url, null_pool=True)
     try:
-        migrate.upgrade(engine)
-        return ", ".join(sorted(migrate.current_revisions(engine)))
+        try:
+            migrate.upgrade(engine)
+        except migrate.SchemaIncompatible as e:  # a newer schema this code cannot run on
+            print(f"gpuq: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        status = migrate.schema_status(engine)
+        # a rollback's Job on a newer compatible schema changes nothing: say so
+        return f"{status.database} ({status.detail})"
     finally:
         engine.dispose()
         if embedded is not None:

@@ -41,6 +41,7 @@ from sqlalchemy.engine import make_url
 
 from app.main import create_app
 from app.runtime import open_services
+from app.server import db_upgrade
 from app.settings import Settings
 from app.store import migrate
 from app.store.db import make_engine, normalize_url, psycopg_conninfo
@@ -246,8 +247,8 @@ def test_this_code_on_newer_schemas(expanded: Engine, fresh_url: str, future: Pa
     with TestClient(create_app(settings)) as c:
         r = c.get("/readyz")
         assert r.status_code == 200 and "newer than this code" in r.json()["schema"]
-        # the old code's `gpuq db upgrade` (a rollback's Job) leaves it as it is
-        migrate.upgrade(expanded)
+        # the old code's `gpuq db upgrade` (a rollback's Job) leaves it as it is, and says so
+        assert "9001 is newer than this code" in db_upgrade(settings)
         assert migrate.current_revisions(expanded) == {"9001"}
 
         upgrade_to(expanded, future, "9002")  # a later release's contract step
@@ -255,8 +256,9 @@ def test_this_code_on_newer_schemas(expanded: Engine, fresh_url: str, future: Pa
         assert r.status_code == 503 and "needs code at revision 9001" in r.json()["detail"]
         with pytest.raises(migrate.SchemaIncompatible, match="9001"):
             open_services(settings, with_loops=False)  # and a restarted pod does not start
-        with pytest.raises(migrate.SchemaIncompatible):
-            migrate.upgrade(expanded)
+        with pytest.raises(SystemExit) as exit_:
+            db_upgrade(settings)  # exits 2 with the reason on stderr, migrates nothing
+        assert exit_.value.code == 2 and migrate.current_revisions(expanded) == {"9002"}
 
         # back down to this code's head: the record follows the downgrade
         head = migrate.code_revisions()[-1]
