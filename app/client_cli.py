@@ -265,8 +265,8 @@ def cmd_job(client: Client, console: Console, job_id: str, output: str = "table"
         t.add_row(key, str(job.get(key)))
     t.add_row("status", status_text(job.get("status")))
     t.add_row("reason", str(job.get("reason") or "-"))
-    for key in ("submitted_at", "admitted_at", "started_at", "finished_at"):
-        t.add_row(key, str(job.get(key) or "-"))
+    for key in ("submitted_at", "admitted_at", "started_at", "finished_at", "estimated_start"):
+        t.add_row(key, fmt_when(job.get(key)))
     t.add_row("wait", fmt_s(job.get("wait_seconds")))
     t.add_row("preemptions", str(job.get("preemption_count", 0)))
     t.add_row("CU", fmt_num(job.get("units")))
@@ -275,7 +275,7 @@ def cmd_job(client: Client, console: Console, job_id: str, output: str = "table"
         t.add_row(
             "lease",
             f"{lease.get('borrower')} <- {lease.get('lender')} {fmt_num(lease.get('units'))} CU "
-            f"of {lease.get('gpu_type')} until {lease.get('expires_at')}",
+            f"of {lease.get('gpu_type')} until {fmt_when(lease.get('expires_at'))}",
         )
     console.print(t)
     allocs = job.get("allocations") or []
@@ -341,7 +341,7 @@ def cmd_tokens_list(client: Client, console: Console, team: str | None = None) -
         t.add_column(col)
     for r in rows:
         t.add_row(str(r["id"]), r["name"], r["scope"], r["prefix"], r["state"],
-                  str(r.get("expires_at") or "-"), str(r.get("created_by") or "-"))
+                  fmt_when(r.get("expires_at")), str(r.get("created_by") or "-"))
     console.print(t)
     return 0
 

@@ -1,5 +1,9 @@
 """Response shapes of the REST API (field names are API.md's; add, never rename).
 
+Every timestamp field is :data:`~app.domain.people.UtcTime` (ISO 8601 UTC to
+the second) and every computed number :data:`~app.domain.people.Rounded`:
+one serializer for the whole API (app/domain/people.py).
+
 Request bodies reuse the domain models (``JobSpec`` and the config file's
 models), so curl, a scenario file and a config file are validated alike.
 """
@@ -11,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app.domain.people import Rounded, UtcTime
 from app.store.convert import ALLOCATION_AS_IS, LEASE_AS_IS, copied
 from app.store.jobs import NewJob
 from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
@@ -23,10 +28,10 @@ class AllocationOut(BaseModel):
     gpu_type: str | None
     gpus: list[int]
     mig: list[list[Any]]
-    units: float
-    share: float = 0.0
-    cpu: float = 0.0
-    memory_gb: float = 0.0
+    units: Rounded
+    share: Rounded = 0.0
+    cpu: Rounded = 0.0
+    memory_gb: Rounded = 0.0
     # true for a finished job: what it held, already given back
     released: bool = False
 
@@ -36,12 +41,12 @@ class LeaseOut(BaseModel):
     borrower: str
     lender: str
     gpu_type: str
-    units: float
+    units: Rounded
     job_id: str
-    started_at: datetime
-    expires_at: datetime
+    started_at: UtcTime
+    expires_at: UtcTime
     state: str
-    ended_at: datetime | None = None
+    ended_at: UtcTime | None = None
 
 
 class JobOut(BaseModel):
@@ -52,13 +57,13 @@ class JobOut(BaseModel):
     priority: str
     status: str
     reason: str | None
-    submitted_at: datetime
-    admitted_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    wait_seconds: float
+    submitted_at: UtcTime
+    admitted_at: UtcTime | None
+    started_at: UtcTime | None
+    finished_at: UtcTime | None
+    wait_seconds: Rounded
     preemption_count: int
-    units: float | None
+    units: Rounded | None
     allocations: list[AllocationOut]
     lease: LeaseOut | None
     spec: dict[str, Any]
@@ -67,7 +72,7 @@ class JobOut(BaseModel):
     submitted_by: str | None = None
     # pending jobs: when the core, replayed forward from now, would start it (None: not
     # within the replay's bounds, or not pending)
-    estimated_start: datetime | None = None
+    estimated_start: UtcTime | None = None
 
 
 class JobPage(BaseModel):
@@ -78,7 +83,7 @@ class JobPage(BaseModel):
 class EventOut(BaseModel):
     id: str
     job_id: str
-    at: datetime
+    at: UtcTime
     type: str
     from_status: str | None
     to_status: str | None
@@ -93,11 +98,11 @@ class QueueItem(BaseModel):
     team: str
     pool: str
     priority: str
-    submitted_at: datetime
-    wait_seconds: float
+    submitted_at: UtcTime
+    wait_seconds: Rounded
     reason: str | None
     preemption_count: int
-    estimated_start: datetime | None = None
+    estimated_start: UtcTime | None = None
 
 
 class TokenOut(BaseModel):
@@ -109,7 +114,7 @@ class TokenOut(BaseModel):
     id: int
     name: str
     scope: str
-    expires_at: datetime | None = None
+    expires_at: UtcTime | None = None
 
 
 class TokenInfo(BaseModel):
@@ -121,10 +126,10 @@ class TokenInfo(BaseModel):
     team: str | None
     prefix: str
     description: str | None
-    created_at: datetime
+    created_at: UtcTime
     created_by: str | None
-    expires_at: datetime | None
-    revoked_at: datetime | None
+    expires_at: UtcTime | None
+    revoked_at: UtcTime | None
     state: str  # active | expired | revoked
 
 
@@ -132,7 +137,7 @@ class AuditOut(BaseModel):
     """One admin write: who (token name or OIDC subject), what, when, old and new value."""
 
     id: int
-    at: datetime
+    at: UtcTime
     actor: str
     action: str  # create | update | delete | revoke | rotate | apply
     kind: str  # team | pool | gpu_type | node | priority_class | token | tuning | config

@@ -9,12 +9,12 @@ and appends to the history in the caller's transaction: both or neither.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.domain.people import iso_utc
 from app.store.orm import GpuTypeRow, SettingRow
 from app.tuning.tuner import Decision, TunerConfig
 
@@ -72,14 +72,10 @@ def load_history(session: Session) -> list[dict[str, Any]]:
     return list((row.value or {}).get("entries", [])) if row is not None else []
 
 
-def iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat()
-
-
 def record_decision(session: Session, decision: Decision) -> dict[str, Any]:
     """Remember the last evaluation; append recorded ones to the history; apply an ``applied``."""
     entry = decision.to_dict()
-    entry["at_iso"] = iso(decision.at)
+    entry["at_iso"] = iso_utc(decision.at)
     state = load_state(session)
     state["last_decision"] = entry
     if decision.action == "applied":

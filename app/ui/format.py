@@ -8,11 +8,13 @@ here: Jinja2's autoescape escapes every value a template prints.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from jinja2 import Undefined
 from markupsafe import Markup
+
+from app.domain.people import iso_utc
 
 
 def num(value: Any, digits: int = 4) -> str:
@@ -45,20 +47,16 @@ def secs(value: float | None) -> str:
 
 
 def when(value: datetime | str | float | None) -> str:
-    """ISO 8601 UTC to the second (``2026-12-01T02:40:05Z``) from a datetime, an ISO
-    string or epoch seconds."""
+    """ISO 8601 UTC to the second (``2026-12-01T02:40:05Z``, :func:`app.domain.people.iso_utc`,
+    the API's one format) from a datetime, an ISO string or epoch seconds."""
     if value is None or value == "":
         return "-"
-    if isinstance(value, int | float):
-        value = datetime.fromtimestamp(value, UTC)
-    elif isinstance(value, str):
+    if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
         except ValueError:
             return value
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return iso_utc(value)
 
 
 def bar(ratio: float | None) -> Markup:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body
 from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep, SettingsDep
 from app.domain.config import NodeConfig
 from app.domain.errors import Conflict
+from app.domain.people import for_people
 from app.settings import Settings
 from app.store import catalog
 from app.store.orm import NodeRow
@@ -18,11 +19,11 @@ router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
 
 def _view(row: NodeRow, allocs: dict[str, list]) -> dict[str, Any]:
-    return {
+    return for_people({
         **catalog.node_dict(row),
         "source": row.source,
         **node_view(row, allocs.get(row.name, [])),
-    }
+    })
 
 
 def _static_only(settings: Settings) -> None:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body
 
 from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep
 from app.domain.config import PoolConfig
+from app.domain.people import for_people
 from app.store import catalog
 from app.store.orm import PoolRow
 from app.store.usage import pool_usage
@@ -49,4 +50,4 @@ def delete_pool(name: str, session: SessionDep, by: AdminWriteDep) -> None:
 
 @router.get("/{name}/usage")
 def get_pool_usage(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
-    return pool_usage(session, catalog.get_named(session, PoolRow, name))
+    return for_people(pool_usage(session, catalog.get_named(session, PoolRow, name)))

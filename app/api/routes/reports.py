@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
 from app.api.routes.metrics import metrics_loop
+from app.domain.people import for_people
 from app.reports.live import DEFAULT_WINDOW_S, live_fairness, live_utilization
 
 router = APIRouter(prefix="/v1/reports", tags=["reports"])
@@ -25,7 +26,7 @@ def fairness(
     ] = DEFAULT_WINDOW_S,
 ) -> dict[str, Any]:
     """Wait P50/P99, P99/P50 and JCT P50 per team, pool, priority and GPU type; alerts."""
-    return live_fairness(session, now, window_s, metrics_loop(request).window)
+    return for_people(live_fairness(session, now, window_s, metrics_loop(request).window))
 
 
 @router.get("/utilization")
@@ -34,4 +35,6 @@ def utilization(
 ) -> dict[str, Any]:
     """Per GPU type: capacity and allocated CU, ratio, free cards/slices, pending, idle, DCGM."""
     snap = metrics_loop(request).snapshot(now)
-    return live_utilization(session, snap, request.app.state.settings.prometheus_url)
+    return for_people(
+        live_utilization(session, snap, request.app.state.settings.prometheus_url)
+    )

@@ -11,6 +11,7 @@ from app.api.deps import AdminDep, AdminWriteDep, NowDep, PrincipalDep, SessionD
 from app.api.routes.tokens import TokenIn, issue_token, token_out
 from app.api.schemas import TokenInfo, TokenOut
 from app.domain.config import TeamConfig
+from app.domain.people import for_people
 from app.domain.principal import team_scope
 from app.store import catalog
 from app.store.orm import TeamRow
@@ -83,7 +84,7 @@ def put_team_quota(
 @router.get("/{name}/usage")
 def get_team_usage(name: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     principal.require_team(name)
-    return team_usage(session, catalog.get_named(session, TeamRow, name))
+    return for_people(team_usage(session, catalog.get_named(session, TeamRow, name)))
 
 
 @router.post("/{name}/tokens", status_code=201)

@@ -11,6 +11,7 @@ from sqlalchemy import select
 from app.api.deps import AdminDep, AdminWriteDep, PrincipalDep, SessionDep
 from app.dispatch.tuner import TunerLoop
 from app.domain.errors import InputError
+from app.domain.people import for_people
 from app.store.orm import PoolRow
 from app.tuning.store import current_weights, load_history, load_state, save_config
 from app.tuning.tuner import TunerConfig
@@ -47,12 +48,12 @@ def _body(session: SessionDep) -> dict[str, Any]:
     def latest(action: str) -> dict[str, Any] | None:
         return next((e for e in reversed(history) if e["action"] == action), None)
 
-    return {
+    return for_people({
         **state,
         "weights": current_weights(session),
         "last_proposal": latest("proposed"),
         "last_change": latest("applied"),
-    }
+    })
 
 
 @router.get("")
@@ -87,7 +88,7 @@ def tuning_history(
 ) -> dict[str, Any]:
     """Recorded proposals, changes and rejections, newest first, with triggers and figures."""
     items = [e for e in reversed(load_history(session)) if action is None or e["action"] == action]
-    return {"items": items[:limit]}
+    return for_people({"items": items[:limit]})
 
 
 @router.post("/evaluate")
@@ -95,4 +96,4 @@ def evaluate_now(request: Request, _: AdminDep) -> dict[str, Any]:
     """Run one tuner pass now (same rules: triggers, cooldown, bounds, gate)."""
 
     loop = TunerLoop(request.app.state.session_factory, clock=request.app.state.clock)
-    return loop.run_once().to_dict()
+    return for_people(loop.run_once().to_dict())
