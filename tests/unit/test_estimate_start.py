@@ -56,3 +56,35 @@ def test_a_request_no_node_can_hold_gets_no_estimate():
     huge = job("huge", gpus=16, gpu_types=("v100-16g",))
     s = snap([node("n0", "v100-16g", 4)], [huge], now=NOW)
     assert estimate_starts(s, GPUQ).get("huge") is None
+
+
+def test_ends_close_together_are_one_cycle_dated_at_the_first_end():
+    """Four 1-card jobs end 10 s apart; the 4-card job needs all of them. One cycle per
+    end (no batching) says 1130 in 5 cycles; batched, the ends fall in one 60 s window:
+    2 cycles, and the start is the batch's first end, within the window of the exact one."""
+    runs = [running(job(f"r{i}", gpus=1, gpu_types=("v100-16g",),
+                        duration_estimate_s=100 + 10 * i),
+                    ReplicaPlacement(0, "n0", "v100-16g", (i,), units=4.0), started_at=NOW)
+            for i in range(4)]
+    big = job("big", gpus=4, gpu_types=("v100-16g",), submitted_at=1)
+    s = snap([node("n0", "v100-16g", 4)], [big], running=runs, now=NOW)
+    exact = estimate_starts(s, GPUQ, batch_min_s=0, batch_share=0)
+    assert exact.get("big") == NOW + 130 and exact.cycles == 5
+    batched = estimate_starts(s, GPUQ)
+    assert batched.get("big") == NOW + 100 and batched.cycles == 2
+    # ends further apart than the window (100 s > max(60 s, lead / 4)) are not merged
+    far = [running(job(f"f{i}", gpus=1, gpu_types=("v100-16g",),
+                       duration_estimate_s=100 * (i + 1)),
+                   ReplicaPlacement(0, "n0", "v100-16g", (i,), units=4.0), started_at=NOW)
+           for i in range(4)]
+    s2 = snap([node("n0", "v100-16g", 4)], [big], running=far, now=NOW)
+    est = estimate_starts(s2, GPUQ)
+    assert est.get("big") == NOW + 400 and est.cycles == 5
+
+
+def test_jobs_beyond_max_jobs_get_no_estimate():
+    blockers = [job(f"q{i}", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=60,
+                    submitted_at=i) for i in range(20)]
+    s = snap([node("n0", "v100-16g", 4)], blockers, now=NOW)
+    est = estimate_starts(s, GPUQ, max_jobs=5)
+    assert sorted(est.starts) == sorted(f"q{i}" for i in range(5))
