@@ -39,6 +39,7 @@ class BindRequest:
     duration_s: float | None = None
     pod_template: dict = field(default_factory=dict)
     world_size: int = 1
+    labels: dict = field(default_factory=dict)  # the job's ``labels``: on every Pod
 
 
 @dataclass(frozen=True, slots=True)

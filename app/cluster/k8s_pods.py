@@ -179,7 +179,7 @@ def build_pod(
     namespace = meta.pop("namespace", None) or ks.namespace
     for k in ("name", "generateName", "resourceVersion", "uid"):
         meta.pop(k, None)
-    labels = dict(meta.get("labels") or {})
+    labels = {**(meta.get("labels") or {}), **req.labels}  # the job's labels over the template's
     labels.update(
         {
             L.MANAGED_BY: L.MANAGED_BY_VALUE,

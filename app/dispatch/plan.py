@@ -51,4 +51,5 @@ def bind_request(
         duration_s=spec.get("duration_estimate_s"),
         pod_template=dict(spec.get("pod_template") or {}),
         world_size=len(placements),
+        labels=dict(spec.get("labels") or {}),
     )

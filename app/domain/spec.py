@@ -18,6 +18,7 @@ Placement = Literal["binpack", "spread"]
 Topology = Literal["none", "same_node", "same_rack", "fast_network"]
 
 MAX_REPLICAS = 1024
+LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 MAX_GPUS_PER_REPLICA = 64
 
 
@@ -29,6 +30,31 @@ def check_dns_label(value: str, field: str = "name") -> str:
             "1-63 characters, starting and ending with a letter or digit"
         )
     return value
+
+
+def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    """A job's ``labels`` go onto its Pods, so each must be a Kubernetes label (key: an
+    optional DNS-subdomain prefix and '/', then a name of 1-63 characters; value: empty
+    or a name), and none may be one of gpuq's own (``gpuq.io/...``, managed-by)."""
+    from app.domain.pod_policy import OWNED_KEY_PREFIX, OWNED_LABELS
+
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if (prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN.match(prefix))) or not (
+            LABEL_NAME.match(name)
+        ):
+            raise ValueError(
+                f"labels: key {key!r} is not a Kubernetes label key ([prefix/]name, the name "
+                "1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
+            )
+        if value and not LABEL_NAME.match(value):
+            raise ValueError(
+                f"labels.{key}: value {value!r} is not a Kubernetes label value (empty, or "
+                "1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
+            )
+        if key.startswith(OWNED_KEY_PREFIX) or key in OWNED_LABELS:
+            raise ValueError(f"labels.{key}: label owned by gpuq")
+    return labels
 
 
 def check_dns_subdomain(value: str, field: str = "name") -> str:
@@ -112,10 +138,11 @@ class JobSpec(BaseModel):
     topology: Topology = "none"
     duration_estimate_s: float | None = Field(default=None, gt=0, le=365 * 86400)
     pod_template: dict[str, Any] = Field(default_factory=dict)
-    labels: dict[str, str] = Field(default_factory=dict)
+    # put on every Pod of the job (Kubernetes labels; gpuq's own keys win)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
     # unset: the cluster-wide GPUQ_K8S_MAX_RETRIES restarts apply
     failure_policy: FailurePolicy | None = None
-    # scenario-only fields (ignored by the live service)
+    # scenario-only fields (gpuq simulate; the live service refuses them with a 422)
     submit_at_s: float | None = Field(default=None, ge=0)
     runtime_s: float | None = Field(default=None, gt=0)
     speed: dict[str, float] = Field(default_factory=dict)
@@ -124,6 +151,11 @@ class JobSpec(BaseModel):
     @classmethod
     def _name_is_dns(cls, v: str) -> str:
         return check_dns_label(v, "name")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_are_kubernetes_labels(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_labels(v)
 
     @model_validator(mode="after")
     def _gang_shape(self) -> JobSpec:

@@ -145,3 +145,15 @@ def test_wait_seconds_follows_the_clock(client, admin, clock):
     j = client.post("/v1/jobs", json=job_body(), headers=admin).json()
     clock.advance(42)
     assert client.get(f"/v1/jobs/{j['id']}", headers=admin).json()["wait_seconds"] == 42.0
+
+
+def test_labels_are_checked_kept_and_never_silently_dropped(client, admin):
+    base = {"name": "lab", "team": "nlp", "resources": {"gpus": 1}}
+    for labels, named in (({"bad key!": "x"}, "bad key!"), ({"app": "no spaces"}, "labels.app"),
+                          ({"gpuq.io/team": "x"}, "labels.gpuq.io/team")):
+        r = client.post("/v1/jobs", json={**base, "labels": labels}, headers=admin)
+        assert r.status_code == 422 and named in str(r.json()["detail"]), r.json()
+    good = {"app": "sft", "example.com/experiment": "e-42", "empty": ""}
+    r = client.post("/v1/jobs", json={**base, "labels": good}, headers=admin)
+    assert r.status_code == 201, r.json()
+    assert client.get(f"/v1/jobs/{r.json()['id']}", headers=admin).json()["spec"]["labels"] == good

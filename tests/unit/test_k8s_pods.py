@@ -109,3 +109,25 @@ def test_job_phase_rules():
         {"name": "main", "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}])
     phase, msg = job_phase([_pod("Running"), failed], 2)
     assert phase == "failed" and "OOMKilled" in msg and "w-1" in msg
+
+
+def test_job_labels_go_on_every_pod_over_the_template_but_under_gpuqs_own():
+    p = ReplicaPlacement(0, "a100-2", "a100-80g", (0,), units=10)
+    r = req([p], {"metadata": {"labels": {"app": "llm", "tier": "batch"}},
+                  "spec": {"containers": [{"name": "a", "image": "i"}]}})
+    r.labels.update({"app": "sft", "example.com/experiment": "e-42"})
+    labels = build_pod(r, p, bind_id="x", gpu_type=TYPES["a100-80g"], ks=KS)["metadata"]["labels"]
+    assert labels["app"] == "sft" and labels["tier"] == "batch"
+    assert labels["example.com/experiment"] == "e-42"
+    assert labels["gpuq.io/team"] == "nlp" and labels["app.kubernetes.io/managed-by"] == "gpuq"
+
+
+def test_bind_request_carries_the_specs_labels():
+    from types import SimpleNamespace
+
+    from app.dispatch.plan import bind_request
+
+    row = SimpleNamespace(id=7, name="a", team="nlp", pool="training", priority="P1",
+                          spec={"labels": {"exp": "1"}, "pod_template": {}})
+    p = ReplicaPlacement(0, "a100-2", "a100-80g", (0,), units=10)
+    assert bind_request(row, [p]).labels == {"exp": "1"}
