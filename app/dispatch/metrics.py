@@ -33,7 +33,6 @@ from app.clock import utcnow
 from app.dispatch.base import LoopService
 from app.dispatch.dispatcher import Dispatcher
 from app.dispatch.picture import QueuePicture
-from app.dispatch.releasing import hold_releasing_in_context
 from app.metrics import GpuqMetrics
 from app.reports.alerts import Alert
 from app.reports.event_feed import EventFeed
@@ -92,11 +91,12 @@ class MetricsLoop(LoopService):
 
     def _snapshot(self, session: Session, now: datetime) -> Snapshot:
         try:
+            # stopping Pods still hold their cards: the refresh marks them (once; a
+            # second marking here added their CPU, memory and card shares twice)
             ctx = self.picture.refresh(session, now)
         except Exception:
             self.picture.invalidate()
             raise
-        hold_releasing_in_context(session, ctx)  # stopping Pods still hold their cards
         return ctx.snapshot
 
     def run_once(self) -> None:

@@ -126,11 +126,25 @@ def utilization(
 
 def pending_counts(snap: Snapshot) -> Counter[tuple[str, str, str]]:
     """Pending jobs by (pool, priority, wanted GPU type), for the queue gauge."""
-    return Counter((j.pool, j.priority, wanted_type(j, snap.pools)) for j in snap.pending)
+    # thousands of pending jobs share a handful of shapes: type each shape once
+    shapes: Counter[tuple[str, str, bool, str | None]] = Counter(
+        (j.pool, j.priority, j.mode == "gpus" and not j.gpus,
+         j.gpu_types[0] if j.gpu_types else None)
+        for j in snap.pending
+    )
+    out: Counter[tuple[str, str, str]] = Counter()
+    for (pool, prio, cpu_only, first), n in shapes.items():
+        info = snap.pools.get(pool)
+        gpu_type = wanted_type_of(cpu_only, first, info.gpu_types if info is not None else ())
+        out[(pool, prio, gpu_type)] += n
+    return out
 
 
 def pending_by_type(snap: Snapshot) -> dict[str, int]:
-    return dict(Counter(wanted_type(j, snap.pools) for j in snap.pending))
+    out: Counter[str] = Counter()
+    for (_, _, gpu_type), n in pending_counts(snap).items():
+        out[gpu_type] += n
+    return dict(out)
 
 
 def borrowed_units(snap: Snapshot) -> dict[tuple[str, str, str], float]:

@@ -12,7 +12,9 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.metrics import MetricsLoop
 from app.dispatch.picture import QueuePicture
+from app.metrics import GpuqMetrics
 from app.scheduling.model import Admission, CycleResult, Preemption
 from app.store.orm import AllocationRow
 from app.store.releasing import releasing_units
@@ -100,6 +102,13 @@ def test_cancelled_job_keeps_its_gpus_until_its_pods_stop(
     dispatcher.run_once()
     assert _job(client, admin, b)["status"] == "pending"
     assert [r[3] for r in _rows(session_factory)] == [True]
+    # the metrics loop's incremental picture (utilization, gauges) marks the releasing
+    # capacity once, as the full snapshot does (it once added its CPU and memory twice)
+    loop = MetricsLoop(session_factory, GpuqMetrics(), clock=clock)
+    with session_factory() as s:
+        full = build_snapshot(s, clock()).snapshot.nodes
+    assert [x for x in full if x.name == node][0].cpu_used > 0
+    assert loop.snapshot(clock()).nodes == full
     # the cancelled job's GET still shows what it held
     (held,) = _job(client, admin, a)["allocations"]
     assert held["released"] is True and held["node"] == node
