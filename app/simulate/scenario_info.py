@@ -14,6 +14,7 @@ builder was asked for.
 from __future__ import annotations
 
 from collections import defaultdict
+from statistics import median
 from typing import Any
 
 from app.domain.config import GpuqConfig
@@ -48,6 +49,8 @@ def describe(model: ScenarioModel, cfg: GpuqConfig | None = None,
         for t, v in sorted(per_type.items())
     }
     cards = sum(v["cards"] for v in cluster.values())
+    speed = {t: median([sp.speed.get(t, 1.0) for sp in model.specs] or [1.0]) for t in cluster}
+    speed_cards = sum(v["cards"] * speed[t] for t, v in cluster.items())
     capacity = sum(v["capacity_cu"] for v in cluster.values())
     mig_fraction = {name: p.compute_fraction for t in c.gpu_types.values()
                     for name, p in t.mig_profiles.items()}
@@ -66,7 +69,8 @@ def describe(model: ScenarioModel, cfg: GpuqConfig | None = None,
         "teams": len({s.team for s in model.specs}),
         "jobs": len(model.specs),
         "submit_window_s": [round(first, 3), round(last, 3)],
-        "offered_load": round(asked / (cards * window_s), 2) if cards and window_s > 0 else None,
+        "offered_load": (round(asked / (speed_cards * window_s), 2)
+                         if speed_cards and window_s > 0 else None),
     }
     if cfg is not None and cfg.trace is not None:
         info["trace"] = {"format": cfg.trace.format, **dict(cfg.trace.options)}
@@ -97,7 +101,7 @@ def header_lines(info: dict[str, Any] | None, policies: list[str]) -> list[str]:
         f"- **Cluster:** {info['nodes']} nodes, {info['cards']} GPUs, "
         f"{info['capacity_cu']:g} CU in {info['pools']} pool(s): {types}",
         f"- **Load:** offered {load_text}: {info['jobs']:,} jobs of {info['teams']} teams "
-        "(GPU-time asked / GPU-time in the submit window)",
+        "(GPU-time asked / speed-weighted GPU-time in the submit window)",
         f"- **Window:** jobs submitted from {first / 3600:.1f} h to {last / 3600:.1f} h "
         f"({(last - first) / 3600:.1f} h)",
         f"- **Policy:** {pol}",
