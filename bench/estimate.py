@@ -3,7 +3,7 @@
 Cost (pure core, no database): a cluster of 96 nodes x 8 GPUs, every card busy with jobs
 ending over the next two hours, and 10,000 pending jobs. The baseline is ONE core cycle on
 the same snapshot (what the dispatcher pays every second); then the forward replay as it
-was before end batching (one cycle per job end, 200 cycles: ``--previous``) and as it is
+was before end batching (one cycle per job end, 200 cycles; ``--no-previous`` skips it) and as it is
 (ends batched, default bounds), same snapshot, same run. Load average printed.
 
 Accuracy (``--scenario FILE``): the scenario is replayed by the simulator; every
