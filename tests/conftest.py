@@ -17,6 +17,10 @@ from app.store.db import make_engine, make_session_factory
 from app.store.orm import ALL_TABLES
 from tests.pg_server import own_database
 
+# The fake Kubernetes API server (``kube``) and a database of a test's own (``db_url``,
+# ``sf``) from tests/fakekube/fixtures.py, for every Kubernetes test to ask for by name.
+pytest_plugins = ["tests.fakekube.fixtures"]
+
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:

@@ -1,15 +1,23 @@
-"""pytest fixtures: a running fake API server and a KubernetesCluster on it."""
+"""pytest fixtures: a running fake API server, a KubernetesCluster on it, and the
+database of a test's own that the Kubernetes integration tests share."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.kubernetes import KubernetesCluster
+from app.dispatch.leader import LeaderElector
+from app.store.db import make_engine, make_session_factory
+from app.store.node_rows import gpu_type_configs
+from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
 from tests.fakekube.objects import GPU_TYPES
 from tests.fakekube.server import FakeKube
 
@@ -48,3 +56,38 @@ def cluster(kube: FakeKube) -> Iterator[KubernetesCluster]:
     c.start(wait_s=10)
     yield c
     c.close()
+
+
+def started_cluster(
+    kube: FakeKube, sf: sessionmaker[Session], pod_policy_for: Any = None
+) -> KubernetesCluster:
+    """A cluster on the fake API server that knows the database's GPU types (as the
+    runtime configures it) and, when given, the Pod policy reader; informers synced."""
+    with sf() as s:
+        types = gpu_type_configs(s)
+    c = make_cluster(kube)
+    c.set_gpu_types(types)
+    if pod_policy_for is not None:
+        c.pod_policy_for = pod_policy_for
+    c.start(wait_s=10)
+    return c
+
+
+def elector(db_url: str, lock: str | None = None) -> LeaderElector:
+    """A leader elector on ``db_url``; a lock name of its own unless replicas share ``lock``."""
+    return LeaderElector(db_url, lock or f"gpuq-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def db_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A migrated database of the test's own, configured with its module's ``CONFIG``
+    (the A100 training world of :data:`A100_TRAINING_CONFIG` when it has none)."""
+    yield from fresh_database(getattr(request.module, "CONFIG", A100_TRAINING_CONFIG))
+
+
+@pytest.fixture
+def sf(db_url: str) -> Iterator[sessionmaker[Session]]:
+    """Sessions on the test's database; the engine is disposed after the test."""
+    engine = make_engine(db_url, pool_size=6)
+    yield make_session_factory(engine)
+    engine.dispose()

@@ -5,19 +5,13 @@ through the API server, the node syncs back and the job is bound."""
 
 from __future__ import annotations
 
-import uuid
-
 from app.clock import utcnow
 from app.dispatch.dispatcher import Dispatcher
-from app.dispatch.leader import LeaderElector
 from app.domain.spec import JobSpec
-from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
-from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
-from tests.fakekube.fixtures import kube, make_cluster, wait_until  # noqa: F401 (fixture)
+from tests.fakekube.fixtures import elector, started_cluster, wait_until
 from tests.fakekube.objects import article_a100
-from tests.integration.test_k8s_dispatcher import db_url  # noqa: F401
 
 
 def _job(sf, job_id) -> JobRow:
@@ -25,18 +19,12 @@ def _job(sf, job_id) -> JobRow:
         return s.get(JobRow, job_id)
 
 
-def test_cordoned_node_job_waits_then_runs_when_uncordoned(kube, db_url):  # noqa: F811
+def test_cordoned_node_job_waits_then_runs_when_uncordoned(kube, db_url, sf):  # noqa: F811
     cordoned = article_a100("a100-0")
     cordoned["spec"]["unschedulable"] = True
     kube.add_node(cordoned)
-    engine = make_engine(db_url, pool_size=4)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
-    c = make_cluster(kube)
-    c.set_gpu_types(types)
-    c.start(wait_s=10)
-    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"))
+    c = started_cluster(kube, sf)
+    d = Dispatcher(sf, c, elector=elector(db_url))
     try:
         wait_until(lambda: any(not n.schedulable for n in c.list_nodes()))
         with sf() as s:
@@ -56,4 +44,3 @@ def test_cordoned_node_job_waits_then_runs_when_uncordoned(kube, db_url):  # noq
     finally:
         d.elector.release()
         c.close()
-        engine.dispose()

@@ -3,7 +3,6 @@ reconcile, node sync into the nodes table (fake API server + real PostgreSQL).""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,22 +14,15 @@ from sqlalchemy.orm import sessionmaker
 
 from app.clock import utcnow
 from app.dispatch.dispatcher import Dispatcher
-from app.dispatch.leader import LeaderElector, libpq_dsn
+from app.dispatch.leader import libpq_dsn
 from app.domain.spec import JobSpec
-from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
-from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobEventRow, JobRow, NodeRow
-from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
-from tests.fakekube.fixtures import kube, make_cluster, wait_until
+from tests.fakekube.db import A100_TRAINING_CONFIG
+from tests.fakekube.fixtures import elector, started_cluster, wait_until
 from tests.fakekube.objects import article_a100, node
 
 CONFIG = A100_TRAINING_CONFIG
-
-
-@pytest.fixture
-def db_url() -> Iterator[str]:
-    yield from fresh_database(CONFIG)
 
 
 def _status(sf, job_id):
@@ -38,21 +30,15 @@ def _status(sf, job_id):
         return s.get(JobRow, job_id).status
 
 
-def test_two_dispatchers_one_leader_failover(kube, db_url):
+def test_two_dispatchers_one_leader_failover(kube, db_url, sf):
     kube.add_node(article_a100("a100-0"))
     kube.add_node(article_a100("a100-1"))
     kube.add_node(node("cpu-0"))
     lock = f"gpuq-dispatcher-{uuid.uuid4().hex[:8]}"
-    engine = make_engine(db_url, pool_size=4)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
     replicas = []
     for _ in range(2):
-        c = make_cluster(kube)
-        c.set_gpu_types(types)
-        c.start(wait_s=10)
-        d = Dispatcher(sf, c, elector=LeaderElector(db_url, lock), grace_seconds=5)
+        c = started_cluster(kube, sf)
+        d = Dispatcher(sf, c, elector=elector(db_url, lock), grace_seconds=5)
         replicas.append((d, c))
     (d1, c1), (d2, c2) = replicas
     try:
@@ -99,22 +85,15 @@ def test_two_dispatchers_one_leader_failover(kube, db_url):
         for d, c in replicas:
             d.elector.release()
             c.close()
-        engine.dispose()
 
 
-def test_new_leader_removes_half_bound_gang_and_rebinds(kube, db_url):
+def test_new_leader_removes_half_bound_gang_and_rebinds(kube, db_url, sf):
     """A crash between creating a gang's Pods and binding them all."""
     kube.add_node(article_a100("a100-0"))
     kube.add_node(article_a100("a100-1"))
     lock = f"gpuq-dispatcher-{uuid.uuid4().hex[:8]}"
-    engine = make_engine(db_url, pool_size=4)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
-    c1 = make_cluster(kube)
-    c1.set_gpu_types(types)
-    c1.start(wait_s=10)
-    d1 = Dispatcher(sf, c1, elector=LeaderElector(db_url, lock))
+    c1 = started_cluster(kube, sf)
+    d1 = Dispatcher(sf, c1, elector=elector(db_url, lock))
     # the process dies after binding the first replica of the gang
     orig_bind = c1.api.create_namespaced_pod_binding
     calls = []
@@ -126,55 +105,44 @@ def test_new_leader_removes_half_bound_gang_and_rebinds(kube, db_url):
         return orig_bind(*args, **kwargs)
 
     c1.api.create_namespaced_pod_binding = crash_on_second
-    try:
-        with sf() as s:
-            spec = JobSpec.model_validate({
-                "name": "gang", "team": "nlp", "replicas": 2,
-                "resources": {"gpus": 8, "gpu_types": ["a100-80g"]},
-            })
-            job_id = submit_job(s, spec, now=utcnow()).job.id
-            s.commit()
-        with pytest.raises(_Crash):
-            d1.run_once()
-        d1.elector.release()
-        c1.close()
-        pods = kube.gpuq_pods()
-        assert len(pods) == 2 and sum(bool(p["spec"].get("nodeName")) for p in pods) == 1
-        assert _status(sf, job_id) == "admitted"
+    with sf() as s:
+        spec = JobSpec.model_validate({
+            "name": "gang", "team": "nlp", "replicas": 2,
+            "resources": {"gpus": 8, "gpu_types": ["a100-80g"]},
+        })
+        job_id = submit_job(s, spec, now=utcnow()).job.id
+        s.commit()
+    with pytest.raises(_Crash):
+        d1.run_once()
+    d1.elector.release()
+    c1.close()
+    pods = kube.gpuq_pods()
+    assert len(pods) == 2 and sum(bool(p["spec"].get("nodeName")) for p in pods) == 1
+    assert _status(sf, job_id) == "admitted"
 
-        c2 = make_cluster(kube)
-        c2.set_gpu_types(types)
-        c2.start(wait_s=10)
-        d2 = Dispatcher(sf, c2, elector=LeaderElector(db_url, lock))
-        try:
-            d2.run_once()  # leader: reconcile removes the half gang
-            wait_until(lambda: d2.run_once() or (
-                len(kube.gpuq_pods()) == 2
-                and all(p["spec"].get("nodeName") for p in kube.gpuq_pods())))
-            assert {p["metadata"]["name"] for p in kube.gpuq_pods()}.isdisjoint(
-                {p["metadata"]["name"] for p in pods})
-            assert _status(sf, job_id) == "admitted"
-        finally:
-            d2.elector.release()
-            c2.close()
+    c2 = started_cluster(kube, sf)
+    d2 = Dispatcher(sf, c2, elector=elector(db_url, lock))
+    try:
+        d2.run_once()  # leader: reconcile removes the half gang
+        wait_until(lambda: d2.run_once() or (
+            len(kube.gpuq_pods()) == 2
+            and all(p["spec"].get("nodeName") for p in kube.gpuq_pods())))
+        assert {p["metadata"]["name"] for p in kube.gpuq_pods()}.isdisjoint(
+            {p["metadata"]["name"] for p in pods})
+        assert _status(sf, job_id) == "admitted"
     finally:
-        engine.dispose()
+        d2.elector.release()
+        c2.close()
 
 
 class _Crash(BaseException):
     """The process dying mid-call: no except-Exception handler (no undo) runs."""
 
 
-def test_failed_pod_requeues_up_to_the_retry_limit_then_fails(kube, db_url):
+def test_failed_pod_requeues_up_to_the_retry_limit_then_fails(kube, db_url, sf):
     kube.add_node(article_a100("a100-0"))
-    engine = make_engine(db_url, pool_size=4)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
-    c = make_cluster(kube)
-    c.set_gpu_types(types)
-    c.start(wait_s=10)
-    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"),
+    c = started_cluster(kube, sf)
+    d = Dispatcher(sf, c, elector=elector(db_url),
                    max_retries=1)
     try:
         with sf() as s:
@@ -210,19 +178,12 @@ def test_failed_pod_requeues_up_to_the_retry_limit_then_fails(kube, db_url):
     finally:
         d.elector.release()
         c.close()
-        engine.dispose()
 
 
-def test_invalid_pod_template_fails_the_job_instead_of_retrying_forever(kube, db_url):
+def test_invalid_pod_template_fails_the_job_instead_of_retrying_forever(kube, db_url, sf):
     kube.add_node(article_a100("a100-0"))
-    engine = make_engine(db_url, pool_size=4)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
-    c = make_cluster(kube)
-    c.set_gpu_types(types)
-    c.start(wait_s=10)
-    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"))
+    c = started_cluster(kube, sf)
+    d = Dispatcher(sf, c, elector=elector(db_url))
     try:
         sc = {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
               "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
@@ -247,36 +208,30 @@ def test_invalid_pod_template_fails_the_job_instead_of_retrying_forever(kube, db
     finally:
         d.elector.release()
         c.close()
-        engine.dispose()
 
 
 @contextmanager
-def one_dispatcher(kube, db_url: str, **kw) -> Iterator[tuple[Dispatcher, sessionmaker]]:
+def one_dispatcher(
+    kube, db_url: str, sf: sessionmaker, **kw
+) -> Iterator[tuple[Dispatcher, sessionmaker]]:
     """A leader-elected dispatcher on the fake cluster; released and closed afterwards."""
-    engine = make_engine(db_url, pool_size=4)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
-    c = make_cluster(kube)
-    c.set_gpu_types(types)
-    c.start(wait_s=10)
-    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"), **kw)
+    c = started_cluster(kube, sf)
+    d = Dispatcher(sf, c, elector=elector(db_url), **kw)
     try:
         yield d, sf
     finally:
         d.elector.release()
         c.close()
-        engine.dispose()
 
 
 @pytest.mark.parametrize("action", ["restart", "fail"])
-def test_gang_failure_policy_restarts_the_whole_gang_or_fails_it(kube, db_url, action):
+def test_gang_failure_policy_restarts_the_whole_gang_or_fails_it(kube, db_url, sf, action):
     """One replica of a 2-node gang fails: with ``restart`` the whole gang runs again (new
     Pods for both replicas) up to max_restarts, with ``fail`` the job fails at once; either
     way the healthy replica is stopped, never left holding its GPUs."""
     kube.add_node(article_a100("a100-0"))
     kube.add_node(article_a100("a100-1"))
-    with one_dispatcher(kube, db_url) as (d, sf):
+    with one_dispatcher(kube, db_url, sf) as (d, _):
         with sf() as s:
             spec = JobSpec.model_validate({
                 "name": "ddp", "team": "nlp", "replicas": 2,

@@ -9,9 +9,7 @@ job finished, instead of leaving it ``running`` with its GPUs and quota.
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -19,14 +17,11 @@ from sqlalchemy.exc import DBAPIError
 
 from app.clock import utcnow
 from app.dispatch.dispatcher import Dispatcher
-from app.dispatch.leader import LeaderElector, libpq_dsn
+from app.dispatch.leader import libpq_dsn
 from app.domain.spec import JobSpec
-from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
-from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
-from tests.fakekube.db import fresh_database
-from tests.fakekube.fixtures import kube, make_cluster, wait_until
+from tests.fakekube.fixtures import elector, started_cluster, wait_until
 from tests.fakekube.objects import article_a100
 from tests.faults import kill_connection_on
 
@@ -40,29 +35,18 @@ teams:
 """
 
 
-@pytest.fixture
-def db_url() -> Iterator[str]:
-    yield from fresh_database(CONFIG)
-
-
 def _status(sf, job_id) -> str:
     with sf() as s:
         return s.get(JobRow, job_id).status
 
 
-def test_finish_survives_a_killed_pass_and_a_leader_change(kube, db_url):
+def test_finish_survives_a_killed_pass_and_a_leader_change(kube, db_url, sf):
     kube.add_node(article_a100("a100-0"))
     lock = f"gpuq-dispatcher-{uuid.uuid4().hex[:8]}"
-    engine = make_engine(db_url, pool_size=4)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
     replicas = []
     for _ in range(2):
-        c = make_cluster(kube)
-        c.set_gpu_types(types)
-        c.start(wait_s=10)
-        replicas.append((Dispatcher(sf, c, elector=LeaderElector(db_url, lock)), c))
+        c = started_cluster(kube, sf)
+        replicas.append((Dispatcher(sf, c, elector=elector(db_url, lock)), c))
     (d1, c1), (d2, c2) = replicas
     try:
         with sf() as s:
@@ -86,7 +70,7 @@ def test_finish_survives_a_killed_pass_and_a_leader_change(kube, db_url):
         ))
         d2.run_once()  # the standby polls the report and drops it
         # the leader's recording transaction dies with its connection ...
-        with kill_connection_on(engine, "UPDATE jobs") as hits, pytest.raises(DBAPIError):
+        with kill_connection_on(sf.kw["bind"], "UPDATE jobs") as hits, pytest.raises(DBAPIError):
             wait_until(lambda: d1.run_once() or False, timeout_s=3)
         assert hits
         assert _status(sf, job_id) == "running"
@@ -101,4 +85,3 @@ def test_finish_survives_a_killed_pass_and_a_leader_change(kube, db_url):
         for d, c in replicas:
             d.elector.release()
             c.close()
-        engine.dispose()

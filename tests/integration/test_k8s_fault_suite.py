@@ -10,28 +10,22 @@ finished Pods, nothing run twice at once, no card double-booked.
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 from sqlalchemy import select
 
 from app.clock import utcnow
 from app.dispatch.dispatcher import Dispatcher
-from app.dispatch.leader import LeaderElector, libpq_dsn
+from app.dispatch.leader import libpq_dsn
 from app.domain.spec import JobSpec
 from app.domain.states import TERMINAL
-from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
-from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
-from tests.fakekube.db import fresh_database
-from tests.fakekube.fixtures import kube, make_cluster
+from tests.fakekube.fixtures import elector, started_cluster
 from tests.fakekube.objects import article_a100
 from tests.fakekube.server import FakeKube
 from tests.invariants import check_cluster, check_database
@@ -45,11 +39,6 @@ teams:
   - {name: nlp, pool: training, quota_units: 120}
   - {name: cv, pool: training, quota_units: 120}
 """
-
-
-@pytest.fixture
-def db_url() -> Iterator[str]:
-    yield from fresh_database(CONFIG)
 
 
 class FakeKubelet:
@@ -103,21 +92,15 @@ def _pods_by_job(kube: FakeKube) -> dict[str, set]:
     return out
 
 
-def test_leader_kills_keep_every_invariant(kube, db_url):  # noqa: F811
+def test_leader_kills_keep_every_invariant(kube, db_url, sf):  # noqa: F811
     rng = random.Random(12)
     for i in range(2):
         kube.add_node(article_a100(f"a100-{i}"))
     lock = f"gpuq-dispatcher-{uuid.uuid4().hex[:8]}"
-    engine = make_engine(db_url, pool_size=6)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
 
     def replica() -> tuple[Dispatcher, object]:
-        c = make_cluster(kube)
-        c.set_gpu_types(types)
-        c.start(wait_s=10)
-        return Dispatcher(sf, c, elector=LeaderElector(db_url, lock), grace_seconds=1), c
+        c = started_cluster(kube, sf)
+        return Dispatcher(sf, c, elector=elector(db_url, lock), grace_seconds=1), c
 
     replicas = [replica(), replica()]
     accepted: list[str] = []
@@ -175,4 +158,3 @@ def test_leader_kills_keep_every_invariant(kube, db_url):  # noqa: F811
         for d, c in replicas:
             d.elector.release()
             c.close()
-        engine.dispose()

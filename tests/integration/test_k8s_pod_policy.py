@@ -5,25 +5,21 @@ accepted one arrives with gpuq's owned fields intact."""
 from __future__ import annotations
 
 import copy
-import os
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import func, select, update
 
 from app.clock import utcnow
+from app.cluster.k8s_settings import KubeSettings
 from app.dispatch.dispatcher import Dispatcher
-from app.dispatch.leader import LeaderElector
 from app.domain.errors import PodPolicyError
 from app.domain.spec import JobSpec
 from app.store.catalog_cache import pod_policy_reader
-from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_job
-from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow, TeamRow
-from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
-from tests.fakekube.fixtures import kube, make_cluster
+from tests.fakekube.db import A100_TRAINING_CONFIG
+from tests.fakekube.fixtures import elector, started_cluster
 from tests.fakekube.objects import article_a100
 
 CONFIG = A100_TRAINING_CONFIG
@@ -37,25 +33,16 @@ GOOD = {
 
 
 @pytest.fixture
-def env(kube) -> Iterator[tuple]:
-    db_url = next(gen := fresh_database(CONFIG))
+def env(kube, db_url, sf) -> Iterator[tuple]:
     kube.add_node(article_a100("a100-0"))
-    engine = make_engine(db_url, pool_size=4)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
-    c = make_cluster(kube)
-    c.set_gpu_types(types)
-    c.pod_policy_for = pod_policy_reader(sf, c.ks.install_policy())
-    c.start(wait_s=10)
-    d = Dispatcher(sf, c, elector=LeaderElector(db_url, f"gpuq-{uuid.uuid4().hex[:8]}"))
+    policies = pod_policy_reader(sf, KubeSettings().install_policy())
+    c = started_cluster(kube, sf, pod_policy_for=policies)
+    d = Dispatcher(sf, c, elector=elector(db_url))
     try:
         yield sf, d
     finally:
         d.elector.release()
         c.close()
-        engine.dispose()
-        gen.close()
 
 
 def _spec(template: dict, name: str = "j") -> JobSpec:

@@ -8,9 +8,6 @@ the terminating Pods hold (real PostgreSQL, the real dispatcher and core).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 from sqlalchemy import func, select
 
@@ -18,12 +15,9 @@ from app.clock import ManualClock
 from app.cluster import k8s_labels as L
 from app.dispatch.dispatcher import Dispatcher
 from app.domain.spec import JobSpec
-from app.store.db import make_engine, make_session_factory
 from app.store.jobs import cancel_job, submit_job
-from app.store.node_rows import gpu_type_configs
 from app.store.orm import AllocationRow, JobEventRow, JobRow
-from tests.fakekube.db import fresh_database
-from tests.fakekube.fixtures import kube, make_cluster, wait_until  # noqa: F401
+from tests.fakekube.fixtures import make_cluster, started_cluster, wait_until
 from tests.fakekube.objects import article_a100
 
 CONFIG = """
@@ -37,29 +31,17 @@ teams:
 
 
 @pytest.fixture
-def db_url() -> Iterator[str]:
-    yield from fresh_database(CONFIG)
-
-
-@pytest.fixture
-def env(kube, db_url):  # noqa: F811
+def env(kube, db_url, sf):  # noqa: F811
     """One A100 node (8 cards), a dispatcher on a manual clock, grace 30 s."""
     kube.honour_grace = True
     kube.add_node(article_a100("a100-0"))
-    engine = make_engine(db_url, pool_size=4)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
-    c = make_cluster(kube)
-    c.set_gpu_types(types)
-    c.start(wait_s=10)
+    c = started_cluster(kube, sf)
     clock = ManualClock()
     d = Dispatcher(sf, c, clock=clock, grace_seconds=30)
     try:
         yield sf, c, d, clock
     finally:
         c.close()
-        engine.dispose()
 
 
 def _submit(sf, clock, name: str, priority: str = "P1") -> int:
@@ -184,7 +166,7 @@ class _DiesAtStop:
         raise _Killed()
 
 
-def test_crash_after_a_move_before_the_old_pods_stop(kube, db_url):  # noqa: F811
+def test_crash_after_a_move_before_the_old_pods_stop(kube, db_url, sf):  # noqa: F811
     """The descheduler moved a job (preempted and admitted anew elsewhere in one
     cycle), and the process died before stopping the old Pods. The next leader
     must not adopt them as the job's current attempt: it evicts them (grace
@@ -197,14 +179,8 @@ def test_crash_after_a_move_before_the_old_pods_stop(kube, db_url):  # noqa: F81
     kube.honour_grace = True
     kube.add_node(article_a100("a100-0"))
     kube.add_node(article_a100("a100-1"))
-    engine = make_engine(db_url, pool_size=4)
-    sf = make_session_factory(engine)
-    with sf() as s:
-        types = gpu_type_configs(s)
     clock = ManualClock()
-    c1 = make_cluster(kube)
-    c1.set_gpu_types(types)
-    c1.start(wait_s=10)
+    c1 = started_cluster(kube, sf)
     c2 = None
     try:
         d1 = Dispatcher(sf, c1, clock=clock, grace_seconds=30)
@@ -233,9 +209,7 @@ def test_crash_after_a_move_before_the_old_pods_stop(kube, db_url):  # noqa: F81
                           for r in s.scalars(select(AllocationRow)))
         assert rows == sorted([(src, True), (dst, False)])
 
-        c2 = make_cluster(kube)
-        c2.set_gpu_types(types)
-        c2.start(wait_s=10)
+        c2 = started_cluster(kube, sf)
         d2 = Dispatcher(sf, c2, clock=clock, grace_seconds=30)
         d2.run_once()
         # the old Pod is evicted with the grace period, the new placement bound
@@ -262,7 +236,6 @@ def test_crash_after_a_move_before_the_old_pods_stop(kube, db_url):  # noqa: F81
         c1.close()
         if c2 is not None:
             c2.close()
-        engine.dispose()
 
 
 def test_a_stop_before_the_watch_shows_the_pods_still_counts_as_draining(kube):  # noqa: F811

@@ -3,10 +3,6 @@ leader-elected dispatcher binding a submitted job's Pods on the fake API server.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
-import pytest
 import yaml
 
 from app.clock import utcnow
@@ -16,8 +12,6 @@ from app.runtime import open_services
 from app.settings import Settings
 from app.store.jobs import submit_job
 from app.store.orm import JobRow
-from tests.fakekube.db import fresh_database
-from tests.fakekube.fixtures import kube
 from tests.fakekube.objects import article_a100
 
 CONFIG = """
@@ -28,11 +22,6 @@ pools:
 teams:
   - {name: nlp, pool: training}
 """
-
-
-@pytest.fixture
-def db_url() -> Iterator[str]:
-    yield from fresh_database(CONFIG)
 
 
 def test_gpuq_cluster_kubernetes_from_kubeconfig(kube, db_url, tmp_path, monkeypatch):
