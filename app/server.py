@@ -10,11 +10,21 @@ from pathlib import Path
 
 import uvicorn
 
+from app.clock import utcnow
+from app.domain.config import load_config_text
 from app.main import create_app
-from app.runtime import open_services, resolve_database
+from app.runtime import UnsafeAdminToken, check_admin_token, open_services, resolve_database
 from app.settings import Settings
 from app.store import migrate
-from app.store.db import make_engine
+from app.store.config_loader import (
+    apply_managed_config,
+    config_digest,
+    ensure_priority_classes,
+    lock_config,
+    plan_config,
+    remember_applied,
+)
+from app.store.db import make_engine, make_session_factory
 
 GRACEFUL_S = 3  # open HTTP requests get this long after SIGTERM
 
@@ -126,20 +136,6 @@ def config_apply(settings: Settings, path: str, *, dry_run: bool) -> list[str]:
     names are managed by it, and the same content is not applied again by
     ``serve`` at its next start.
     """
-    from app.clock import utcnow
-    from app.domain.config import load_config_text
-    from app.runtime import resolve_database
-    from app.store import migrate
-    from app.store.config_loader import (
-        apply_managed_config,
-        config_digest,
-        ensure_priority_classes,
-        lock_config,
-        plan_config,
-        remember_applied,
-    )
-    from app.store.db import make_engine, make_session_factory
-
     text = Path(path).read_text()
     cfg = load_config_text(text)
     url, embedded = resolve_database(settings)
@@ -170,8 +166,6 @@ def config_apply(settings: Settings, path: str, *, dry_run: bool) -> list[str]:
 
 def refuse_unsafe_admin_token(settings: Settings) -> None:
     """Exit with a clear message (not a traceback) on a weak GPUQ_ADMIN_TOKEN."""
-    from app.runtime import UnsafeAdminToken, check_admin_token
-
     if settings.admin_token:
         try:
             check_admin_token(settings.admin_token)

@@ -15,8 +15,10 @@ from pydantic import ValidationError
 
 from app.domain.config import load_config
 from app.domain.errors import error_line
+from app.simulate.fill_command import run_fill_command
 from app.simulate.policies import POLICY_NAMES, make_policy
 from app.simulate.replay import ScenarioModel, Simulator, to_json
+from app.simulate.report import write_report
 from app.simulate.scenario_info import describe
 from app.simulate.traces import scenario_from_trace
 
@@ -64,7 +66,6 @@ def run_simulate(
             print(error_line(f"unknown protocol {protocol!r}; known: replay, fill"),
                   file=sys.stderr)
             return 2
-        from app.simulate.fill_command import run_fill_command
 
         # the fill protocol has its own policies (random, bestfit, fgd, gpuq = the live core)
         return int(run_fill_command(scenario, policy=policy, seed=seed, out=out, report=report,
@@ -92,10 +93,5 @@ def run_simulate(
         f"jct p50 {s['jct_p50_s']:.0f}s"
     )
     if report:
-        try:
-            from app.simulate.report import write_report  # type: ignore[import-not-found]
-        except ImportError:
-            print(error_line("--report is not available in this build"), file=sys.stderr)
-            return 2
         write_report(doc, report)
     return 0

@@ -17,6 +17,7 @@ from app.domain.config import load_config
 from app.domain.errors import error_line
 from app.simulate.alibaba import read_nodes, read_pods
 from app.simulate.fill import FILL_POLICIES, check_placements, parse_seeds, run_fill, summarize
+from app.simulate.report import write_fill_report
 from app.simulate.traces import trace_file
 
 
@@ -141,7 +142,6 @@ def run_fill_command(
         f"unallocated at 100% arrived = {result['unallocated_pct_at_100']}% (median)"
     )
     if report:
-        from app.simulate.report import write_fill_report
 
         write_fill_report([result], report)
         print(f"report written to {report}")

@@ -24,6 +24,9 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from app.domain.config import GpuqConfig
+from app.simulate.alibaba import gpu_type_configs, node_configs, pod_job_spec, read_nodes, read_pods
+from app.simulate.alibaba_timed import build_timed_scenario
+from app.simulate.philly import build_scenario, read_jobs, window
 from app.simulate.replay import ScenarioModel
 
 TRACE_DIR_ENV = "GPUQ_TRACE_DIR"
@@ -90,8 +93,6 @@ def scenario_from_trace(
         raise ValueError("trace: missing")
     opts = dict(tr.options)
     if tr.format == "philly":
-        from app.simulate.philly import build_scenario, read_jobs, window
-
         start, hours = window(
             str(opts.get("start", "2017-10-09 00:00:00")),
             days=float(opts["days"]) if "days" in opts else None,
@@ -109,19 +110,9 @@ def scenario_from_trace(
         )
         return ScenarioModel.from_config(_merge(cfg, doc))
     if tr.format == "alibaba-openb":
-        from app.simulate.alibaba import (
-            gpu_type_configs,
-            node_configs,
-            pod_job_spec,
-            read_nodes,
-            read_pods,
-        )
-
         nodes = read_nodes(_path(base, tr.nodes, "nodes"))
         pods = read_pods(_path(base, tr.pods, "pods"))
         if "load" in opts:  # a window of the trace on a cluster sized for a load
-            from app.simulate.alibaba_timed import build_timed_scenario
-
             doc = build_timed_scenario(
                 nodes, pods,
                 start_day=float(opts.get("start_day", 118.0)),

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -109,7 +110,5 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 
 def psycopg_conninfo(url: str) -> str:
     """The libpq form of a SQLAlchemy URL (for a raw LISTEN connection)."""
-    from sqlalchemy.engine import make_url
-
     u = make_url(normalize_url(url)).set(drivername="postgresql")
     return u.render_as_string(hide_password=False)
