@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -136,7 +137,10 @@ def test_equal_signatures_fit_and_score_alike(pair: tuple[Node, Node], request) 
         node_type = TYPES.get(a.gpu_type) if a.gpu_type else None
         sa = score(request, d, a, measure(a, node_type), pa, ctx, {}, set())
         sb = score(request, d, b, measure(b, node_type), pb, ctx, {}, set())
-        assert sa == sb
+        # equal up to the order the cards' used fractions are added in (b's cards are a
+        # permutation of a's): 0.25 + 1.0 + 0.5 and 1.0 + 0.5 + 0.25 may differ in the
+        # last bit; a score cached for the wrong state differs by far more
+        assert sa == pytest.approx(sb, rel=1e-12, abs=1e-12)
 
 
 def test_the_signature_is_what_filters_and_scores_declare() -> None:
