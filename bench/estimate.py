@@ -34,8 +34,8 @@ from core import TYPES, cluster, jobs, snapshot  # noqa: E402
 
 from app.scheduling.engine import schedule  # noqa: E402
 from app.scheduling.model import JobRequest, ReplicaPlacement, RunningJob  # noqa: E402
-from app.scheduling.policies import get_policy  # noqa: E402
 from app.simulate.estimate import estimate_starts  # noqa: E402
+from app.simulate.policies import get_policy  # noqa: E402
 from app.simulate.replay import ScenarioModel, Simulator  # noqa: E402
 
 

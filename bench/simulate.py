@@ -21,7 +21,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.domain.config import GpuqConfig  # noqa: E402
-from app.scheduling.policies import POLICIES  # noqa: E402
 from app.simulate.alibaba import (  # noqa: E402
     gpu_type_configs,
     node_configs,
@@ -31,6 +30,7 @@ from app.simulate.alibaba import (  # noqa: E402
 )
 from app.simulate.fill import run_fill  # noqa: E402
 from app.simulate.philly import build_scenario, read_jobs  # noqa: E402
+from app.simulate.policies import POLICIES  # noqa: E402
 from app.simulate.replay import ScenarioModel, Simulator  # noqa: E402
 
 

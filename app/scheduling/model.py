@@ -8,7 +8,7 @@ the simulator builds one from a scenario. The core never reads a clock:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -360,3 +360,8 @@ class CycleResult:
     unschedulable: dict[str, str] = field(default_factory=dict)  # job -> why it never can run
     order: list[str] = field(default_factory=list)  # pending jobs in dispatch order
     returned: list[LeaseReturn] = field(default_factory=list)  # leases converted to own
+
+
+Policy = Callable[[Snapshot], CycleResult]
+"""A scheduling policy: the live core's ``schedule`` and every baseline (by name:
+:mod:`app.simulate.policies`) take a snapshot and return decisions as data."""

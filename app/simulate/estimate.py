@@ -35,9 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.domain.from_config import ClusterModel
-from app.scheduling.model import CycleResult, ReplicaPlacement, Snapshot
-from app.scheduling.policies import Policy
+from app.scheduling.model import CycleResult, Policy, ReplicaPlacement, Snapshot
 from app.simulate.replay import DEFAULT_RUNTIME_S, ScenarioModel, SimJob, Simulator
 
 MIN_REMAINING_S = 60.0  # a job past its estimate is assumed to end within a minute
@@ -76,15 +74,7 @@ class ForwardReplay(Simulator):
         batch_min_s: float = BATCH_MIN_S,
         batch_share: float = BATCH_SHARE,
     ) -> None:
-        cluster = ClusterModel(
-            gpu_types=dict(snap.gpu_types),
-            nodes=snap.nodes,
-            pools=dict(snap.pools),
-            teams=dict(snap.teams),
-            priorities=dict(snap.priorities),
-            scheduler=snap.config,
-        )
-        super().__init__(ScenarioModel(cluster, []), policy, "gpuq")
+        super().__init__(ScenarioModel.of_snapshot(snap), policy, "gpuq")
         self.descheduler = None  # its moves change where, rarely when: not worth the passes
         self.now = snap.now
         self.deadline = snap.now + horizon_s

@@ -9,273 +9,43 @@ far (dropped pods included) / capacity, allocation % = allocated GPU-milli
 / capacity. The result is the allocation % when arrived % first reaches
 each whole percent, and 100 - allocation % at arrived 100 %.
 
-Policies (by name, :data:`FILL_POLICIES`):
+This module is the protocol only: the sequence of offers, the curve, the
+re-check and the summary. The policies are the simulator's, by name
+(:data:`FILL_POLICIES`), one module each: ``random``
+(:mod:`app.simulate.baselines.random_fit`), ``bestfit``
+(:mod:`app.simulate.baselines.bestfit`), ``fgd``
+(:mod:`app.simulate.baselines.fgd`) and ``gpuq``, the live core's
+``place_job`` (:mod:`app.simulate.fill_core`); each chooses on the
+protocol's integer-unit cluster (:mod:`app.simulate.fill_state`).
 
-* ``random``: a uniformly random node that fits, a random card that fits
-  (the paper's Random).
-* ``bestfit``: the paper simulator's BestFit score: minimise
-  0.5 (free CPU - request) / 128 CPU + 0.5 (free GPU-milli - request) / 8000,
-  quantised to the integer 0..100 node score of the Kubernetes framework,
-  ties broken at random (the framework's ``selectHost``); a shared pod
-  takes the fullest card that still fits.
-* ``fgd``: our re-implementation of FGD (integer sigmoid score of the
-  fragmentation decrease, random ties, card chosen by the same measure,
-  memory ignored) so gpuq is compared with FGD in the same harness too.
-* ``gpuq``: the live core itself: ``app.scheduling.placement.place_job``
-  (every score term the dispatcher uses, ``scheduler:`` weights as in a
-  live config) on a persistent ClusterState, the expected mix being the
-  trace's pod shapes (:class:`CorePolicy`).
-
-The node state is kept in the trace's integer units; nodes with the same
-state (type, sorted free milli per card, free CPU, free memory) form one
-group, so a policy scores each distinct state once per pod.
+Why the offers are a plain loop and not events of the replay engine
+(:mod:`app.simulate.replay`, the one event loop that the replay, the
+what-if and the estimated starts share): the protocol has no clock and
+nothing ever leaves, so its only "event" is the next offer, in a fixed
+order; a heap would hand back that same order. The replay engine's jobs
+carry run times, finishes, preemptions and queues that the protocol
+forbids (a pod that does not fit is dropped, never retried).
 """
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.scheduling.baselines import bestfit_left
-from app.scheduling.fragmentation import FragModel, IntTask
 from app.simulate.alibaba import TraceNode, TracePod
+from app.simulate.baselines.bestfit import BestFitPolicy
+from app.simulate.baselines.fgd import FgdPolicy, workload_model
+from app.simulate.baselines.random_fit import RandomPolicy
+from app.simulate.fill_core import CorePolicy
+from app.simulate.fill_state import MILLI, FillCluster, FillPod
 
-MILLI = 1000
-MAX_SPEC_CPU = 128_000  # the paper simulator's normalisers
-MAX_SPEC_GPU = 8_000
-
-Sig = tuple[str, tuple[int, ...], int, int]  # (model, free per card high->low, cpu, mem)
-
-
-@dataclass(slots=True)
-class FillPod:
-    name: str
-    cpu: int
-    mem: int
-    num: int
-    milli: int
-    spec: frozenset[str] | None
-
-    @property
-    def total(self) -> int:
-        return self.num * self.milli
-
-    @classmethod
-    def of(cls, p: TracePod, name: str | None = None) -> FillPod:
-        return cls(
-            name or p.name,
-            p.cpu_milli,
-            p.memory_mib,
-            p.num_gpu,
-            p.gpu_milli,
-            frozenset(p.gpu_spec) if p.gpu_spec else None,
-        )
-
-
-class FillCluster:
-    """Free capacity per node plus the nodes grouped by identical state."""
-
-    def __init__(self, nodes: list[TraceNode]) -> None:
-        self.names = [n.name for n in nodes]
-        self.models = [n.model for n in nodes]
-        self.cpu = [n.cpu_milli for n in nodes]  # free CPU (milli)
-        self.mem = [n.memory_mib for n in nodes]  # free memory (MiB)
-        self.cpu_cap = list(self.cpu)
-        self.free = [[MILLI] * n.gpus for n in nodes]
-        self.capacity_milli = sum(n.gpus for n in nodes) * MILLI
-        self.allocated_milli = 0
-        self.groups: dict[Sig, list[int]] = {}
-        self.sig: list[Sig] = []
-        for i in range(len(nodes)):
-            s = self._make_sig(i)
-            self.sig.append(s)
-            self.groups.setdefault(s, []).append(i)
-
-    def _make_sig(self, i: int) -> Sig:
-        return (self.models[i], tuple(sorted(self.free[i], reverse=True)), self.cpu[i], self.mem[i])
-
-    def feasible(self, pod: FillPod) -> list[tuple[Sig, list[int]]]:
-        out = []
-        num, milli, cpu, mem, spec = pod.num, pod.milli, pod.cpu, pod.mem, pod.spec
-        for s, idx in self.groups.items():
-            model, free, c, m = s
-            if c < cpu or m < mem:
-                continue
-            if num:
-                if num > len(free) or free[num - 1] < milli:
-                    continue
-                if spec is not None and model not in spec:
-                    continue
-            out.append((s, idx))
-        return out
-
-    def place(self, i: int, gpus: list[int], pod: FillPod) -> None:
-        old = self.sig[i]
-        grp = self.groups[old]
-        grp.remove(i)
-        if not grp:
-            del self.groups[old]
-        self.cpu[i] -= pod.cpu
-        self.mem[i] -= pod.mem
-        for g in gpus:
-            if self.free[i][g] < pod.milli:
-                raise AssertionError(f"over-allocation on {self.names[i]} gpu {g}")
-            self.free[i][g] -= pod.milli
-        if self.cpu[i] < 0 or self.mem[i] < 0:
-            raise AssertionError(f"over-allocation of CPU/memory on {self.names[i]}")
-        self.allocated_milli += pod.total
-        new = self._make_sig(i)
-        self.sig[i] = new
-        grp = self.groups.setdefault(new, [])
-        grp.append(i)
-        if len(grp) > 1 and grp[-2] > i:
-            grp.sort()
-
-
-# --------------------------------------------------------------------------- policies
-
-Choice = tuple[int, list[int]] | None
-
-
-def _whole_gpus(free: list[int], num: int) -> list[int]:
-    """The lowest-index fully free cards (the paper simulator's exclusive choice)."""
-    out = [g for g, x in enumerate(free) if x == MILLI][:num]
-    return out
-
-
-def _after_free(free: tuple[int, ...], take: int, num: int, milli: int) -> tuple[int, ...]:
-    """Sorted free list after taking ``num`` cards of value ``take`` by ``milli`` each."""
-    lst = list(free)
-    for _ in range(num):
-        lst[lst.index(take)] -= milli
-    lst.sort(reverse=True)
-    return tuple(lst)
-
-
-class RandomPolicy:
-    name = "random"
-
-    def __init__(self, rng: random.Random, **_: Any) -> None:
-        self.rng = rng
-
-    def choose(self, pod: FillPod, cl: FillCluster) -> Choice:
-        nodes = [i for _, idx in cl.feasible(pod) for i in idx]
-        if not nodes:
-            return None
-        i = self.rng.choice(nodes)
-        if pod.num == 0:
-            return i, []
-        if pod.milli < MILLI:
-            fits = [g for g, x in enumerate(cl.free[i]) if x >= pod.milli]
-            return i, [self.rng.choice(fits)]
-        return i, _whole_gpus(cl.free[i], pod.num)
-
-
-class BestFitPolicy:
-    name = "bestfit"
-
-    def __init__(self, rng: random.Random, **_: Any) -> None:
-        self.rng = rng
-
-    def choose(self, pod: FillPod, cl: FillCluster) -> Choice:
-        best = -1
-        tied: list[int] = []
-        req = pod.total
-        for (_model, free, cpu, _mem), idx in cl.feasible(pod):
-            raw = bestfit_left(cpu - pod.cpu, MAX_SPEC_CPU, sum(free) - req, MAX_SPEC_GPU)
-            score = int((1.0 - raw) * 100)
-            if score > best:
-                best, tied = score, list(idx)
-            elif score == best:
-                tied.extend(idx)
-        if not tied:
-            return None
-        i = self.rng.choice(tied)
-        if pod.num == 0:
-            return i, []
-        if pod.milli < MILLI:
-            fits = [(x, g) for g, x in enumerate(cl.free[i]) if x >= pod.milli]
-            return i, [min(fits)[1]]
-        return i, _whole_gpus(cl.free[i], pod.num)
-
-
-def _sigmoid_score(decrease: float) -> int:
-    return int(100.0 / (1.0 + math.exp(-decrease / 1000.0)))
-
-
-class FgdPolicy:
-    """FGD as published: integer score, random ties, memory not considered."""
-
-    name = "fgd"
-
-    def __init__(self, rng: random.Random, model: FragModel, **_: Any) -> None:
-        self.rng = rng
-        self.model = model
-
-    def choose(self, pod: FillPod, cl: FillCluster) -> Choice:
-        best = -1
-        tied: list[tuple[int, int]] = []  # (node, card value taken)
-        frag = self.model.frag
-        for (model, free, cpu, mem), idx in cl.feasible(pod):
-            before = frag(model, free, cpu, mem)
-            if pod.num == 0:
-                after = frag(model, free, cpu - pod.cpu, mem - pod.mem)
-                score, take = _sigmoid_score(before - after), 0
-            elif pod.milli < MILLI:
-                score, take = -1, 0
-                for v in sorted(set(free), reverse=True):  # paper: first card in index order
-                    if v < pod.milli:
-                        continue
-                    after_free = _after_free(free, v, 1, pod.milli)
-                    after = frag(model, after_free, cpu - pod.cpu, mem - pod.mem)
-                    s = _sigmoid_score(before - after)
-                    if s > score:
-                        score, take = s, v
-            else:
-                after = frag(
-                    model, _after_free(free, MILLI, pod.num, MILLI), cpu - pod.cpu, mem - pod.mem
-                )
-                score, take = _sigmoid_score(before - after), MILLI
-            if score > best:
-                best, tied = score, [(i, take) for i in idx]
-            elif score == best:
-                tied.extend((i, take) for i in idx)
-        if not tied:
-            return None
-        i, take = self.rng.choice(tied)
-        return i, _cards(cl.free[i], pod, take)
-
-
-def _cards(free: list[int], pod: FillPod, take: int) -> list[int]:
-    if pod.num == 0:
-        return []
-    if pod.milli < MILLI:
-        return [free.index(take)]
-    return _whole_gpus(free, pod.num)
+FillPolicy = RandomPolicy | BestFitPolicy | FgdPolicy | CorePolicy
 
 
 FILL_POLICIES = ("random", "bestfit", "fgd", "gpuq")
-
-
-# --------------------------------------------------------------------------- the protocol
-
-
-def workload_model(pods: list[TracePod], *, use_memory: bool) -> FragModel:
-    """The mix: every pod shape of the (un-inflated) trace, weighted by its count
-    (FGD's "typical pods" with every shape kept)."""
-    counts: dict[tuple, int] = {}
-    for p in pods:
-        key = (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.gpu_spec)
-        counts[key] = counts.get(key, 0) + 1
-    tasks = [
-        IntTask(cpu, mem, num, milli, frozenset(spec) if spec else None, float(w))
-        for (cpu, mem, num, milli, spec), w in counts.items()
-    ]
-    return FragModel(tasks, use_memory=use_memory)
 
 
 def make_policy(
@@ -284,7 +54,7 @@ def make_policy(
     pods: list[TracePod],
     nodes: list[TraceNode],
     scheduler: Mapping[str, Any] | None = None,
-) -> RandomPolicy | BestFitPolicy | FgdPolicy | CorePolicy:
+) -> FillPolicy:
     if name == "random":
         return RandomPolicy(rng)
     if name == "bestfit":
@@ -478,108 +248,3 @@ def summarize(runs: list[FillRun]) -> dict[str, Any]:
             for r in runs
         ],
     }
-
-
-# --------------------------------------------------------------------------- the live core
-
-
-class CorePolicy:
-    """The live core's ``place_job`` on a persistent ClusterState (the dispatcher's code path).
-
-    Pods become JobRequests (gpu_milli -> gpu_share, gpu_spec -> gpu_types),
-    nodes core Nodes of the default GPU types; the context's workload mix is
-    the trace's pod shapes weighted by count (what the live core derives
-    from its pending queue), passed through ``with_gpuq_terms`` with the
-    config's ``w_balance``/``w_type_pressure`` as ``PlacementContext.from_snapshot``
-    does; every score weight comes from ``scheduler:`` as in a live config.
-    """
-
-    name = "gpuq"
-
-    def __init__(
-        self,
-        nodes: list[TraceNode],
-        pods: list[TracePod],
-        scheduler: Mapping[str, Any] | None = None,
-        **_: Any,
-    ) -> None:
-        from app.scheduling.context import PlacementContext
-        from app.scheduling.fragmentation import MixEntry, WorkloadMix, with_gpuq_terms
-        from app.scheduling.model import Device, GpuType, Node, SchedulerConfig
-        from app.scheduling.state import ClusterState
-        from app.simulate.alibaba import GPU_MODELS, MIB_TO_GB
-
-        self._mib = MIB_TO_GB
-        self.types = {
-            m.type_name: GpuType(m.type_name, m.memory_gb, m.weight, shareable=True)
-            for m in GPU_MODELS.values()
-        }
-        self.type_of = {code: m.type_name for code, m in GPU_MODELS.items()}
-        core_nodes = [
-            Node(
-                name=n.name,
-                gpu_type=self.type_of[n.model],
-                devices=[Device(index=g) for g in range(n.gpus)],
-                cpu=n.cpu_milli / MILLI,
-                memory_gb=n.memory_mib * MIB_TO_GB,
-            )
-            for n in nodes
-        ]
-        self.state = ClusterState(core_nodes, self.types)
-        counts: dict[tuple, int] = {}
-        for p in pods:
-            key = (p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec)
-            counts[key] = counts.get(key, 0) + 1
-        config = SchedulerConfig.from_mapping(scheduler)
-        entries = tuple(
-            MixEntry(
-                gpus=num if milli >= MILLI else 0,
-                gpu_share=milli / MILLI if 0 < milli < MILLI else 0.0,
-                cpu=cpu / MILLI,
-                memory_gb=mem * MIB_TO_GB,
-                gpu_types=tuple(self.type_of[s] for s in spec if s in self.type_of),
-                weight=float(w),
-            )
-            for (num, milli, cpu, mem, spec), w in counts.items()
-        )
-        cards: dict[str, float] = {}
-        for n in core_nodes:
-            cards[n.gpu_type or ""] = cards.get(n.gpu_type or "", 0.0) + len(n.devices)
-        mix = with_gpuq_terms(
-            WorkloadMix(entries), cards, w_balance=config.w_balance, w_type=config.w_type_pressure
-        )
-        self.ctx = PlacementContext(gpu_types=self.types, config=config, mix=mix)
-        self.node_index = {n.name: i for i, n in enumerate(nodes)}
-        self._n = 0
-
-    def job_of(self, pod: FillPod) -> Any:
-        """The pod as the JobRequest the dispatcher would hand the core."""
-        from app.scheduling.model import JobRequest
-
-        self._n += 1
-        share = pod.num == 1 and pod.milli < MILLI
-        return JobRequest(
-            id=f"{pod.name}",
-            name=pod.name,
-            team="openb",
-            pool="default",
-            priority="P1",
-            priority_value=500,
-            preemptible=True,
-            submitted_at=float(self._n),
-            gpus=None if share else pod.num,
-            gpu_share=pod.milli / MILLI if share else None,
-            gpu_types=tuple(self.type_of[s] for s in pod.spec) if pod.spec else (),
-            cpu=pod.cpu / MILLI,
-            memory_gb=pod.mem * self._mib,
-        )
-
-    def choose(self, pod: FillPod, cl: FillCluster) -> Choice:
-        from app.scheduling.placement import place_job
-
-        placed = place_job(self.job_of(pod), self.state, self.ctx)
-        if not placed:
-            return None
-        (p,) = placed
-        self.state.reserve(p)
-        return self.node_index[p.node], list(p.devices)

@@ -1,32 +1,54 @@
-"""Policies by name for ``gpuq simulate``: the live core, its FIFO baselines and the
-simulator-only models of Kueue, Volcano and Slurm (:mod:`app.simulate.baselines`).
+"""Scheduling policies by name: the live core, its baselines and the models of
+other queues, one module each (:mod:`app.simulate.baselines`).
 
-A policy is built fresh for each run (:func:`make_policy`): the Slurm model
-keeps decayed usage between cycles, so one object must never serve two runs.
+``get_policy`` serves the dispatcher, the tuner's what-if and the estimated
+starts (stateless policies: the same object may decide every pass);
+``make_policy`` serves ``gpuq simulate`` and builds a fresh object for each
+run, because the Slurm model keeps decayed usage between cycles. The fill
+protocol's policies are the same baselines in the shape that protocol asks
+for (:data:`app.simulate.fill.FILL_POLICIES`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.scheduling.policies import POLICIES as CORE_POLICIES
-from app.scheduling.policies import Policy
+from app.scheduling.engine import schedule
+from app.scheduling.model import Policy
+from app.simulate.baselines.bestfit import best_fit
+from app.simulate.baselines.fifo import fifo_count, fifo_typed
 from app.simulate.baselines.kueue import kueue
+from app.simulate.baselines.random_fit import random_fit
 from app.simulate.baselines.slurm import slurm
 from app.simulate.baselines.volcano import volcano
 
+POLICIES: dict[str, Policy] = {
+    "gpuq": schedule,
+    "fifo-count": fifo_count,
+    "fifo-typed": fifo_typed,
+    "random": random_fit,
+    "bestfit": best_fit,
+}
 BASELINE_MODELS: dict[str, Callable[[], Policy]] = {
     "kueue": kueue,
     "volcano": volcano,
     "slurm": slurm,
 }
-POLICY_NAMES: tuple[str, ...] = (*CORE_POLICIES, *BASELINE_MODELS)
+POLICY_NAMES: tuple[str, ...] = (*POLICIES, *BASELINE_MODELS)
+
+
+def get_policy(name: str) -> Policy:
+    """A stateless policy by name (the live core or a FIFO/Random/BestFit baseline)."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
 
 
 def make_policy(name: str) -> Policy:
     """A fresh policy object for one simulation run."""
     if name in BASELINE_MODELS:
         return BASELINE_MODELS[name]()
-    if name in CORE_POLICIES:
-        return CORE_POLICIES[name]
+    if name in POLICIES:
+        return POLICIES[name]
     raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICY_NAMES))}")

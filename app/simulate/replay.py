@@ -3,7 +3,7 @@
 Event-driven: a heap of arrivals, finishes and wake-ups. At each event
 time, finished jobs free their capacity, arrivals join the queue, and
 one scheduling cycle runs on a fresh :class:`Snapshot` through the policy
-picked by name (``policies.POLICIES``), exactly what the live dispatcher
+picked by name (:mod:`app.simulate.policies`), exactly what the live dispatcher
 calls. Decisions are applied as data: admissions start (run time
 ``runtime_s / speed[type]``), preemptions requeue the job with its
 original submit time (``wait_s`` counts every pending second), lease
@@ -19,11 +19,27 @@ the descheduler looks at (a P0 job, or one that needs a whole node): with
 nothing running it can do nothing, so an idle queue never spins and every
 run ends. ``scheduler: {descheduler: false}`` turns it off to compare.
 
-Extension points (used by the baselines and the fill protocol):
-``Simulator.run_time(job, placements)`` returns ``(seconds, outcome)``
-where outcome is ``"finish"`` or ``"fail"`` (the OOM rule overrides it),
-``Simulator.on_fail`` decides what a failure does (requeue or give up),
-and ``run(model, policy)``/``to_json`` are the plain entry points.
+This is gpuq's one event loop in virtual time. Three things run on it:
+``gpuq simulate`` (a scenario from an empty cluster), the estimated starts
+(:mod:`app.simulate.estimate`, the live snapshot forward) and the tuner's
+what-if (:mod:`app.tuning.whatif`, the live snapshot plus the recent
+window's arrivals). It is the one kept because it is the complete one: the
+live dispatcher's order of applying decisions, leases, the descheduler,
+restarts and failures are here and checked against the dispatcher
+(``tests/integration/test_sim_matches_dispatcher.py``); the other two are
+its subclasses that start from a snapshot and switch parts off through the
+hooks below, so they cannot drift from it. The FGD fill protocol has no
+clock and no departures and offers its pods in a fixed order
+(:mod:`app.simulate.fill` says why that is a loop, not events); its
+policies are the same baselines (:mod:`app.simulate.baselines`).
+
+Extension points: ``Simulator.run_time(job, placements)`` returns
+``(seconds, outcome)`` where outcome is ``"finish"`` or ``"fail"`` (the OOM
+rule overrides it), ``Simulator.on_fail`` decides what a failure does
+(requeue or give up), ``wants_cycle``/``finished``/``close_waits`` say when
+a cycle runs, when the run stops and how the still-queued are counted,
+``snapshot``/``apply`` what a cycle sees and does; ``run(model, policy)``
+and ``to_json`` are the plain entry points.
 """
 
 from __future__ import annotations
@@ -40,7 +56,6 @@ from app.domain.from_config import ClusterModel, cluster_model
 from app.domain.percentiles import percentile
 from app.domain.requests import request_from_spec
 from app.domain.spec import JobSpec
-from app.scheduling.baselines import out_of_memory
 from app.scheduling.demands import replica_options
 from app.scheduling.descheduler import deschedule
 from app.scheduling.filters import allowed_types
@@ -48,12 +63,13 @@ from app.scheduling.model import (
     CycleResult,
     JobRequest,
     LeaseInfo,
+    Policy,
     PriorityInfo,
     ReplicaPlacement,
     RunningJob,
     Snapshot,
 )
-from app.scheduling.policies import Policy
+from app.simulate.baselines.fifo import out_of_memory
 from app.simulate.measures import gpus_held, measures
 from app.simulate.policies import make_policy
 
@@ -72,6 +88,20 @@ class ScenarioModel:
     @classmethod
     def from_config(cls, cfg: GpuqConfig) -> ScenarioModel:
         return cls(cluster_model(cfg), list(cfg.jobs))
+
+    @classmethod
+    def of_snapshot(cls, snap: Snapshot) -> ScenarioModel:
+        """The cluster of a live snapshot, no scenario jobs: replays that start
+        from "now" (estimated starts, the tuner's what-if) add the snapshot's."""
+        cluster = ClusterModel(
+            gpu_types=dict(snap.gpu_types),
+            nodes=snap.nodes,
+            pools=dict(snap.pools),
+            teams=dict(snap.teams),
+            priorities=dict(snap.priorities),
+            scheduler=snap.config,
+        )
+        return cls(cluster, [])
 
 
 @dataclass
@@ -299,6 +329,22 @@ class Simulator:
         else:
             self._requeue(job)
 
+    def wants_cycle(self, woke: bool) -> bool:
+        """Run a core cycle at this instant? When something is queued (or a lease
+        expired) and something changed or a wake-up came due."""
+        return bool(self.pending or self._lease_due) and (woke or self._dirty)
+
+    def finished(self) -> bool:
+        """Stop before the next instant? A scenario replays until nothing is left."""
+        return False
+
+    def close_waits(self) -> None:
+        """Jobs still queued at the end waited until now."""
+        for j in self.pending.values():
+            j.status = "pending"
+            j.wait_s += self.now - j.queued_since
+            j.queued_since = self.now
+
     # -- the loop -----------------------------------------------------------------
     def run(self) -> SimulationResult:
         for j in self.jobs:
@@ -330,17 +376,16 @@ class Simulator:
                     woke = True
                 elif kind == "lease":  # a lease expires: a cycle decides on reclaim
                     woke = self._lease_due = True
-            if (self.pending or self._lease_due) and (woke or self._dirty):
+            if self.wants_cycle(woke):
                 self._core_cycle(t)
             if tick:
                 self._next_tick = None
                 if self.descheduler_tick() and self.pending:
                     self._core_cycle(t)  # victims look for room now, as the dispatcher would
             self._arm_tick()
-        for j in self.pending.values():  # still queued at the end: waited until now
-            j.status = "pending"
-            j.wait_s += self.now - j.queued_since
-            j.queued_since = self.now
+            if self.finished():
+                break
+        self.close_waits()
         return SimulationResult(
             self.policy_name, self.jobs, self.events,
             capacity_units=self._capacity(), busy_unit_seconds=dict(self.busy),

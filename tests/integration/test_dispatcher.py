@@ -14,7 +14,6 @@ from sqlalchemy import func, select, text
 from app.clock import to_epoch
 from app.cluster.simulated import SimulatedCluster
 from app.dispatch.dispatcher import ADVISORY_LOCK_KEY, Dispatcher
-from app.scheduling import policies
 from app.scheduling.model import (
     Admission,
     CycleResult,
@@ -22,6 +21,7 @@ from app.scheduling.model import (
     Preemption,
     ReplicaPlacement,
 )
+from app.simulate import policies
 from app.store.orm import AllocationRow, JobRow, LeaseRow
 from tests.integration.conftest import job_body
 

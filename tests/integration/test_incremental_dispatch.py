@@ -14,7 +14,7 @@ from app.dispatch.dispatcher import Dispatcher
 from app.dispatch.picture import QueuePicture
 from app.domain.spec import JobSpec
 from app.scheduling.model import Admission, ReplicaPlacement
-from app.scheduling.policies import get_policy
+from app.simulate.policies import get_policy
 from app.store import batch_states
 from app.store.jobs import submit_job, submit_jobs
 from app.store.orm import AllocationRow, JobEventRow, JobRow
@@ -348,8 +348,8 @@ def test_a_pass_by_another_dispatcher_makes_the_picture_reload(
 def test_reasons_that_change_only_in_numbers_are_rewritten_at_most_every_few_seconds(
     client, admin, session_factory, cluster, clock, monkeypatch
 ):
-    from app.scheduling import policies
     from app.scheduling.model import CycleResult
+    from app.simulate import policies
 
     said: dict[str, str] = {}
 

@@ -17,7 +17,7 @@ from app.dispatch.dispatcher import Dispatcher
 from app.domain.config import load_config_text
 from app.main import create_app
 from app.runtime import Services
-from app.scheduling.policies import POLICIES
+from app.simulate.policies import POLICIES
 from app.simulate.replay import ScenarioModel, Simulator, to_json
 from app.store.config_loader import apply_config, ensure_priority_classes
 from app.store.convert import node_info

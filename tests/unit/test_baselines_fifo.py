@@ -6,9 +6,9 @@ import json
 import random
 
 from app.domain.config import load_config_text
-from app.scheduling.baselines import fifo_count, fifo_typed
-from app.scheduling.policies import POLICIES
 from app.scheduling.state import ClusterState, device_overcommitted
+from app.simulate.baselines.fifo import fifo_count, fifo_typed
+from app.simulate.policies import POLICIES
 from app.simulate.replay import OOM_AFTER_S, ScenarioModel, Simulator, to_json
 
 SCENARIO = """

@@ -4,8 +4,8 @@ times, so a whole lease/preemption scenario can be checked from the result."""
 import json
 
 from app.domain.config import load_config_text
-from app.scheduling.policies import get_policy
 from app.simulate.command import run_simulate
+from app.simulate.policies import get_policy
 from app.simulate.replay import ScenarioModel, Simulator, to_json
 
 SCENARIO = """

@@ -6,7 +6,7 @@ import json
 import random
 
 from app.domain.config import load_config_text
-from app.scheduling.policies import get_policy
+from app.simulate.policies import get_policy
 from app.simulate.replay import ScenarioModel, Simulator, to_json
 from tests.unit.test_baselines_fifo import _Checking
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from app.scheduling.baselines import place_typed, typed_demands
 from app.scheduling.demands import Demand
 from app.scheduling.model import JobRequest, Node, ReplicaPlacement, RunningJob, Snapshot
 from app.scheduling.state import ClusterState
+from app.simulate.baselines.fifo import place_typed, typed_demands
 from app.simulate.measures import gpus_held
 
 NodeKey = Callable[[Node, ReplicaPlacement], float]

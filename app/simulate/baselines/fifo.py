@@ -1,4 +1,4 @@
-"""Baseline policies gpuq is measured against (pure: Snapshot -> CycleResult).
+"""The FIFO baselines: what the default Kubernetes scheduler does with GPUs.
 
 * ``fifo-count``: what the default Kubernetes scheduler does with
   ``nvidia.com/gpu``: one queue in submit order (no priorities, pools,
@@ -8,29 +8,22 @@
   whole card; a ``gpu_units`` job for ``ceil(units / mean card weight)``
   cards on one node. It ignores ``gpu_types`` and memory needs, so a job
   can land on a card with too little memory: the simulator then fails
-  that run 60 s after start (out of memory) and requeues it, at most 3
+  that run 60 s after start (:func:`out_of_memory`) and requeues it, at most 3
   times (API.md).
 * ``fifo-typed``: the same queue and first fit, but type- and
   memory-aware: only allowed types whose memory suffices, shares and MIG
   slices as requested (the core's demands and device pickers).
 
-* ``random`` and ``bestfit``: the FGD paper simulator's Random and BestFit
-  node choice (the fill protocol's definitions, :mod:`app.simulate.fill`) on
-  the same type-aware FIFO queue: a uniformly random feasible node, or the
-  feasible node with the least ``0.5 free CPU / max node CPU + 0.5 free GPUs
-  / max node cards`` left after the placement (ties by name). Random draws
-  from a generator seeded by the snapshot time and the job id, so a run is
-  deterministic.
-
 A job that does not fit is skipped, not waited for: later jobs may go
 first (the default scheduler has no head-of-line blocking). Replicas are
-placed all-or-nothing (``min_available``).
+placed all-or-nothing (``min_available``). :func:`fifo_policy` with a
+``choose`` rule is also the queue of the paper's Random
+(:mod:`.random_fit`) and BestFit (:mod:`.bestfit`).
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable
 
 from app.scheduling.demands import Demand, replica_options
@@ -131,7 +124,7 @@ def typed_demands(job: JobRequest, snap: Snapshot) -> list[Demand]:
 Chooser = Callable[[JobRequest, list[ReplicaPlacement], ClusterState], ReplicaPlacement]
 
 
-def _fifo_policy(snap: Snapshot, typed: bool, choose: Chooser | None = None) -> CycleResult:
+def fifo_policy(snap: Snapshot, typed: bool, choose: Chooser | None = None) -> CycleResult:
     """FIFO over the pending jobs; each replica on the first feasible node by name,
     or on the node ``choose`` picks among all feasible ones."""
     result = CycleResult()
@@ -173,50 +166,14 @@ def _fifo_policy(snap: Snapshot, typed: bool, choose: Chooser | None = None) -> 
     return result
 
 
-def random_fit(snap: Snapshot) -> CycleResult:
-    """The paper's Random: a uniformly random feasible node (seeded by time and job id)."""
-
-    def choose(job: JobRequest, options: list[ReplicaPlacement], _s: ClusterState):
-        rng = random.Random(f"{snap.now!r}:{job.id}:{len(options)}")
-        return options[rng.randrange(len(options))]
-
-    return _fifo_policy(snap, typed=True, choose=choose)
-
-
-def bestfit_left(cpu_after: float, max_cpu: float, gpu_after: float, max_gpu: float) -> float:
-    """The FGD paper simulator's BestFit measure (lower is better): CPU and GPU left on the
-    node after the placement, each over the largest node's, weighted half and half. One
-    definition for this replay policy and the fill protocol's ``bestfit``."""
-    return 0.5 * cpu_after / max_cpu + 0.5 * gpu_after / max_gpu
-
-
-def best_fit(snap: Snapshot) -> CycleResult:
-    """The paper's BestFit: the feasible node with the least CPU and GPU left after."""
-    max_cpu = max((n.cpu for n in snap.nodes), default=1.0) or 1.0
-    max_cards = max((len(n.devices) for n in snap.nodes), default=1) or 1
-
-    def left(p: ReplicaPlacement, state: ClusterState) -> tuple[float, str]:
-        node = state.nodes[p.node]
-        free = sum(1.0 - d.share_used for d in node.devices
-                   if not (d.whole_used or d.mig_layout or d.external))
-        taken = len(p.devices) if p.share <= 0 else p.share
-        cpu_after = node.cpu_free - p.cpu
-        return (bestfit_left(cpu_after, max_cpu, free - taken, max_cards), p.node)
-
-    def choose(job: JobRequest, options: list[ReplicaPlacement], state: ClusterState):
-        return min(options, key=lambda p: left(p, state))
-
-    return _fifo_policy(snap, typed=True, choose=choose)
-
-
 def fifo_count(snap: Snapshot) -> CycleResult:
     """One FIFO queue, GPUs counted without type, first node that fits."""
-    return _fifo_policy(snap, typed=False)
+    return fifo_policy(snap, typed=False)
 
 
 def fifo_typed(snap: Snapshot) -> CycleResult:
     """One FIFO queue, type- and memory-aware, first node that fits."""
-    return _fifo_policy(snap, typed=True)
+    return fifo_policy(snap, typed=True)
 
 
 def out_of_memory(job: JobRequest, placements: tuple[ReplicaPlacement, ...] | list,
