@@ -115,12 +115,13 @@ class MetricsLoop(LoopService):
 
     def _gauges(self, session: Session, now: datetime) -> None:
         snap = self._snapshot(session, now)
-        util = live_utilization(session, snap, self.prometheus_url)
+        counts = pending_counts(snap)  # once: the report and the gauge both use it
+        util = live_utilization(session, snap, self.prometheus_url, counts)
         rows = [TypeUtilization(**r) for r in util["gpu_types"]]  # as the report computed
         self.metrics.record_utilization(
             rows, {name: t.weight for name, t in snap.gpu_types.items()}
         )
-        self.metrics.record_pending(pending_counts(snap))
+        self.metrics.record_pending(counts)
         lease_counts: Counter[tuple[str, str, str]] = Counter()
         for job in snap.running:
             for lease in job.leases:

@@ -62,7 +62,12 @@ _SELECT = """
                 AND s.id < e.id AND s.id >= COALESCE(s.previous, 0)
         ) END AS wait_s
     FROM job_events AS e
-    JOIN jobs AS j ON j.id = e.job_id
+    -- each event's job by primary key: a plain join let a generic plan (psycopg
+    -- prepares a statement run 5 times) hash the whole jobs table for a few events
+    CROSS JOIN LATERAL (
+        SELECT jj.pool, jj.priority, jj.team, jj.submitted_at FROM jobs AS jj
+        WHERE jj.id = e.job_id
+    ) AS j
 """
 _AFTER = text(
     _SELECT

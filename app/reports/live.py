@@ -7,6 +7,7 @@ tuner loop, so all of them show the same numbers for the same moment.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -47,7 +48,10 @@ def gpu_util_for(snap: Snapshot, prometheus_url: str | None) -> dict[str, float]
 
 
 def live_utilization(
-    session: Session, snap: Snapshot, prometheus_url: str | None = None
+    session: Session,
+    snap: Snapshot,
+    prometheus_url: str | None = None,
+    counts: Mapping[tuple[str, str, str], int] | None = None,
 ) -> dict[str, Any]:
     """The utilization report of ``snap`` (the live picture: see
     :meth:`app.dispatch.metrics.MetricsLoop.snapshot`, which refreshes it by what changed)."""
@@ -57,6 +61,7 @@ def live_utilization(
         util,
         thresholds=thresholds(session),
         gpu_util_source=prometheus_url if util is not None else None,
+        counts=counts,
     )
     if prometheus_url and util is None:
         body["gpu_util_note"] = f"real GPU utilization unknown: {prometheus_url} did not answer"

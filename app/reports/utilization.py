@@ -66,9 +66,12 @@ class TypeUtilization:
 
 
 def utilization(
-    snap: Snapshot, gpu_util: Mapping[str, float] | None = None
+    snap: Snapshot,
+    gpu_util: Mapping[str, float] | None = None,
+    pending: Mapping[str, int] | None = None,
 ) -> list[TypeUtilization]:
-    """One row per GPU type known to the snapshot (types without nodes show zero capacity)."""
+    """One row per GPU type known to the snapshot (types without nodes show zero
+    capacity); ``pending``: :func:`pending_by_type` of the snapshot, if known."""
     state = ClusterState.from_snapshot(snap)
     nodes_by_type: Counter[str] = Counter()
     cards: Counter[str] = Counter()
@@ -95,7 +98,8 @@ def utilization(
         for p in job.placements:
             if p.gpu_type:
                 allocated[p.gpu_type] += p.units
-    pending = pending_by_type(snap)
+    if pending is None:
+        pending = pending_by_type(snap)
     out = []
     for name in sorted(set(snap.gpu_types) | set(cards)):
         gt = snap.gpu_types.get(name)
@@ -140,9 +144,12 @@ def pending_counts(snap: Snapshot) -> Counter[tuple[str, str, str]]:
     return out
 
 
-def pending_by_type(snap: Snapshot) -> dict[str, int]:
+def pending_by_type(
+    snap: Snapshot, counts: Mapping[tuple[str, str, str], int] | None = None
+) -> dict[str, int]:
+    """Pending jobs by wanted GPU type (from ``counts``, :func:`pending_counts`, if known)."""
     out: Counter[str] = Counter()
-    for (_, _, gpu_type), n in pending_counts(snap).items():
+    for (_, _, gpu_type), n in (counts if counts is not None else pending_counts(snap)).items():
         out[gpu_type] += n
     return dict(out)
 
@@ -162,12 +169,14 @@ def utilization_report(
     *,
     thresholds: AlertThresholds | None = None,
     gpu_util_source: str | None = None,
+    counts: Mapping[tuple[str, str, str], int] | None = None,
 ) -> dict[str, object]:
-    """The body of ``GET /v1/reports/utilization`` (imbalance alert included)."""
+    """The body of ``GET /v1/reports/utilization`` (imbalance alert included);
+    ``counts``: :func:`pending_counts` of the snapshot, if known."""
     th = thresholds or AlertThresholds()
-    rows = utilization(snap, gpu_util)
+    pending = pending_by_type(snap, counts)
+    rows = utilization(snap, gpu_util, pending)
     idle = {r.gpu_type: r.idle_ratio for r in rows if r.capacity_cu > EPS}
-    pending = pending_by_type(snap)
     alerts = type_imbalance_alerts(pending, idle, th)
     return {
         "generated_at": snap.now,
