@@ -8,14 +8,19 @@ the terminating Pods hold (real PostgreSQL, the real dispatcher and core).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from sqlalchemy import func, select
 
+from app.api.schemas import job_out
 from app.clock import ManualClock
 from app.cluster import k8s_labels as L
+from app.cluster.base import BindRequest
 from app.dispatch.dispatcher import Dispatcher
 from app.domain.spec import JobSpec
-from app.store.jobs import cancel_job, submit_job
+from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement
+from app.store.jobs import cancel_job, released_placements, submit_job
 from app.store.orm import AllocationRow, JobEventRow, JobRow
 from tests.fakekube.fixtures import make_cluster, started_cluster, wait_until
 from tests.fakekube.objects import article_a100
@@ -99,8 +104,6 @@ def test_cancelled_job_holds_its_gpus_until_its_pod_is_deleted(kube, env):  # no
     assert _status(sf, b) == "pending" and _pods_of(kube, b) == []
     assert _rows(sf) == [(a, True)]
     # the job's GET still shows what it held (released: true)
-    from app.api.schemas import job_out
-    from app.store.jobs import released_placements
 
     with sf() as s:
         job = s.get(JobRow, a)
@@ -172,9 +175,6 @@ def test_crash_after_a_move_before_the_old_pods_stop(kube, db_url, sf):  # noqa:
     must not adopt them as the job's current attempt: it evicts them (grace
     period), binds the new placement, and keeps the old cards held until the
     old Pods are deleted."""
-    from dataclasses import replace
-
-    from app.scheduling.model import Admission, CycleResult, Preemption
 
     kube.honour_grace = True
     kube.add_node(article_a100("a100-0"))
@@ -242,8 +242,6 @@ def test_a_stop_before_the_watch_shows_the_pods_still_counts_as_draining(kube): 
     """Stopped in the instant between bind and the watch: the cache has no Pod
     yet, but the server does; the capacity is not released until the watch
     shows the Pod deleted."""
-    from app.cluster.base import BindRequest
-    from app.scheduling.model import ReplicaPlacement
 
     kube.honour_grace = True
     kube.add_node(article_a100("a100-0"))

@@ -6,6 +6,8 @@ import random
 
 import pytest
 
+from app.scheduling.placement import place_job
+from app.scheduling.state import ClusterState
 from app.simulate.alibaba import read_nodes, read_pods
 from app.simulate.fill import (
     FILL_POLICIES,
@@ -19,6 +21,7 @@ from app.simulate.fill import (
     summarize,
 )
 from app.simulate.fill_command import run_fill_command
+from app.simulate.fill_core import CorePolicy
 from app.simulate.fill_state import FillCluster, FillPod
 from tests.unit.openb_fixtures import random_trace, write_nodes, write_pods
 
@@ -182,9 +185,6 @@ def test_command_rejects_bad_input(tmp_path, capsys):
 
 def test_fill_gpuq_is_the_live_core(tmp_path):
     """``--policy gpuq`` takes exactly what ``place_job`` returns on the same ClusterState."""
-    from app.scheduling.placement import place_job
-    from app.scheduling.state import ClusterState
-    from app.simulate.fill_core import CorePolicy
 
     np_, pp = random_trace(tmp_path, 5, n_nodes=8, n_pods=60)
     nodes, pods = read_nodes(np_), read_pods(pp)
