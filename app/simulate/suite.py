@@ -173,13 +173,14 @@ def write_plots(doc: dict[str, Any], out: Path) -> list[str]:
     names = list(doc["scenarios"])
     pols = doc["policies"]
     files = []
-    for key, label, fname in (("jct_mean_s", "mean JCT (s)", "suite_jct.png"),
-                              ("worst_team_wait_p99_s", "worst team's P99 wait (s)",
+    for key, label, fname in (("jct_mean_s", "mean JCT (hours)", "suite_jct.png"),
+                              ("worst_team_wait_p99_s", "worst team's P99 wait (hours)",
                                "suite_wait_p99.png")):
         fig, ax = plt.subplots(figsize=(8, 4.5))
         width = 0.8 / max(1, len(pols))
-        for i, p in enumerate(pols):
-            ys = [doc["scenarios"][n]["runs"][p]["summary"][key] or 0.0 for n in names]
+        for i, p in enumerate(pols):  # hours, as every simulation plot (app/simulate/report.py)
+            ys = [(doc["scenarios"][n]["runs"][p]["summary"][key] or 0.0) / 3600.0
+                  for n in names]
             ax.bar([k + i * width for k in range(len(names))], ys, width, label=p)
         ax.set_xticks([k + 0.4 - width / 2 for k in range(len(names))], names, fontsize=8)
         ax.set_ylabel(label)
