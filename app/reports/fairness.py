@@ -83,22 +83,29 @@ def fairness_report(
     covers ~10,000 jobs in five groupings."""
     th = thresholds or AlertThresholds()
     chosen = in_window(records, now, window_s)
-    # per record: its groups, its wait, its JCT
-    cells: dict[tuple[str, str], tuple[list[float], list[float], list[int]]] = {}
+    # records by their four labels at once (a few hundred combinations for thousands
+    # of jobs), then each grouping merges the combinations: one dict lookup per record
+    combos: dict[tuple[str, str, str, str], tuple[list[float], list[float], list[int]]] = {}
     for r in chosen:
+        labels = (r.team, r.pool, r.priority, r.gpu_type)
+        combo = combos.get(labels)
+        if combo is None:
+            combo = combos[labels] = ([], [], [0])
+        combo[2][0] += 1
         wait, jct = r.wait_s, r.jct_s
-        for dim, key in (
-            ("team", str(r.team)), ("pool", str(r.pool)), ("priority", str(r.priority)),
-            ("gpu_type", str(r.gpu_type)), ("all", "all"),
-        ):
-            cell = cells.get((dim, key))
+        if wait is not None:
+            combo[0].append(float(wait))
+        if jct is not None:
+            combo[1].append(float(jct))
+    cells: dict[tuple[str, str], tuple[list[float], list[float], list[int]]] = {}
+    for labels, (waits, jcts, n) in combos.items():
+        for dim, key in zip((*DIMENSIONS, "all"), (*labels, "all"), strict=True):
+            cell = cells.get((dim, str(key)))
             if cell is None:
-                cell = cells[(dim, key)] = ([], [], [0])
-            cell[2][0] += 1
-            if wait is not None:
-                cell[0].append(float(wait))
-            if jct is not None:
-                cell[1].append(float(jct))
+                cell = cells[(dim, str(key))] = ([], [], [0])
+            cell[0].extend(waits)
+            cell[1].extend(jcts)
+            cell[2][0] += n[0]
     groups: dict[str, list[dict[str, object]]] = {}
     all_stats: list[GroupStats] = []
     for dim in DIMENSIONS:

@@ -45,8 +45,8 @@ class WindowRecords:
         self._watermark: int | None = None
         self._revision: int | None = None  # the catalog's (pools type the jobs never run)
         self._last_full = 0.0
-        # job id -> (row, its record: fixed unless the job is pending)
-        self._jobs: dict[int, tuple[Any, JobRecord | None]] = {}
+        # job id -> (row, its record: fixed unless the job is pending, its last activity)
+        self._jobs: dict[int, tuple[Any, JobRecord | None, float]] = {}
         self.last_rows = 0  # job rows the last call read (for tests and benchmarks)
 
     def records(self, session: Session, now: datetime, window_s: float | None) -> list[JobRecord]:
@@ -60,10 +60,10 @@ class WindowRecords:
             self._refresh(session, now, since, window_s)
             start = since.timestamp()
             pending, out = [], []
-            for row, rec in self._jobs.values():
+            for row, rec, last in self._jobs.values():
                 if rec is None:
                     pending.append(row)
-                elif rec.active_since(start):
+                elif last >= start:  # JobRecord.active_since, precomputed
                     out.append(rec)
             out.extend(to_records(session, pending, {}, now))  # typed by what they wait for
             return out
@@ -90,12 +90,14 @@ class WindowRecords:
         recs = to_records(session, ended, job_types(session, ended), now)
         for r in rows:
             if r.status == "pending":
-                self._jobs[r.id] = (r, None)
+                self._jobs[r.id] = (r, None, 0.0)
         assert self._covered is not None
         covered = self._covered.timestamp()
         for r, rec in zip(ended, recs, strict=True):
-            if rec.active_since(covered):
-                self._jobs[r.id] = (r, rec)
+            times = (rec.submitted_at, rec.admitted_at, rec.finished_at)
+            last = max(t for t in times if t is not None)
+            if last >= covered:
+                self._jobs[r.id] = (r, rec, last)
             else:  # out of every window this cache serves (unless written again)
                 self._jobs.pop(r.id, None)
         self._watermark, self._revision = int(xmin), revision
