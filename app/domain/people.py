@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import PlainSerializer
+from pydantic import PlainSerializer, WithJsonSchema
 
 
 def iso_utc(value: datetime | float | int) -> str:
@@ -61,6 +61,11 @@ def for_people(value: Any, key: object = None) -> Any:
 
 
 #: a response field that is a timestamp (serialized by :func:`iso_utc`)
-UtcTime = Annotated[datetime, PlainSerializer(iso_utc, return_type=str, when_used="json")]
+UtcTime = Annotated[
+    datetime,
+    PlainSerializer(iso_utc, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time", "examples": ["2026-12-01T05:52:58Z"]},
+                   mode="serialization"),
+]
 #: a response field that is a computed number (serialized by :func:`rounded`)
 Rounded = Annotated[float, PlainSerializer(rounded, return_type=float, when_used="json")]
