@@ -27,6 +27,7 @@ from app.scheduling.model import (
     Preemption,
     Snapshot,
 )
+from app.scheduling.preemption import stop_sentence
 from app.scheduling.releasing import hold_in_snapshot
 from app.simulate.policies import get_policy
 from app.store import batch_states, queue_order
@@ -198,12 +199,13 @@ def _seen(decisions: Sequence[_D], ctx: SnapshotContext) -> list[tuple[_D, int]]
 
 
 def _preemption(p: Preemption, revision: int) -> Change:
-    by = f" by job {p.by_job}" if p.by_job else ""
+    """The victim's change: its event's reason, and its pending reason until the
+    next cycle explains why it waits, is :func:`stop_sentence` (who and why, once)."""
     reclaim = p.kind == "reclaim"
     return Change(
         int(p.job_id),
         "pending",
-        reason=f"{'reclaimed' if reclaim else 'preempted'}{by}: {p.reason}",
+        reason=stop_sentence(p),
         event_type="reclaimed" if reclaim else "preempted",
         lease_state="reclaimed" if reclaim else "returned",
         data={"by_job": p.by_job, "kind": p.kind},

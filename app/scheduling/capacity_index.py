@@ -211,6 +211,15 @@ class CapacityIndex:
         buckets = self.whole.get(t) or []
         return sum((b // k) * len(nodes) for b, nodes in enumerate(buckets) if b >= k)
 
+    def replica_slots(self, t: str, k: int, spread: bool = False) -> int:
+        """Replicas of ``k`` whole cards of type ``t`` that fit now: k-card blocks,
+        or with ``spread`` (one replica per node) the nodes with ``k`` free cards.
+        The placement's quick rejection and the reasons count the same way."""
+        if not spread:
+            return self.blocks_of(t, k)
+        buckets = self.whole.get(t) or []
+        return sum(len(nodes) for b, nodes in enumerate(buckets) if b >= k)
+
     def nodes_with_whole(self, t: str, k: int, largest_first: bool = False) -> Iterator[str]:
         """Nodes of type ``t`` with at least ``k`` free cards, fullest first (or emptiest).
 

@@ -73,7 +73,7 @@ def p0_room(c: Cycle) -> None:
         first = len(c.result.preemptions)
         if c.try_preempt(job):
             c.result.preemptions[first:] = [
-                Preemption(p.job_id, f"descheduler: room for P0 job {job.id}; {p.reason}",
+                Preemption(p.job_id, f"descheduler (room for P0): {p.reason}",
                            p.by_job, p.kind)
                 for p in c.result.preemptions[first:]
             ]

@@ -78,6 +78,16 @@ def is_expired(lease: LeaseInfo, now: float) -> bool:
     return now + EPS >= lease.expires_at
 
 
+def lease_text(x: LeaseInfo) -> str:
+    """A lease as people read it in reasons and events. Durations, not instants:
+    the core's clock is epoch seconds live (``t=1.76457e+09`` said nothing) and
+    seconds from the start in a simulation; the event carries its own time."""
+    return (
+        f"lease {x.id} ({x.units:g} CU of {x.gpu_type} borrowed from pool {x.lender} "
+        f"for {x.expires_at - x.started_at:g} s)"
+    )
+
+
 def expired_leases(r: RunningJob, now: float) -> list[LeaseInfo]:
     return [x for x in r.leases if is_expired(x, now)]
 
@@ -98,10 +108,7 @@ def reclaim_at_expiry(snap: Snapshot) -> list[Preemption]:
         out.append(
             Preemption(
                 job_id=r.request.id,
-                reason=(
-                    f"lease {x.id}: {x.units:g} CU of {x.gpu_type} borrowed from pool {x.lender} "
-                    f"expired at t={x.expires_at:g} (reclaim: always)"
-                ),
+                reason=f"reclaimed: {lease_text(x)} expired (reclaim: always)",
                 by_job=None,
                 kind="reclaim",
             )
@@ -170,6 +177,6 @@ def outlast_notes(
         return ()
     return (
         f"duration_estimate_s={job.duration_estimate_s:g} outlasts its lease from pool "
-        f"{lender}, which expires after {expires - now:g}s (t={expires:g}); the job may be "
+        f"{lender}, which expires after {expires - now:g} s; the job may be "
         "preempted then and requeued",
     )

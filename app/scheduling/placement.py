@@ -101,10 +101,7 @@ def _could_fit(job: JobRequest, demands: list[Demand], index: CapacityIndex) -> 
             return True
         t = d.gpu_type or ""
         if d.kind == "whole":
-            if job.placement == "spread" and job.replicas > 1:
-                total += sum(len(b) for k, b in enumerate(index.whole.get(t) or []) if k >= d.count)
-            else:
-                total += index.blocks_of(t, d.count)
+            total += index.replica_slots(t, d.count, job.placement == "spread" and job.replicas > 1)
         elif d.kind == "mig":
             total += index.mig_free_total(t, d.profile)
         elif d.kind == "share" and index.has_share(t, d.share):

@@ -320,10 +320,12 @@ class PoolLedger:
                     borrow_room -= take
             if rest > EPS:
                 short = self._short_leases(pool, t, bound) if can_borrow else None
-                if short is not None:
+                if short is not None:  # ("needs > 1800 s" alone left people guessing)
                     return (
-                        f"needs > {bound:g} s; leases last {short:g} s: waits for pool "
-                        f"{pool}'s own guarantee ({o:g} CU of {t} free of {u:g} needed)"
+                        f"needs {bound:.0f} s or more (a run was stopped unfinished after "
+                        f"{job.longest_attempt_s or 0.0:.0f} s) but leases last {short:g} s: "
+                        f"waits for pool {pool}'s own guarantee "
+                        f"({o:g} CU of {t} free of {u:g} needed)"
                     )
                 borrowable = (
                     0.0

@@ -21,12 +21,13 @@ the job would not fit even with every candidate gone, nobody is preempted.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.scheduling.leases import pools_below_guarantee, reclaimable_lease
+from app.scheduling.leases import lease_text, pools_below_guarantee, reclaimable_lease
 from app.scheduling.model import (
     JobRequest,
     LeaseInfo,
@@ -59,15 +60,15 @@ class Candidate:
 
     @property
     def reason(self) -> str:
-        """Built only for the chosen victims (there may be thousands of candidates)."""
+        """The whole sentence the victim's event and pending reason show (the one
+        place it is composed; callers prefix only who decided, e.g. the
+        descheduler). Built only for the chosen victims (there may be thousands
+        of candidates)."""
         by = self.by
         x = self.lease
         if self.kind == "reclaim" and x is not None:
             who = f" for job {by.id} of pool {by.pool}" if by is not None else ""
-            return (
-                f"lease {x.id} ({x.units:g} CU of {x.gpu_type} from pool {x.lender}) "
-                f"expired at t={x.expires_at:g}; reclaimed{who}"
-            )
+            return f"reclaimed{who}: {lease_text(x)} expired"
         if by is None:
             return "preempted"
         return f"preempted by job {by.id} ({by.priority} > {self.job.request.priority})"
@@ -79,6 +80,20 @@ class Candidate:
             self.cost,
             self.id,
         )
+
+
+def stop_sentence(p: Preemption) -> str:
+    """What the victim's event and pending reason say: the policy's reason as is
+    when it already says what happened (it starts with "preempted"/"reclaimed"
+    or names the preemptor, as every reason of this core does), else with the
+    verb and the preemptor put in front (a baseline's "kueue: fair sharing ...").
+    Prefixing always once wrote "preempted by job 9: preempted by job 9 (P0 > P1)"."""
+    verb = "reclaimed" if p.kind == "reclaim" else "preempted"
+    names = p.by_job is not None and re.search(rf"\bjob {re.escape(p.by_job)}\b", p.reason)
+    if p.reason.startswith(verb) or names:
+        return p.reason
+    by = f" by job {p.by_job}" if p.by_job else ""
+    return f"{verb}{by}: {p.reason}" if p.reason else f"{verb}{by}"
 
 
 def lost_work(r: RunningJob, now: float) -> float:

@@ -235,6 +235,40 @@ def _host_ok(job: JobRequest, static: StaticCapacity, t: GpuType) -> bool:
     return tc.max_cpu + EPS >= job.cpu and tc.max_memory_gb + EPS >= job.memory_gb
 
 
+_TOPOLOGY_WHERE = {
+    "same_rack": " within one rack",
+    "fast_network": " on one node or on fast-network (ib/roce) nodes",
+}
+
+
+def _gang_blocks(
+    job: JobRequest, k: int, types: Sequence[GpuType], index: CapacityIndex
+) -> str | None:
+    """Why too few ``k``-card blocks are free for ``min_available`` replicas,
+    counted as the placement counts them (None: enough are free): a gang
+    takes all its replicas of one GPU type unless ``allow_mixed_types``, and
+    a ``spread`` gang one replica per node. Summing the blocks of every type
+    once told a gang that could not mix types that blocks existed "but not
+    with CPU and memory free", which was never why it waited."""
+    m = job.min_available
+    spread = job.placement == "spread" and job.replicas > 1
+    slots = {t.name: index.replica_slots(t.name, k, spread) for t in types}
+    one_type = job.replicas > 1 and not job.allow_mixed_types and len(slots) > 1
+    n = max(slots.values(), default=0) if one_type else sum(slots.values())
+    if n >= m:
+        return None
+    if m <= 1:
+        return ""
+    what = f"nodes with {k} free card(s)" if spread else f"free {k}-card blocks"
+    if not one_type:
+        text = f"; {what}: {n} of {m} needed"
+    else:
+        per = ", ".join(f"{name} {s}" for name, s in slots.items())
+        text = (f"; {what} of one GPU type: at most {n} of {m} needed ({per}; a gang "
+                "does not mix types unless allow_mixed_types)")
+    return text + (" (spread: one replica per node)" if spread else "")
+
+
 def capacity_reason(job: JobRequest, index: CapacityIndex, ctx: PlacementContext) -> str:
     """What is missing now, from the index (cheap: no node scan)."""
     types = allowed_types(job, ctx.gpu_types, ctx.pools)
@@ -249,23 +283,20 @@ def capacity_reason(job: JobRequest, index: CapacityIndex, ctx: PlacementContext
         )
     if mode == "gpus":
         k = job.gpus or 0
+        m = job.min_available
         free = ", ".join(f"{t.name} {index.max_free_whole(t.name)}" for t in types)
-        # a gang needs min_available such blocks at once (same_node: on one node)
-        fits = (
-            any(index.max_free_whole(t.name) >= k * job.min_available for t in types)
-            if job.topology == "same_node" and job.min_available > 1
-            else sum(index.blocks_of(t.name, k) for t in types) >= job.min_available
-        )
         head = f"needs {gang}{k} x {_types_text(job, [t.name for t in types])}{mem} per replica"
-        if not fits:
-            blocks = ""
-            if job.min_available > 1:
-                n = sum(index.blocks_of(t.name, k) for t in types)
-                blocks = f"; free {k}-card blocks: {n} of {job.min_available} needed"
-            return f"{head}; largest free block: {free}{blocks}{topo}"
+        if job.topology == "same_node" and m > 1:  # the whole gang on one node
+            if not any(index.max_free_whole(t.name) >= k * m for t in types):
+                return f"{head}; largest free block: {free}{topo}"
+        else:
+            blocks = _gang_blocks(job, k, types, index)
+            if blocks is not None:
+                return f"{head}; largest free block: {free}{blocks}{topo}"
+        where = _TOPOLOGY_WHERE.get(job.topology, "") if m > 1 else ""
         return (
-            f"{head}; free GPU blocks exist ({free}) but not with {job.cpu:g} CPU and "
-            f"{job.memory_gb:g} GB memory free on the same node{topo}, or they are reserved"
+            f"{head}; free GPU blocks exist ({free}) but not{where} with {job.cpu:g} CPU and "
+            f"{job.memory_gb:g} GB memory free on the same node, or they are reserved"
         )
     if mode == "gpu_units":
         free = ", ".join(

@@ -489,6 +489,7 @@ class Simulator:
             self.event("reclaim" if pre.kind == "reclaim" else "preempt", j,
                        by=by.spec.name if by else None, reason=pre.reason)
             self._requeue(j)
+            j.reason = pre.reason  # as the dispatcher writes it, until a cycle says more
             j.request = replace(
                 j.request, last_preempted_at=self.now, last_preempted_by=pre.by_job,
                 last_reclaimed_at=self.now if pre.kind == "reclaim" else

@@ -55,7 +55,8 @@ def test_reclaimed_job_waits_for_own_guarantee_with_a_true_reason(
         bj = job(client, admin, b)
         assert bj["status"] == "pending", bj
     assert bj["reason"].startswith(
-        "needs > 3600 s; leases last 1800 s: waits for pool training's own guarantee"), bj
+        "needs 3600 s or more (a run was stopped unfinished after 1800 s) but leases last"
+        " 1800 s: waits for pool training's own guarantee"), bj
     assert [e["type"] for e in events(client, admin, b)].count("admitted") == 1
     # training's own job ends: the job runs on the pool's own guarantee, no lease
     client.post(f"/v1/jobs/{a}/cancel", headers=admin)

@@ -123,7 +123,8 @@ def test_descheduler_makes_room_for_p0(client, admin, dispatcher, clock):
     assert job(client, admin, c)["status"] == "pending"
     assert job(client, admin, a)["status"] == job(client, admin, b)["status"] == "running"
     (ev,) = [e for e in events(client, admin, c) if e["type"] == "preempted"]
-    assert "descheduler: room for P0 job" in ev["reason"] and ev["data"]["by_job"] == p
+    assert ev["reason"] == f"descheduler (room for P0): preempted by job {p} (P0 > P2)"
+    assert ev["data"]["by_job"] == p
 
 
 def test_team_quota_lowered_below_use_blocks_new_work_never_kills(

@@ -127,15 +127,18 @@ def test_metrics_on_a_seeded_cluster(env):
     with env.services.session_factory() as s:
         jid = s.scalar(select(JobRow.id).where(JobRow.name == "train-c"))
         for typ, why in [
-            ("preempted", "preempted by job 9: preempted by job 9 (P0 > P1)"),
-            ("reclaimed", "reclaimed: lease 3: 20 CU of a100 borrowed from pool x expired"),
-            ("preempted", "preempted by job 9: descheduler: moved off node a100-0 so job 9 ..."),
+            ("preempted", "preempted by job 9 (P0 > P1)"),
+            ("reclaimed", "reclaimed: lease 3 (20 CU of a100 borrowed from pool x for 1800 s) "
+                          "expired (reclaim: always)"),
+            ("preempted", "descheduler: moved off node a100-0 so job 9 can have the whole node"),
+            ("preempted", "descheduler (room for P0): preempted by job 9 (P0 > P1)"),
         ]:
             s.add(JobEventRow(job_id=jid, at=env.clock(), type=typ, reason=why))
         s.commit()
     _, v = scrape(env)
     assert v[("gpuq_preemptions_total", (("reason", "priority"),))] == 1
     assert v[("gpuq_preemptions_total", (("reason", "defragment"),))] == 1
+    assert v[("gpuq_preemptions_total", (("reason", "descheduler"),))] == 1
     assert v[("gpuq_lease_reclaims_total", (("reason", "lease_expired"),))] == 1
     _, v = scrape(env)  # counted once
     assert v[("gpuq_preemptions_total", (("reason", "priority"),))] == 1

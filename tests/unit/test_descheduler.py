@@ -18,7 +18,8 @@ def test_p0_room_evicts_p2_before_p1() -> None:
                     now=1000)
     res = deschedule(snap)
     assert [(p.job_id, p.by_job) for p in res.preemptions] == [("p2", "rec")]
-    assert res.preemptions[0].reason.startswith("descheduler: room for P0 job rec")
+    # who decided, then the preemption's own sentence: the preemptor named once
+    assert res.preemptions[0].reason == "descheduler (room for P0): preempted by job rec (P0 > P2)"
     assert [a.job_id for a in res.admissions] == ["rec"]
 
 

@@ -91,7 +91,8 @@ def test_reclaimed_job_is_not_lent_a_lease_of_the_same_length() -> None:
         if "y" in s.running:
             break
         assert res.reasons["y"].startswith(
-            "needs > 1800 s; leases last 1800 s: waits for pool p's own guarantee")
+            "needs 1800 s or more (a run was stopped unfinished after 1800 s) but leases"
+            " last 1800 s: waits for pool p's own guarantee")
     assert s.kinds("y").count("reclaim") == 1
     assert s.running["y"].leases == () and s.running["y"].started_at >= 20_000
 
@@ -211,4 +212,5 @@ def test_leases_never_thrash_and_never_reclaim_what_own_guarantee_holds(
     for j in result.jobs:
         if j.status != "succeeded":
             assert j.status == "pending" and j.runtime_s > 1800, j
-            assert re.match(r"needs > \d+ s; leases last 1800 s: waits for pool ", j.reason), j
+            assert re.match(r"needs \d+ s or more \(a run was stopped unfinished after \d+ s\) "
+                            r"but leases last 1800 s: waits for pool ", j.reason), j

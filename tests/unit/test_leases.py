@@ -133,7 +133,9 @@ def test_reclaimed_job_does_not_reborrow_within_thrash_window() -> None:
     # past the window it is still not lent again: it ran 1800 s without finishing,
     # so a lease of 1800 s could only end in another reclaim (issue 11)
     assert "y" in s.pending
-    assert res.reasons["y"].startswith("needs > 1800 s; leases last 1800 s")
+    assert res.reasons["y"].startswith(
+        "needs 1800 s or more (a run was stopped unfinished after 1800 s) but leases last"
+        " 1800 s: waits for pool p's own guarantee")
 
 
 def test_when_needed_pool_at_its_guarantee_is_not_entitled_to_reclaim() -> None:

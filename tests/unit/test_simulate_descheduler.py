@@ -88,7 +88,8 @@ def test_p0_room_tick_evicts_p2_before_the_next_core_wake() -> None:
     assert by_name(on)["urgent"]["start_s"] == 60.0  # the descheduler's second tick
     evicted = [e for e in on["events"] if e["type"] == "preempt"]
     assert len(evicted) == 2
-    assert all(e["reason"].startswith("descheduler: room for P0") for e in evicted)
+    assert all(e["reason"].startswith("descheduler (room for P0): preempted by job")
+               for e in evicted)
 
 
 def test_baselines_get_no_descheduler() -> None:
