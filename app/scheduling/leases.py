@@ -82,8 +82,9 @@ def lease_text(x: LeaseInfo) -> str:
     """A lease as people read it in reasons and events. Durations, not instants:
     the core's clock is epoch seconds live (``t=1.76457e+09`` said nothing) and
     seconds from the start in a simulation; the event carries its own time."""
+    name = x.id if x.id.startswith("lease") else f"lease {x.id}"  # simulated: "lease-3"
     return (
-        f"lease {x.id} ({x.units:g} CU of {x.gpu_type} borrowed from pool {x.lender} "
+        f"{name} ({x.units:g} CU of {x.gpu_type} borrowed from pool {x.lender} "
         f"for {x.expires_at - x.started_at:g} s)"
     )
 

@@ -146,10 +146,9 @@ def never_fits(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) -
         options = replica_options(job, types)
         if not options:
             if job.mig != "auto":
-                return (
-                    f"MIG profile {job.mig} with >= {job.min_gpu_memory_gb:g} GB is not "
-                    f"defined for {', '.join(names)}"
-                )
+                mem = (f" with >= {job.min_gpu_memory_gb:g} GB" if job.min_gpu_memory_gb
+                       else "")  # ("with >= 0 GB" was noise)
+                return f"MIG profile {job.mig}{mem} is not defined for {', '.join(names)}"
             return f"no MIG slice or card of {', '.join(names)} has >= {job.min_gpu_memory_gb:g} GB"
         for d in options:
             tc = static.by_type.get(d.gpu_type or "")
@@ -173,7 +172,8 @@ def never_fits(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) -
         if not any(t.shareable for t in types):
             return (
                 f"gpu_share needs a shareable GPU type; allowed types "
-                f"({', '.join(names)}) are not shareable or lack {job.min_gpu_memory_gb:g} GB"
+                f"({', '.join(names)}) are not shareable"
+                + (f" or lack {job.min_gpu_memory_gb:g} GB" if job.min_gpu_memory_gb else "")
             )
         if not any(t.shareable and t.name in static.by_type for t in types):
             return "no node has a shareable GPU of an allowed type"
@@ -214,7 +214,8 @@ def _holders(caps: Sequence[tuple[str, int, int, float, float]], slots: dict[str
     parts = []
     for name, whole, cut, _cpu, _mem in sorted(caps, key=lambda c: (-slots[c[0]], c[0]))[:4]:
         mig = f" + {cut} MIG-cut" if cut else ""
-        parts.append(f"{name}: {slots[name]} ({whole} whole card(s){mig})")
+        # ("a100-1: 1 (8 whole card(s))" left the 1 unexplained)
+        parts.append(f"{name} holds {slots[name]} with {whole} whole card(s){mig}")
     return "; ".join(parts)
 
 

@@ -148,8 +148,8 @@ jobs:
     assert big["status"] == "unschedulable"
     assert big["reason"].startswith(
         "needs 2 replicas x 8 whole a100-80g GPU(s) at once; the whole cluster holds at most 1")
-    assert "a100-1: 1 (8 whole card(s))" in big["reason"]
-    assert "a100-0: 0 (7 whole card(s) + 1 MIG-cut)" in big["reason"]
+    assert "a100-1 holds 1 with 8 whole card(s)" in big["reason"]
+    assert "a100-0 holds 0 with 7 whole card(s) + 1 MIG-cut" in big["reason"]
     assert jobs["one-node"]["status"] == "succeeded"  # a single 8-card replica fits a100-1
 
 

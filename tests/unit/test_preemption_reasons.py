@@ -5,12 +5,14 @@ gang one replica per node)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from app.scheduling.engine import schedule
 from app.scheduling.leases import reclaim_at_expiry
 from app.scheduling.model import LeaseInfo, PoolInfo, Preemption, ReplicaPlacement, RunningJob
 from app.scheduling.preemption import stop_sentence
+from app.simulate.command import run_simulate
 from tests.unit.quota_sim import job, node, running, snapshot
 
 POOLS = [PoolInfo("p")]
@@ -115,3 +117,39 @@ def test_stop_sentence_names_the_preemptor_once() -> None:
     ]
     for p, said in cases:
         assert stop_sentence(p) == said
+
+
+SCENARIO = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10,
+     mig_profiles: {"3g.40gb": {memory_gb: 40, compute_fraction: 0.4286}}}
+nodes:
+  - {name: a, count: 2, gpu_type: a100-80g, gpus: 8, cpu: 128, memory_gb: 1024}
+pools:
+  - {name: infer, guaranteed: {a100-80g: 80}, max_borrow_seconds: 1800, reclaim: always}
+  - {name: train, guaranteed: {a100-80g: 80}, max_borrow_seconds: 1800, reclaim: always}
+teams:
+  - {name: serving, pool: infer}
+jobs:
+  - {name: mate, team: serving, submit_at_s: 0, runtime_s: 20000, resources: {gpus: 8}}
+  - {name: borrower, team: serving, submit_at_s: 0, runtime_s: 2500, resources: {gpus: 2}}
+  - {name: slice, team: serving, submit_at_s: 0, runtime_s: 10, resources: {mig: 7g.80gb}}
+"""
+
+
+def test_simulated_reclaim_and_verdict_read_well(tmp_path) -> None:
+    """`gpuq simulate` events and verdicts as a person reads them: the reclaim names
+    the lease once ("lease lease-1" before), a MIG verdict has no ">= 0 GB"."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(SCENARIO)
+    out = tmp_path / "r.json"
+    assert run_simulate(str(sc), policy="gpuq", out=str(out)) == 0
+    doc = json.loads(out.read_text())
+    [reclaim] = [e for e in doc["events"] if e["type"] == "reclaim"]
+    assert reclaim["reason"] == (
+        "reclaimed: lease-1 (20 CU of a100-80g borrowed from pool train for 1800 s) expired "
+        "(reclaim: always)"
+    )
+    jobs = {j["name"]: j for j in doc["jobs"]}
+    assert jobs["slice"]["status"] == "unschedulable"
+    assert jobs["slice"]["reason"] == "MIG profile 7g.80gb is not defined for a100-80g"
