@@ -107,8 +107,9 @@ _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a 
 class TcpProxy:
     """A TCP forwarder from 127.0.0.1:<port> to ``target`` that a test can cut."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, unix_socket: str | None = None) -> None:
         self.target = (target_host, target_port)
+        self.unix_socket = unix_socket
         self._lock = threading.Lock()
         self._socks: set[socket.socket] = set()
         self._listener: socket.socket | None = None
@@ -131,7 +132,7 @@ class TcpProxy:
             except OSError:
                 return  # cut
             try:
-                upstream = socket.create_connection(self.target, timeout=5)
+                upstream = self._connect_upstream()
             except OSError:
                 client.close()
                 continue
@@ -156,9 +157,34 @@ class TcpProxy:
                 self._socks.discard(src)
                 self._socks.discard(dst)
 
+    @classmethod
+    def in_front_of(cls, url: str) -> TcpProxy:
+        """A proxy to the server of ``url``: TCP host and port, or the Unix socket the
+        embedded server of ``make test`` listens on (``?host=/dir&port=N``), so the
+        outage tests run on either."""
+        u = make_url(normalize_url(url))
+        socket_dir = u.query.get("host")
+        if isinstance(socket_dir, str) and socket_dir.startswith("/"):
+            port = u.port or int(u.query.get("port", 5432))
+            return cls("", port, unix_socket=f"{socket_dir}/.s.PGSQL.{port}")
+        return cls(u.host or "127.0.0.1", u.port or 5432)
+
+    def _connect_upstream(self) -> socket.socket:
+        if self.unix_socket is None:
+            return socket.create_connection(self.target, timeout=5)
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        upstream.settimeout(5)
+        try:
+            upstream.connect(self.unix_socket)
+        except OSError:
+            upstream.close()
+            raise
+        return upstream
+
     def url_for(self, url: str) -> str:
-        """``url`` pointed at the proxy."""
-        u = make_url(normalize_url(url)).set(host="127.0.0.1", port=self.port)
+        """``url`` pointed at the proxy (over TCP, whatever the server listens on)."""
+        u = make_url(normalize_url(url))
+        u = u.difference_update_query(["host", "port"]).set(host="127.0.0.1", port=self.port)
         return u.render_as_string(hide_password=False)
 
     def cut(self) -> None:

@@ -22,12 +22,11 @@ import time
 
 import httpx
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 
 from app.clock import utcnow
 from app.main import create_app
 from app.runtime import Services
-from app.store.db import make_engine, make_session_factory, normalize_url
+from app.store.db import make_engine, make_session_factory
 from app.store.orm import JobRow
 from tests.faults import TcpProxy
 from tests.integration.conftest import ADMIN_TOKEN, job_body
@@ -82,8 +81,7 @@ def test_concurrent_team_submits_answer_201_or_fast_503(database_url, demo, sett
 
 
 def test_database_outage_answers_503_json_and_recovers(database_url, demo, settings):
-    u = make_url(normalize_url(database_url))
-    proxy = TcpProxy(u.host or "127.0.0.1", u.port or 5432)
+    proxy = TcpProxy.in_front_of(database_url)
     engine = make_engine(proxy.url_for(database_url), pool_size=4, pool_timeout_s=2,
                          connect_timeout_s=2)
     try:

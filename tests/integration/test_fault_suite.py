@@ -27,14 +27,13 @@ from dataclasses import dataclass, field
 
 import pytest
 from sqlalchemy import Engine, select
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from app.dispatch.dispatcher import Dispatcher
 from app.domain.spec import JobSpec
 from app.domain.states import TERMINAL
 from app.store import jobs as job_store
-from app.store.db import make_engine, make_session_factory, normalize_url
+from app.store.db import make_engine, make_session_factory
 from app.store.orm import JobRow
 from tests.faults import Crash, TcpProxy, crash_on, kill_connection_on
 from tests.invariants import check_cluster, check_database, sim_pods
@@ -101,8 +100,7 @@ def run_faults(
     accepted: list[str] = []
     proxy = None
     if kind == "outage":
-        u = make_url(normalize_url(database_url))
-        proxy = TcpProxy(u.host or "127.0.0.1", u.port or 5432)
+        proxy = TcpProxy.in_front_of(database_url)
 
     def new_dispatcher() -> tuple[Dispatcher, Engine]:
         url = proxy.url_for(database_url) if proxy else database_url

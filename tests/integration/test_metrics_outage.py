@@ -13,12 +13,11 @@ import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy.engine import make_url
 
 from app.clock import utcnow
 from app.main import create_app
 from app.runtime import Services
-from app.store.db import make_engine, make_session_factory, normalize_url
+from app.store.db import make_engine, make_session_factory
 from tests.faults import TcpProxy
 from tests.integration.conftest import ADMIN_TOKEN, job_body
 from tests.live_server import live_server
@@ -36,8 +35,7 @@ def pending(text: str) -> float:
 
 
 def test_metrics_fail_during_an_outage_and_recover(database_url, demo, settings):
-    u = make_url(normalize_url(database_url))
-    proxy = TcpProxy(u.host or "127.0.0.1", u.port or 5432)
+    proxy = TcpProxy.in_front_of(database_url)
     engine = make_engine(proxy.url_for(database_url), pool_size=2, pool_timeout_s=2,
                          connect_timeout_s=2)
     services = Services(settings=settings, engine=engine,
@@ -76,8 +74,7 @@ def test_a_failed_pass_is_not_reused(database_url, demo, settings):
     """A scrape after a failed one runs a pass of its own, however long passes
     are reused (it used to reuse the failed pass and serve what the gauges held
     before it, here nothing)."""
-    u = make_url(normalize_url(database_url))
-    proxy = TcpProxy(u.host or "127.0.0.1", u.port or 5432)
+    proxy = TcpProxy.in_front_of(database_url)
     engine = make_engine(proxy.url_for(database_url), pool_size=2, pool_timeout_s=2,
                          connect_timeout_s=2)
     services = Services(settings=settings, engine=engine,
