@@ -194,6 +194,7 @@ class Cycle:
             if preempted:
                 return
             reason = self._held_reason(job) or capacity_reason(job, self.state.index, self.ctx)
+            reason += self._protected_note(job)
             self.fail_memo[fkey] = (self.state.release_epoch, reason)
             res.reasons[job.id] = reason
             self._maybe_reserve(job)
@@ -206,7 +207,7 @@ class Cycle:
         adm = charge(job, placed.placements, self.pools, self.snap)  # 4b pool quota
         if isinstance(adm, str):
             if not self.try_preempt(job):
-                res.reasons[job.id] = adm
+                res.reasons[job.id] = adm + self._protected_note(job)
             return
         for p in placed.placements:
             self.state.reserve(p)
@@ -250,6 +251,27 @@ class Cycle:
         self.result.preemptions.extend(preemptions)
         self.result.admissions.append(adm)
         return True
+
+    def _protected_note(self, job: JobRequest) -> str:
+        """After a failed victim search: lower-priority jobs the minimum run time
+        still protects, and when the first stops being protected."""
+        vp = self.victim_pool
+        if vp is None or job.priority_value <= self.lowest_victim:
+            return ""
+        ctx = self.ctx
+        needs_gpu = job.mode != "gpus" or (job.gpus or 0) > 0
+        names = (
+            {t.name for t in allowed_types(job, ctx.gpu_types, ctx.pools)} if needs_gpu else None
+        )
+        cfg = self.snap.config
+        got = vp.protected(job, names, self.snap.now, cfg.min_run_time_s, self.gone)
+        if got is None:
+            return ""
+        ids, wait = got
+        return (
+            f"; lower-priority job(s) {', '.join(ids)} ran less than min_run_time_s "
+            f"({cfg.min_run_time_s:g} s): may be preempted for it in {wait:.0f} s"
+        )
 
     def _quota_precheck(self, job: JobRequest, key: tuple) -> str | None:
         """Reject without placing when even the cheapest option breaks the team's total quota."""

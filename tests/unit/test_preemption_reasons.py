@@ -153,3 +153,27 @@ def test_simulated_reclaim_and_verdict_read_well(tmp_path) -> None:
     jobs = {j["name"]: j for j in doc["jobs"]}
     assert jobs["slice"]["status"] == "unschedulable"
     assert jobs["slice"]["reason"] == "MIG profile 7g.80gb is not defined for a100-80g"
+
+
+def test_job_waiting_out_a_victims_minimum_run_time_is_told_so() -> None:
+    """A P1 job whose only possible victim (P2) started 10 s ago waits 50 s more;
+    it used to read only "largest free block: a100 0". A job of another GPU type,
+    or of the same priority, gets no such note: nobody could be preempted for it."""
+    fresh = job("fresh", prio="P2", gpus=8)
+    run = [running(fresh, "a0", "a100", tuple(range(8)), started_at=990.0)]
+    nodes = [node("a0", "a100", 8), node("v0", "v100", 8)]
+    busy_v = running(job("v", prio="P2", gpus=8, gpu_types=("v100",)), "v0", "v100",
+                     tuple(range(8)), started_at=0.0)
+    waiting = job("j", prio="P1", gpus=8, gpu_types=("a100",))
+    peer = job("peer", prio="P2", gpus=8, gpu_types=("a100",))
+    res = schedule(snapshot(nodes, POOLS, [waiting, peer], [*run, busy_v], now=1000,
+                            min_run_time_s=60))
+    assert res.preemptions == []
+    assert res.reasons["j"].endswith(
+        "largest free block: a100 0; lower-priority job(s) fresh ran less than "
+        "min_run_time_s (60 s): may be preempted for it in 50 s")
+    assert "min_run_time_s" not in res.reasons["peer"]
+    # 50 s later it is: the note told the truth
+    res = schedule(snapshot(nodes, POOLS, [waiting], [*run, busy_v], now=1050,
+                            min_run_time_s=60))
+    assert [(p.job_id, p.by_job) for p in res.preemptions] == [("fresh", "j")]
