@@ -83,8 +83,8 @@ def validation_detail(errors: list[dict]) -> str:
     parts = []
     for err in errors[:3]:
         loc = [str(x) for x in err.get("loc", ())]
-        if loc and loc[0] == "body":
-            loc = loc[1:]
+        if loc and loc[0] in ("body", "query", "path", "header"):
+            loc = loc[1:]  # the detail starts with the field's name
         field = ".".join(loc) or "body"
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{field}: {msg}")

@@ -26,6 +26,8 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
+from app.domain.spec import SCENARIO_ONLY
+
 ERROR_REF = "#/components/schemas/ErrorOut"
 NO_DATABASE = {"/healthz"}  # answers without reading the database
 
@@ -86,9 +88,43 @@ def error_statuses(path: str, method: str, op: dict[str, Any]) -> list[str]:
     return out
 
 
+def map_keys(node: Any) -> None:
+    """pydantic writes a map whose keys have a pattern as ``patternProperties``, which
+    leaves other keys allowed; the server refuses them, so say it with
+    ``propertyNames`` (the key's pattern) and ``additionalProperties`` (the value)."""
+    if isinstance(node, dict):
+        pattern_props = node.get("patternProperties")
+        if isinstance(pattern_props, dict) and len(pattern_props) == 1:
+            (pattern, value), = pattern_props.items()
+            del node["patternProperties"]
+            node["propertyNames"] = {**node.get("propertyNames", {}), "pattern": pattern}
+            node["additionalProperties"] = value
+        for v in node.values():
+            map_keys(v)
+    elif isinstance(node, list):
+        for v in node:
+            map_keys(v)
+
+
+# fields of the shared models the service refuses (422): the scenario-only fields of
+# a job spec (``gpuq simulate`` reads them from files) and a node's ``count`` (config
+# files only: nodes are created one by one)
+NOT_IN_REQUESTS = {"JobSpec": SCENARIO_ONLY, "NodeConfig": ("count",), "NodePatch": ("count",)}
+
+
+def live_fields_only(components: dict[str, Any]) -> None:
+    """Leave out of the request schemas the fields the service refuses."""
+    for model, fields in NOT_IN_REQUESTS.items():
+        for name in fields:
+            components.get(model, {}).get("properties", {}).pop(name, None)
+
+
 def truthful(schema: dict[str, Any]) -> dict[str, Any]:
-    """Document every error status of every operation with the one error body."""
+    """Document every error status of every operation with the one error body, and
+    make the request schemas say what the server refuses."""
     components = schema.setdefault("components", {}).setdefault("schemas", {})
+    live_fields_only(components)
+    map_keys(schema)
     error_schema = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
     components.update(error_schema.pop("$defs", {}))
     components["ErrorOut"] = error_schema

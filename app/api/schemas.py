@@ -10,16 +10,81 @@ models), so curl, a scenario file and a config file are validated alike.
 
 from __future__ import annotations
 
+from copy import copy
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from fastapi import Path, Query
+from pydantic import BaseModel, create_model
 
 from app.domain.people import Rounded, UtcTime
+from app.domain.spec import DNS_LABEL_PATTERN, PRIORITY_NAME_PATTERN
 from app.store.convert import ALLOCATION_AS_IS, LEASE_AS_IS, copied
 from app.store.jobs import NewJob
 from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
 from app.store.states import wait_seconds
+
+# Path parameters naming an object. The pattern documents which names can exist (a
+# name that cannot is simply not found: 404), so a client or a fuzzer knows the shape.
+NamePath = Annotated[
+    str,
+    Path(description="the object's name (a DNS label)",
+         json_schema_extra={"pattern": DNS_LABEL_PATTERN, "minLength": 1, "maxLength": 63}),
+]
+PriorityNamePath = Annotated[
+    str,
+    Path(description="the priority class's name",
+         json_schema_extra={"pattern": PRIORITY_NAME_PATTERN, "minLength": 1, "maxLength": 63}),
+]
+JobIdPath = Annotated[
+    str,
+    Path(description="the job's id",
+         json_schema_extra={"pattern": "^[0-9]{1,18}$"}),
+]
+
+
+# Query filters naming an object: refused (422) when no object could have that name,
+# as the document says, rather than answering an empty list.
+NameQuery = Annotated[
+    str | None,
+    Query(description="only this object's (a DNS label)", pattern=DNS_LABEL_PATTERN,
+          min_length=1, max_length=63),
+]
+PriorityQuery = Annotated[
+    str | None,
+    Query(description="only this priority class's", pattern=PRIORITY_NAME_PATTERN,
+          min_length=1, max_length=63),
+]
+CursorQuery = Annotated[
+    str | None,
+    Query(description="the next_cursor (X-Next-Cursor) of the previous page, as given "
+          "(anything else is refused: 422 'malformed cursor')",
+          json_schema_extra={"pattern": "^[A-Za-z0-9_-]{1,200}={0,2}$"}),
+]
+AUDIT_KINDS = Literal[
+    "gpu_type", "node", "pool", "team", "priority_class", "token", "tuning", "config"
+]
+
+
+def patch_model(model: type[BaseModel]) -> type[BaseModel]:
+    """The PATCH body of a catalog object: any of ``model``'s fields but the name
+    (names never change), none required, each with its own type and bounds; unknown
+    fields are refused. The merged object is validated again as a whole."""
+    fields: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if name == "name":
+            continue
+        optional = copy(field)
+        optional.default = None  # absent: unchanged (an explicit null only where allowed)
+        optional.default_factory = None
+        fields[name] = (field.annotation, optional)
+    title = model.__name__.removesuffix("Config") + "Patch"
+    return create_model(  # type: ignore[call-overload]
+        title,
+        __config__=model.model_config,
+        __doc__=f"Any fields of {model.__name__} but the name; the rest keep their values.",
+        **fields,
+    )
 
 
 class AllocationOut(BaseModel):

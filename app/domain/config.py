@@ -7,58 +7,108 @@ be applied at every start.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from app.domain.pod_policy import PssLevel
-from app.domain.spec import JobSpec, Placement, check_dns_label, check_dns_subdomain
+from app.domain.spec import (
+    DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN,
+    DnsLabel,
+    Int,
+    JobSpec,
+    OptInt,
+    Placement,
+    PriorityName,
+    check_dns_label,
+    check_dns_subdomain,
+)
+
+# strict: numbers are JSON numbers, flags JSON booleans, as the OpenAPI says ("80"
+# or 1-for-true are refused rather than coerced); the same for a config file
+STRICT = ConfigDict(extra="forbid", strict=True)
+NonNegative = Annotated[float, Field(ge=0)]
+# schema of names the validators below check (their messages name the field)
+LABEL_SCHEMA = {"pattern": DNS_LABEL_PATTERN, "minLength": 1, "maxLength": 63}
+SUBDOMAIN_SCHEMA = {"pattern": DNS_SUBDOMAIN.pattern, "minLength": 1, "maxLength": 253}
+# a MIG layout's device index: a JSON object key is a string ("0")
+DeviceIndex = Annotated[int, Strict(False), Field(ge=0, le=63)]
 
 
 class MigProfileConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    memory_gb: float = Field(gt=0)
-    compute_fraction: float = Field(gt=0, le=1)
+    """One MIG profile of a GPU type (the slice a ``resources.mig`` request names)."""
+
+    model_config = STRICT
+    memory_gb: float = Field(gt=0, le=10_000, description="memory of one slice, GB")
+    compute_fraction: float = Field(
+        gt=0, le=1, description="share of the card's compute one slice has (1g of 7g: 1/7)"
+    )
 
 
 class GpuTypeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    memory_gb: float = Field(gt=0, le=10_000)
-    weight: float = Field(gt=0, le=10_000)
-    product: str | None = None
-    vendor: str = "nvidia"
-    resource_name: str = "nvidia.com/gpu"
-    mig_profiles: dict[str, MigProfileConfig] = Field(default_factory=dict)
-    shareable: bool = False
+    """A GPU model of the cluster, and what its cards are worth."""
 
-    @field_validator("name")
-    @classmethod
-    def _dns(cls, v: str) -> str:
-        return check_dns_label(v)
+    model_config = STRICT
+    name: DnsLabel = Field(description="the type's name, e.g. `a100-80g`")
+    memory_gb: float = Field(gt=0, le=10_000, description="memory of one card, GB")
+    weight: float = Field(
+        gt=0, le=10_000,
+        description="compute units (CU) one card is worth: quotas, shares and fairness "
+        "are counted in CU",
+    )
+    product: str | None = Field(
+        default=None, max_length=253,
+        description="the product name nodes report (Kubernetes `nvidia.com/gpu.product`)",
+    )
+    vendor: str = Field(default="nvidia", min_length=1, max_length=63,
+                        description="the vendor (`nvidia`, `amd`...)")
+    resource_name: str = Field(
+        default="nvidia.com/gpu", min_length=1, max_length=253,
+        description="the extended resource its Pods request",
+    )
+    mig_profiles: dict[str, MigProfileConfig] = Field(
+        default_factory=dict, description="the MIG profiles its cards can be cut into, by name"
+    )
+    shareable: bool = Field(
+        default=False, description="may one card be shared by several jobs (gpu_share)"
+    )
 
 
 class NodeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    count: int | None = Field(default=None, ge=1, le=100_000)
-    gpu_type: str | None = None
-    gpus: int = Field(default=0, ge=0, le=64)
-    cpu: float = Field(default=64, gt=0)
-    memory_gb: float = Field(default=512, gt=0)
-    rack: str | None = None
-    network: Literal["ib", "roce", "eth"] = "eth"
-    nvlink_domain: str | None = None
-    mig_layout: list[str] | dict[int, list[str]] | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    taints: list[dict[str, str]] = Field(default_factory=list)
-    schedulable: bool = True
+    """A node of the simulated cluster (on Kubernetes nodes come from the API server)."""
 
-    @field_validator("name")
-    @classmethod
-    def _dns(cls, v: str) -> str:
-        return check_dns_label(v)
+    model_config = STRICT
+    name: DnsLabel = Field(description="the node's name")
+    count: OptInt = Field(
+        default=None, ge=1, le=100_000,
+        description="this many identical nodes, named `<name>-0` .. `<name>-<count-1>`",
+    )
+    gpu_type: DnsLabel | None = Field(
+        default=None, description="the type of its cards (an existing GPU type); needed "
+        "when gpus > 0",
+    )
+    gpus: Int = Field(default=0, ge=0, le=64, description="GPU cards")
+    cpu: float = Field(default=64, gt=0, le=100_000, description="CPU cores")
+    memory_gb: float = Field(default=512, gt=0, le=1_000_000, description="memory, GB")
+    rack: str | None = Field(default=None, max_length=63,
+                             description="rack (topology `same_rack`)")
+    network: Literal["ib", "roce", "eth"] = Field(
+        default="eth", description="interconnect (topology `fast_network`: ib or roce)"
+    )
+    nvlink_domain: str | None = Field(
+        default=None, max_length=63, description="NVLink domain shared with other nodes"
+    )
+    mig_layout: list[str] | dict[DeviceIndex, list[str]] | None = Field(
+        default=None,
+        description="MIG profiles each card is cut into: a list (card 0) or "
+        "`{card index: [profiles]}`",
+    )
+    labels: dict[str, str] = Field(default_factory=dict, description="node labels")
+    taints: list[dict[str, str]] = Field(default_factory=list, description="node taints")
+    schedulable: bool = Field(default=True, description="false: cordoned, nothing new "
+                              "is placed on it")
 
     @model_validator(mode="after")
     def _gpu_type_iff_gpus(self) -> NodeConfig:
@@ -85,43 +135,65 @@ class NodeConfig(BaseModel):
 
 
 class PoolConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    gpu_types: list[str] = Field(default_factory=list)
-    guaranteed: dict[str, float] = Field(default_factory=dict)
-    borrow_limit: float | None = Field(default=None, ge=0)
-    lend_limit: dict[str, float] = Field(default_factory=dict)
-    max_borrow_seconds: float = Field(default=1800, gt=0)
-    reclaim: Literal["always", "when_needed"] = "always"
-    placement: Placement = "binpack"
-    weight: float = Field(default=1, gt=0)
+    """A pool: GPU types, a guaranteed share of each, borrowing and lending rules."""
 
-    @field_validator("name")
-    @classmethod
-    def _dns(cls, v: str) -> str:
-        return check_dns_label(v)
-
-    @field_validator("guaranteed", "lend_limit")
-    @classmethod
-    def _non_negative(cls, v: dict[str, float]) -> dict[str, float]:
-        for k, x in v.items():
-            if x < 0:
-                raise ValueError(f"{k}: must be >= 0")
-        return v
+    model_config = STRICT
+    name: DnsLabel = Field(description="the pool's name")
+    gpu_types: list[DnsLabel] = Field(
+        default_factory=list, max_length=64,
+        description="GPU types its jobs may use (existing types); empty: any",
+    )
+    guaranteed: dict[DnsLabel, NonNegative] = Field(
+        default_factory=dict, description="CU guaranteed per GPU type (existing types)"
+    )
+    borrow_limit: float | None = Field(
+        default=None, ge=0, description="most CU it may borrow from other pools' idle "
+        "guarantees; unset: no limit",
+    )
+    lend_limit: dict[DnsLabel, NonNegative] = Field(
+        default_factory=dict, description="most CU of each type it lends; a type not "
+        "named lends all its idle guarantee",
+    )
+    max_borrow_seconds: float = Field(
+        default=1800, gt=0, le=365 * 86400,
+        description="a lease's length: borrowed CU go back to the lender after it",
+    )
+    reclaim: Literal["always", "when_needed"] = Field(
+        default="always", description="when a lender takes borrowed CU back: at the "
+        "lease's end, or only when its own jobs need them",
+    )
+    placement: Placement = Field(
+        default="binpack", description="default placement of its jobs"
+    )
+    weight: float = Field(default=1, gt=0, le=10_000,
+                          description="its share when pools compete for idle CU")
 
 
 class TeamConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    pool: str
-    allowed_pools: list[str] = Field(default_factory=list)
-    quota_units: float | None = Field(default=None, ge=0)
-    quota_by_type: dict[str, float] = Field(default_factory=dict)
-    weight: float = Field(default=1, gt=0)
-    default_priority: str = "P1"
+    """A team: its pool, quota, fair-share weight and Pod policy."""
+
+    model_config = STRICT
+    name: DnsLabel = Field(description="the team's name")
+    pool: DnsLabel = Field(description="its default pool (an existing pool)")
+    allowed_pools: list[DnsLabel] = Field(
+        default_factory=list, max_length=64,
+        description="other pools its jobs may name (existing pools)",
+    )
+    quota_units: float | None = Field(
+        default=None, ge=0, le=10_000_000,
+        description="CU cap over all GPU types; unset: unlimited",
+    )
+    quota_by_type: dict[DnsLabel, NonNegative] = Field(
+        default_factory=dict, description="CU cap per GPU type"
+    )
+    weight: float = Field(default=1, gt=0, le=10_000,
+                          description="its fair share relative to other teams")
+    default_priority: PriorityName = Field(
+        default="P1", description="the priority class of its jobs that name none"
+    )
     # Pod policy (app/domain/pod_policy.py, docs/security.md). Only admins write
     # teams, so only an admin can lower a team to baseline or privileged.
-    namespaces: list[str] = Field(
+    namespaces: list[Annotated[str, Field(json_schema_extra=LABEL_SCHEMA)]] = Field(
         default_factory=list,
         max_length=64,
         description="namespaces the team's Pods may use; empty: the install's job namespace",
@@ -129,7 +201,7 @@ class TeamConfig(BaseModel):
     pod_security: PssLevel = Field(
         default="restricted", description="Pod Security Standards level of the team's Pods"
     )
-    service_accounts: list[str] = Field(
+    service_accounts: list[Annotated[str, Field(json_schema_extra=SUBDOMAIN_SCHEMA)]] = Field(
         default_factory=lambda: ["default"],
         max_length=64,
         description="ServiceAccounts the team's Pods may run as",
@@ -137,11 +209,6 @@ class TeamConfig(BaseModel):
     automount_service_account_token: bool = Field(
         default=False, description="may the team's Pods mount their ServiceAccount token"
     )
-
-    @field_validator("name")
-    @classmethod
-    def _dns(cls, v: str) -> str:
-        return check_dns_label(v)
 
     @field_validator("namespaces")
     @classmethod
@@ -159,20 +226,14 @@ class TeamConfig(BaseModel):
 
 
 class PriorityClassConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=63)
-    value: int = Field(ge=-2_000_000_000, le=1_000_000_000, strict=True)
-    # strict: the OpenAPI says boolean, so 0 or "yes" is refused rather than coerced
-    preemptible: bool = Field(default=True, strict=True)
+    """A priority class: jobs of a higher value go first and may preempt."""
 
-    @field_validator("name")
-    @classmethod
-    def _dns(cls, v: str) -> str:
-        # Pods get the PriorityClass ``<prefix><name lower-cased>`` (P0 -> gpuq-p0), so
-        # the name must be a DNS label once lower-cased; upper case stays allowed for
-        # the P0/P1/P2 of API.md.
-        check_dns_label(v.lower(), "name")
-        return v
+    model_config = STRICT
+    name: PriorityName = Field(description="its name (P0, P1, P2...)")
+    value: Int = Field(ge=-2_000_000_000, le=1_000_000_000,
+                       description="higher goes first")
+    preemptible: bool = Field(default=True,
+                              description="may its running jobs be preempted")
 
 
 DEFAULT_PRIORITY_CLASSES = [

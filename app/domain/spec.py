@@ -7,12 +7,25 @@ gets the same 4xx ``detail`` whether it came from curl or a scenario file.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    field_validator,
+    model_validator,
+)
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+# the same rules as JSON Schema patterns, for the OpenAPI document
+DNS_LABEL_PATTERN = DNS_LABEL.pattern
+PRIORITY_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$"
 
 Placement = Literal["binpack", "spread"]
 Topology = Literal["none", "same_node", "same_rack", "fast_network"]
@@ -30,6 +43,20 @@ def check_dns_label(value: str, field: str = "name") -> str:
             "1-63 characters, starting and ending with a letter or digit"
         )
     return value
+
+
+_NAME_RX = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_PREFIX_RX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
+# :func:`check_labels` as JSON Schema (the prefix's 253-character cap aside)
+LABELS_SCHEMA = {
+    "propertyNames": {
+        "pattern": f"^({_PREFIX_RX})?{_NAME_RX}$",
+        "maxLength": 317,
+        "not": {"anyOf": [{"pattern": "^gpuq\\.io/"},
+                          {"const": "app.kubernetes.io/managed-by"}]},
+    },
+    "additionalProperties": {"type": "string", "pattern": f"^({_NAME_RX})?$"},
+}
 
 
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
@@ -67,25 +94,106 @@ def check_dns_subdomain(value: str, field: str = "name") -> str:
     return value
 
 
+def _whole(value: Any) -> Any:
+    """2.0 is the integer 2 in JSON (and JSON Schema); "2" and true are not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# an integer field of a strict model: a JSON integer (2 or 2.0), never "2" or true
+Int = Annotated[int, BeforeValidator(_whole)]
+# the optional one (the validator outside the union keeps the field's bounds in the schema)
+OptInt = Annotated[int | None, BeforeValidator(_whole)]
+
+
+def check_priority_name(value: str, field: str = "name") -> str:
+    """Pods get the PriorityClass ``<prefix><name lower-cased>`` (P0 -> gpuq-p0), so a
+    priority class name must be a DNS label once lower-cased; upper case stays allowed
+    for the P0/P1/P2 of API.md."""
+    check_dns_label(value.lower(), field)
+    return value
+
+
+# A name of a gpuq object (GPU type, pool, team, node, job) or a reference to one:
+# a DNS label, checked by the server and stated as a JSON Schema pattern.
+DnsLabel = Annotated[
+    str,
+    Field(min_length=1, max_length=63, json_schema_extra={"pattern": DNS_LABEL_PATTERN}),
+    AfterValidator(check_dns_label),
+]
+# A priority class name (or a reference to one): a DNS label once lower-cased.
+PriorityName = Annotated[
+    str,
+    Field(min_length=1, max_length=63, json_schema_extra={"pattern": PRIORITY_NAME_PATTERN}),
+    AfterValidator(check_priority_name),
+]
+
+MODES = ("gpus", "gpu_units", "mig", "gpu_share")
+
+
+def one_mode_schema(schema: dict[str, Any]) -> None:
+    """JSON Schema of "exactly one of gpus, gpu_units, mig, gpu_share is set": one
+    branch per mode, each setting its mode and leaving the other three absent or null."""
+    schema["oneOf"] = [
+        {
+            "required": [mode],
+            "properties": {
+                m: ({"not": {"type": "null"}} if m == mode else {"type": "null"})
+                for m in MODES
+            },
+        }
+        for mode in MODES
+    ]
+
+
 class Resources(BaseModel):
     """What one replica (or, for gpu_units, the whole job) asks for."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: a number is a JSON number and a flag a JSON boolean, as the OpenAPI
+    # says ("2" or 1-for-true are refused, not coerced)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=one_mode_schema)
 
-    gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS_PER_REPLICA)
-    gpu_units: float | None = Field(default=None, gt=0, le=100_000)
-    mig: str | None = Field(default=None, min_length=1, max_length=64)
-    gpu_share: float | None = Field(default=None, gt=0, lt=1)
-    min_gpu_memory_gb: float = Field(default=0, ge=0, le=10_000)
-    gpu_types: list[str] = Field(default_factory=list, max_length=64)
-    avoid_gpu_types: list[str] = Field(default_factory=list, max_length=64)
-    allow_mixed_types: bool = False
-    cpu: float = Field(default=1, ge=0, le=100_000)
-    memory_gb: float = Field(default=1, ge=0, le=1_000_000)
+    gpus: OptInt = Field(
+        default=None, ge=0, le=MAX_GPUS_PER_REPLICA,
+        description="whole GPUs per replica (mode 1 of 4: set exactly one of gpus, "
+        "gpu_units, mig, gpu_share)",
+    )
+    gpu_units: float | None = Field(
+        default=None, gt=0, le=100_000,
+        description="compute units (CU) for the whole job, any GPU types; gpuq picks the "
+        "cards and one replica per node used (mode 2 of 4)",
+    )
+    mig: str | None = Field(
+        default=None, min_length=1, max_length=64,
+        description="one MIG slice per replica, by profile name (e.g. `1g.10gb`) of an "
+        "allowed GPU type (mode 3 of 4)",
+    )
+    gpu_share: float | None = Field(
+        default=None, gt=0, lt=1,
+        description="a fraction of one shareable card per replica (mode 4 of 4)",
+    )
+    min_gpu_memory_gb: float = Field(
+        default=0, ge=0, le=10_000, description="only GPU types with at least this much memory"
+    )
+    gpu_types: list[DnsLabel] = Field(
+        default_factory=list, max_length=64,
+        description="GPU types the job may use (existing names); empty: any type",
+    )
+    avoid_gpu_types: list[DnsLabel] = Field(
+        default_factory=list, max_length=64, description="GPU types the job must not use"
+    )
+    allow_mixed_types: bool = Field(
+        default=False, description="may the replicas of one run use different GPU types"
+    )
+    cpu: float = Field(default=1, ge=0, le=100_000, description="CPU cores per replica")
+    memory_gb: float = Field(
+        default=1, ge=0, le=1_000_000, description="memory per replica, GB"
+    )
 
     @model_validator(mode="after")
     def _exactly_one_mode(self) -> Resources:
-        modes = ("gpus", "gpu_units", "mig", "gpu_share")
+        modes = MODES
         given = [k for k in modes if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(
@@ -113,44 +221,91 @@ class FailurePolicy(BaseModel):
     Either way the other replicas are stopped, so none keeps its GPUs.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    action: Literal["restart", "fail"] = "fail"
-    max_restarts: int = Field(default=3, ge=0, le=100)
+    action: Literal["restart", "fail"] = Field(
+        default="fail",
+        description="`restart`: queue the whole gang again; `fail`: end the job `failed`",
+    )
+    max_restarts: Int = Field(
+        default=3, ge=0, le=100, description="restarts allowed before the job ends `failed`"
+    )
 
     def restarts_allowed(self) -> int:
         return self.max_restarts if self.action == "restart" else 0
 
 
+def _gang_schema(schema: dict[str, Any]) -> None:
+    """JSON Schema of "replicas and min_available are absent with resources.gpu_units"
+    (``min_available <= replicas`` compares two values: JSON Schema cannot say it)."""
+    schema["anyOf"] = [
+        {"properties": {"resources": {"properties": {"gpu_units": {"type": "null"}}}}},
+        {"properties": {"replicas": {"type": "null"}, "min_available": {"type": "null"}}},
+    ]
+
+
 class JobSpec(BaseModel):
     """A job as submitted (REST body or scenario entry)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_gang_schema)
 
-    name: str = Field(min_length=1, max_length=63)
-    team: str = Field(min_length=1, max_length=63)
-    pool: str | None = Field(default=None, max_length=63)
-    priority: str | None = Field(default=None, max_length=63)
-    replicas: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
-    min_available: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
-    resources: Resources
-    placement: Placement | None = None
-    topology: Topology = "none"
-    duration_estimate_s: float | None = Field(default=None, gt=0, le=365 * 86400)
-    pod_template: dict[str, Any] = Field(default_factory=dict)
-    # put on every Pod of the job (Kubernetes labels; gpuq's own keys win)
-    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    name: DnsLabel = Field(description="the job's name (a DNS label: it names its Pods)")
+    team: DnsLabel = Field(description="the team the job runs for (an existing team)")
+    pool: DnsLabel | None = Field(
+        default=None, description="the pool it runs in (one the team may use); "
+        "unset: the team's pool",
+    )
+    priority: PriorityName | None = Field(
+        default=None, description="its priority class (P0, P1, P2...); unset: the team's "
+        "default priority",
+    )
+    replicas: OptInt = Field(
+        default=None, ge=1, le=MAX_REPLICAS,
+        description="Pods of the gang, each with `resources` (absent with gpu_units); "
+        "unset: 1",
+    )
+    min_available: OptInt = Field(
+        default=None, ge=1, le=MAX_REPLICAS,
+        description="replicas that must run together (at most replicas; absent with "
+        "gpu_units); unset: all",
+    )
+    resources: Resources = Field(description="what one replica asks for")
+    placement: Placement | None = Field(
+        default=None, description="pack replicas on few nodes or spread them; unset: the "
+        "pool's placement",
+    )
+    topology: Topology = Field(
+        default="none", description="where the replicas of a gang must be relative to "
+        "each other",
+    )
+    duration_estimate_s: float | None = Field(
+        default=None, gt=0, le=365 * 86400,
+        description="expected run time in seconds (backfill and estimated start times)",
+    )
+    pod_template: dict[str, Any] = Field(
+        default_factory=dict,
+        description="a Kubernetes PodTemplateSpec for the job's Pods, checked against the "
+        "Kubernetes schema and the team's Pod policy (docs/security.md)",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, max_length=64, json_schema_extra=LABELS_SCHEMA,
+        description="put on every Pod of the job (Kubernetes labels; gpuq's own keys win)",
+    )
     # unset: the cluster-wide GPUQ_K8S_MAX_RETRIES restarts apply
-    failure_policy: FailurePolicy | None = None
-    # scenario-only fields (gpuq simulate; the live service refuses them with a 422)
-    submit_at_s: float | None = Field(default=None, ge=0)
-    runtime_s: float | None = Field(default=None, gt=0)
-    speed: dict[str, float] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _name_is_dns(cls, v: str) -> str:
-        return check_dns_label(v, "name")
+    failure_policy: FailurePolicy | None = Field(
+        default=None, description="what a failed run does; unset: the install's "
+        "GPUQ_K8S_MAX_RETRIES restarts",
+    )
+    # scenario-only fields (refused by the live service, not in its OpenAPI document)
+    submit_at_s: float | None = Field(
+        default=None, ge=0, description="`gpuq simulate` only: submit time, s"
+    )
+    runtime_s: float | None = Field(
+        default=None, gt=0, description="`gpuq simulate` only: real run time, s"
+    )
+    speed: dict[str, StrictFloat] = Field(
+        default_factory=dict, description="`gpuq simulate` only: speed per GPU type"
+    )
 
     @field_validator("labels")
     @classmethod

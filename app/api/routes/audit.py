@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.api.deps import AdminDep, SessionDep
-from app.api.schemas import AuditOut
+from app.api.schemas import AUDIT_KINDS, AuditOut
 from app.store.audit import MAX_LIMIT, audit_dict, list_audit
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
@@ -17,9 +17,9 @@ router = APIRouter(prefix="/v1/audit", tags=["audit"])
 def get_audit(
     session: SessionDep,
     _: AdminDep,
-    kind: str | None = None,
-    name: str | None = None,
-    actor: str | None = None,
+    kind: AUDIT_KINDS | None = None,
+    name: Annotated[str | None, Query(max_length=253)] = None,
+    actor: Annotated[str | None, Query(max_length=300)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
     before: Annotated[int | None, Query(ge=1, description="page back: ids below this")] = None,
 ) -> list[AuditOut]:

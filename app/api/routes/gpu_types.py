@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter
 
 from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep
+from app.api.schemas import NamePath, patch_model
 from app.domain.config import GpuTypeConfig
 from app.store import catalog
 from app.store.orm import GpuTypeRow
+
+GpuTypePatch = patch_model(GpuTypeConfig)
 
 router = APIRouter(prefix="/v1/gpu-types", tags=["gpu-types"])
 
@@ -27,20 +30,21 @@ def create_gpu_type(body: GpuTypeConfig, session: SessionDep, by: AdminWriteDep)
 
 
 @router.get("/{name}")
-def get_gpu_type(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
+def get_gpu_type(name: NamePath, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
     return catalog.gpu_type_dict(catalog.get_named(session, GpuTypeRow, name))
 
 
 @router.patch("/{name}")
 def patch_gpu_type(
-    name: str, session: SessionDep, by: AdminWriteDep, patch: dict[str, Any] = Body(...)
+    name: NamePath, session: SessionDep, by: AdminWriteDep, patch: GpuTypePatch
 ) -> dict[str, Any]:
-    row = catalog.patch_named(session, catalog.get_named(session, GpuTypeRow, name), patch, by)
+    row = catalog.get_named(session, GpuTypeRow, name)
+    row = catalog.patch_named(session, row, patch.model_dump(exclude_unset=True), by)
     session.commit()
     return catalog.gpu_type_dict(row)
 
 
 @router.delete("/{name}", status_code=204)
-def delete_gpu_type(name: str, session: SessionDep, by: AdminWriteDep) -> None:
+def delete_gpu_type(name: NamePath, session: SessionDep, by: AdminWriteDep) -> None:
     catalog.delete_named(session, catalog.get_named(session, GpuTypeRow, name), by)
     session.commit()

@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request, Response
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Body, Header, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from app.api import examples
 from app.api.deps import (
     AdminDep,
     BearerDep,
@@ -21,9 +22,21 @@ from app.api.deps import (
     resolve_principal,
 )
 from app.api.estimates import EstimatorDep
-from app.api.schemas import EventOut, JobOut, JobPage, event_out, job_out, new_job_out
+from app.api.schemas import (
+    CursorQuery,
+    EventOut,
+    JobIdPath,
+    JobOut,
+    JobPage,
+    NameQuery,
+    PriorityQuery,
+    event_out,
+    job_out,
+    new_job_out,
+)
 from app.domain.errors import InputError
 from app.domain.spec import JobSpec
+from app.domain.states import JobStatus
 from app.store import jobs as job_store
 from app.store import requeue
 
@@ -52,7 +65,7 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_lengt
     responses={200: {"model": JobOut, "description": "the job this Idempotency-Key made before"}},
 )
 async def submit_job(
-    spec: JobSpec,
+    spec: Annotated[JobSpec, Body(openapi_examples=examples.JOB)],
     request: Request,
     credentials: BearerDep,
     idempotency_key: IdempotencyKey = None,
@@ -127,6 +140,8 @@ def _plainly_allowed(principal: Principal, spec: JobSpec) -> bool:
 class JobBatch(BaseModel):
     """Body of POST /v1/jobs:batch."""
 
+    model_config = ConfigDict(extra="forbid")
+
     jobs: Annotated[list[JobSpec], Field(min_length=1, max_length=5000)]
 
 
@@ -141,7 +156,11 @@ class BatchOut(BaseModel):
 
 
 @router.post(":batch", status_code=201, response_model=BatchOut)
-async def submit_batch(body: JobBatch, request: Request, credentials: BearerDep) -> Response:
+async def submit_batch(
+    body: Annotated[JobBatch, Body(openapi_examples=examples.BATCH)],
+    request: Request,
+    credentials: BearerDep,
+) -> Response:
     """Many jobs in one transaction (all or nothing): one statement writes the jobs
     (as column arrays), their events and one NOTIFY."""
     state = request.app.state
@@ -174,12 +193,12 @@ def list_jobs(
     session: SessionDep,
     principal: PrincipalDep,
     now: NowDep,
-    team: str | None = None,
-    pool: str | None = None,
-    status: str | None = None,
-    priority: str | None = None,
+    team: NameQuery = None,
+    pool: NameQuery = None,
+    status: JobStatus | None = None,
+    priority: PriorityQuery = None,
     limit: Annotated[int, Query(ge=1, le=job_store.MAX_LIMIT)] = 50,
-    cursor: str | None = None,
+    cursor: CursorQuery = None,
 ) -> JobPage:
     if not principal.is_admin:
         if team is not None and team != principal.team:
@@ -200,7 +219,7 @@ def list_jobs(
 
 @router.get("/{job_id}")
 def get_job(
-    job_id: str,
+    job_id: JobIdPath,
     session: SessionDep,
     principal: PrincipalDep,
     now: NowDep,
@@ -219,7 +238,9 @@ def get_job(
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: NowDep) -> JobOut:
+def cancel_job(
+    job_id: JobIdPath, session: SessionDep, principal: PrincipalDep, now: NowDep
+) -> JobOut:
     job = job_store.get_job(session, job_id, team=principal.team, for_update=True)
     principal.require_team(job.team, write=True)
     job_store.cancel_job(session, job, now=now, by=principal.name)
@@ -228,7 +249,7 @@ def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep, now: N
 
 
 @router.post("/{job_id}/requeue")
-def requeue_job(job_id: str, session: SessionDep, admin: AdminDep, now: NowDep) -> JobOut:
+def requeue_job(job_id: JobIdPath, session: SessionDep, admin: AdminDep, now: NowDep) -> JobOut:
     """Admins only: send an ``unschedulable`` job back to the queue (after fixing
     the cluster or the config); the next cycle judges it again. 409 for a job in
     any other status. The dispatcher also does this by itself when the
@@ -240,6 +261,8 @@ def requeue_job(job_id: str, session: SessionDep, admin: AdminDep, now: NowDep) 
 
 
 @router.get("/{job_id}/events")
-def get_job_events(job_id: str, session: SessionDep, principal: PrincipalDep) -> list[EventOut]:
+def get_job_events(
+    job_id: JobIdPath, session: SessionDep, principal: PrincipalDep
+) -> list[EventOut]:
     job = job_store.get_job(session, job_id, team=principal.team)
     return [event_out(e) for e in job_store.job_events(session, job)]

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from sqlalchemy import select
 
 from app.api.deps import PrincipalDep, SessionDep
-from app.api.schemas import LeaseOut, lease_out
+from app.api.schemas import LeaseOut, NameQuery, lease_out
 from app.store.orm import LeaseRow
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
@@ -19,7 +19,7 @@ def list_leases(
     session: SessionDep,
     _: PrincipalDep,
     state: Literal["active", "returned", "reclaimed"] | None = None,
-    pool: str | None = None,
+    pool: NameQuery = None,
 ) -> list[LeaseOut]:
     q = select(LeaseRow).order_by(LeaseRow.id)
     if state:

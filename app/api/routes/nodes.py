@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter
 
 from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep, SettingsDep
+from app.api.schemas import NamePath, patch_model
 from app.domain.config import NodeConfig
 from app.domain.errors import Conflict
 from app.domain.people import for_people
@@ -14,6 +15,8 @@ from app.settings import Settings
 from app.store import catalog
 from app.store.orm import NodeRow
 from app.store.usage import node_allocations, node_view
+
+NodePatch = patch_model(NodeConfig)
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
@@ -48,27 +51,30 @@ def create_node(
 
 
 @router.get("/{name}")
-def get_node(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
+def get_node(name: NamePath, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
     row = catalog.get_named(session, NodeRow, name)
     return _view(row, node_allocations(session))
 
 
 @router.patch("/{name}")
 def patch_node(
-    name: str,
+    name: NamePath,
     session: SessionDep,
     settings: SettingsDep,
     by: AdminWriteDep,
-    patch: dict[str, Any] = Body(...),
+    patch: NodePatch,
 ) -> dict[str, Any]:
     _static_only(settings)
-    row = catalog.patch_named(session, catalog.get_named(session, NodeRow, name), patch, by)
+    row = catalog.get_named(session, NodeRow, name)
+    row = catalog.patch_named(session, row, patch.model_dump(exclude_unset=True), by)
     session.commit()
     return _view(row, node_allocations(session))
 
 
 @router.delete("/{name}", status_code=204)
-def delete_node(name: str, session: SessionDep, settings: SettingsDep, by: AdminWriteDep) -> None:
+def delete_node(
+    name: NamePath, session: SessionDep, settings: SettingsDep, by: AdminWriteDep
+) -> None:
     _static_only(settings)
     catalog.delete_named(session, catalog.get_named(session, NodeRow, name), by)
     session.commit()

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep
+from app.api.schemas import PriorityNamePath
 from app.domain.config import PriorityClassConfig
 from app.domain.errors import Conflict
 from app.store import catalog
@@ -39,12 +40,14 @@ def create_priority_class(
 
 
 @router.get("/{name}")
-def get_priority_class(name: str, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
+def get_priority_class(
+    name: PriorityNamePath, session: SessionDep, _: PrincipalDep
+) -> dict[str, Any]:
     return catalog.priority_dict(catalog.get_named(session, PriorityClassRow, name))
 
 
 @router.delete("/{name}", status_code=204)
-def delete_priority_class(name: str, session: SessionDep, by: AdminWriteDep) -> None:
+def delete_priority_class(name: PriorityNamePath, session: SessionDep, by: AdminWriteDep) -> None:
     """Refused (409) while a team's default_priority or any job names it."""
     catalog.delete_named(session, catalog.get_named(session, PriorityClassRow, name), by)
     session.commit()

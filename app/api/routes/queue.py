@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
 from app.api.estimates import EstimatorDep
-from app.api.schemas import QueueItem
+from app.api.schemas import CursorQuery, NameQuery, QueueItem
 from app.store import jobs as job_store
 from app.store.queue_order import queue_page
 from app.store.states import wait_seconds
@@ -32,12 +32,10 @@ def get_queue(
     principal: PrincipalDep,
     now: NowDep,
     estimator: EstimatorDep,
-    pool: str | None = None,
-    team: str | None = None,
+    pool: NameQuery = None,
+    team: NameQuery = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="jobs per page")] = 100,
-    cursor: Annotated[
-        str | None, Query(description="the X-Next-Cursor of the previous page")
-    ] = None,
+    cursor: CursorQuery = None,
 ) -> list[QueueItem]:
     """Pending jobs in dispatch order, a page at a time (keyset: ``limit`` and ``cursor``).
 

@@ -8,14 +8,14 @@ API replica (app/store/tokens.py: the principal cache is keyed on
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from fastapi import APIRouter, Path
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlalchemy.orm import Session
 
 from app.api.deps import AdminDep, AdminWriteDep, NowDep, PrincipalDep, SessionDep
-from app.api.schemas import TokenInfo, TokenOut
+from app.api.schemas import NameQuery, TokenInfo, TokenOut
 from app.domain.principal import parse_scope
 from app.store.audit import WriteBy
 from app.store.orm import ApiTokenRow
@@ -29,6 +29,8 @@ from app.store.tokens import (
     token_dict,
 )
 
+TokenIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="the token's id")]
+
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 me_router = APIRouter(prefix="/v1", tags=["tokens"])
 
@@ -39,10 +41,20 @@ class Expiry(BaseModel):
     """An optional expiry: an instant, or seconds from now."""
 
     model_config = ConfigDict(extra="forbid")
-    expires_at: datetime | None = Field(default=None, description="when it stops working")
-    expires_in_s: float | None = Field(
-        default=None, gt=0, le=10 * 365 * 86400, description="or: seconds from now"
+    expires_at: datetime | None = Field(
+        default=None, description="when it stops working (in the future)"
     )
+    expires_in_s: float | None = Field(
+        default=None, gt=0, le=10 * 365 * 86400, strict=True, description="or: seconds from now"
+    )
+
+    @field_validator("expires_at", mode="before")
+    @classmethod
+    def _text_instant(cls, v: object) -> object:
+        # an instant is an RFC 3339 string, as the document says (not a bare number)
+        if v is not None and not isinstance(v, str | datetime):
+            raise ValueError("must be a date-time string, e.g. 2027-01-31T00:00:00Z")
+        return v
 
     @model_validator(mode="after")
     def _one_expiry(self) -> Expiry:
@@ -68,13 +80,16 @@ class NewToken(Expiry):
 class TokenIn(NewToken):
     """A new team token (POST /v1/teams/{name}/tokens)."""
 
-    read_only: bool = Field(default=False, description="scope team:<name>:read")
+    read_only: bool = Field(default=False, strict=True, description="scope team:<name>:read")
 
 
 class ScopedTokenIn(NewToken):
     """A token of any scope (POST /v1/tokens)."""
 
-    scope: str = Field(description="admin, team:<name> or team:<name>:read")
+    scope: str = Field(
+        description="admin, team:<name> or team:<name>:read",
+        pattern=r"^(admin|team:[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(:read)?)$",
+    )
 
 
 def issue_token(
@@ -110,13 +125,13 @@ def create_any_token(body: ScopedTokenIn, session: SessionDep, by: AdminWriteDep
 
 @router.get("")
 def list_all_tokens(
-    session: SessionDep, _: AdminDep, now: NowDep, team: str | None = None
+    session: SessionDep, _: AdminDep, now: NowDep, team: NameQuery = None
 ) -> list[TokenInfo]:
     return [TokenInfo(**token_dict(r, now)) for r in list_tokens(session, team)]
 
 
 @router.post("/{token_id}/revoke")
-def revoke(token_id: int, session: SessionDep, by: AdminWriteDep) -> TokenInfo:
+def revoke(token_id: TokenIdPath, session: SessionDep, by: AdminWriteDep) -> TokenInfo:
     """From now on the token gets 401, on every replica. The last admin token
     cannot be revoked (rotate it)."""
     row = get_token(session, token_id, for_update=True)
@@ -130,7 +145,7 @@ def revoke(token_id: int, session: SessionDep, by: AdminWriteDep) -> TokenInfo:
 
 @router.post("/{token_id}/rotate", status_code=201)
 def rotate(
-    token_id: int, session: SessionDep, by: AdminWriteDep, body: Expiry | None = None
+    token_id: TokenIdPath, session: SessionDep, by: AdminWriteDep, body: Expiry | None = None
 ) -> TokenOut:
     """Revoke the token and issue its successor (same name and scope) at once:
     how the admin token changes without a restart."""

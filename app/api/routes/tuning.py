@@ -12,6 +12,7 @@ from app.api.deps import AdminDep, AdminWriteDep, PrincipalDep, SessionDep
 from app.dispatch.tuner import TunerLoop
 from app.domain.errors import InputError
 from app.domain.people import for_people
+from app.domain.spec import OptInt
 from app.store.orm import PoolRow
 from app.tuning.store import current_weights, load_history, load_state, save_config
 from app.tuning.tuner import TunerConfig
@@ -32,7 +33,7 @@ class TuningUpdate(BaseModel):
     max_factor: float | None = Field(default=None, ge=1, le=100)
     hysteresis_s: float | None = Field(default=None, ge=0, le=30 * 86400)
     inference_pools: list[str] | None = Field(default=None, max_length=64)
-    inference_pending_threshold: int | None = Field(default=None, ge=0)
+    inference_pending_threshold: OptInt = Field(default=None, ge=0, le=1_000_000)
     training_pools: list[str] | None = Field(default=None, max_length=64)
     training_wait_s: float | None = Field(default=None, ge=0)
     team_margin: float | None = Field(default=None, ge=0, le=10)
