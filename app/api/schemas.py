@@ -58,8 +58,8 @@ PriorityQuery = Annotated[
 CursorQuery = Annotated[
     str | None,
     Query(description="the next_cursor (X-Next-Cursor) of the previous page, as given "
-          "(anything else is refused: 422 'malformed cursor')",
-          json_schema_extra={"pattern": "^[A-Za-z0-9_-]{1,200}={0,2}$"}),
+          "(empty: the first page; anything else is refused: 422 'malformed cursor')",
+          json_schema_extra={"pattern": "^[A-Za-z0-9_-]{0,200}={0,2}$"}),
 ]
 AUDIT_KINDS = Literal[
     "gpu_type", "node", "pool", "team", "priority_class", "token", "tuning", "config"
