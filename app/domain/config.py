@@ -244,28 +244,43 @@ DEFAULT_PRIORITY_CLASSES = [
 
 
 class TraceConfig(BaseModel):
+    """A public trace a scenario replays (`gpuq simulate`)."""
+
     model_config = ConfigDict(extra="forbid")
-    format: Literal["alibaba-openb", "philly"]
-    nodes: str | None = None
-    pods: str | None = None
-    path: str | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
+    format: Literal["alibaba-openb", "philly"] = Field(description="the trace's format")
+    nodes: str | None = Field(default=None, description="alibaba-openb: the node list CSV")
+    pods: str | None = Field(default=None, description="alibaba-openb: the pod list CSV")
+    path: str | None = Field(default=None, description="philly: the job log")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="format-specific options of the trace builder"
+    )
 
 
 class GpuqConfig(BaseModel):
     """The whole file; `jobs` and `trace` only matter to `gpuq simulate`."""
 
     model_config = ConfigDict(extra="forbid")
-    gpu_types: list[GpuTypeConfig] = Field(default_factory=list)
-    nodes: list[NodeConfig] = Field(default_factory=list)
-    pools: list[PoolConfig] = Field(default_factory=list)
-    teams: list[TeamConfig] = Field(default_factory=list)
-    priority_classes: list[PriorityClassConfig] = Field(
-        default_factory=lambda: list(DEFAULT_PRIORITY_CLASSES)
+    gpu_types: list[GpuTypeConfig] = Field(default_factory=list,
+                                           description="the GPU models and their weights")
+    nodes: list[NodeConfig] = Field(
+        default_factory=list, description="the nodes (simulated or static clusters)"
     )
-    scheduler: dict[str, Any] = Field(default_factory=dict)
-    jobs: list[JobSpec] = Field(default_factory=list)
-    trace: TraceConfig | None = None
+    pools: list[PoolConfig] = Field(default_factory=list, description="the pools")
+    teams: list[TeamConfig] = Field(default_factory=list, description="the teams")
+    priority_classes: list[PriorityClassConfig] = Field(
+        default_factory=lambda: list(DEFAULT_PRIORITY_CLASSES),
+        description="the priority classes; unset: P0 (1000, not preemptible), P1 (500), "
+        "P2 (100)",
+    )
+    scheduler: dict[str, Any] = Field(
+        default_factory=dict, description="scheduler and alert settings (docs/scheduling.md, "
+        "docs/observability.md)",
+    )
+    jobs: list[JobSpec] = Field(default_factory=list,
+                                description="`gpuq simulate` only: the scenario's jobs")
+    trace: TraceConfig | None = Field(
+        default=None, description="`gpuq simulate` only: a public trace to replay"
+    )
 
     def expanded_nodes(self) -> list[NodeConfig]:
         return [n for node in self.nodes for n in node.expand()]

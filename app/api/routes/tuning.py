@@ -12,7 +12,7 @@ from app.api.deps import AdminDep, AdminWriteDep, PrincipalDep, SessionDep
 from app.dispatch.tuner import TunerLoop
 from app.domain.errors import InputError
 from app.domain.people import for_people
-from app.domain.spec import OptInt
+from app.domain.spec import DnsLabel, OptInt
 from app.store.orm import PoolRow
 from app.tuning.store import current_weights, load_history, load_state, save_config
 from app.tuning.tuner import TunerConfig
@@ -26,20 +26,59 @@ class TuningUpdate(BaseModel):
     # strict: a JSON true is not the number 1 (the schema says number)
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    mode: Literal["off", "recommend", "auto"] | None = None
-    cooldown_s: float | None = Field(default=None, ge=0, le=30 * 86400)
-    max_step: float | None = Field(default=None, gt=0, le=1)
-    min_factor: float | None = Field(default=None, gt=0, le=1)
-    max_factor: float | None = Field(default=None, ge=1, le=100)
-    hysteresis_s: float | None = Field(default=None, ge=0, le=30 * 86400)
-    inference_pools: list[str] | None = Field(default=None, max_length=64)
-    inference_pending_threshold: OptInt = Field(default=None, ge=0, le=1_000_000)
-    training_pools: list[str] | None = Field(default=None, max_length=64)
-    training_wait_s: float | None = Field(default=None, ge=0)
-    team_margin: float | None = Field(default=None, ge=0, le=10)
-    min_improvement: float | None = Field(default=None, ge=0, lt=1)
-    replay_window_s: float | None = Field(default=None, gt=0, le=7 * 86400)
-    interval_s: float | None = Field(default=None, gt=0, le=86400)
+    mode: Literal["off", "recommend", "auto"] | None = Field(
+        default=None, description="`off`; `recommend`: record proposals, change nothing; "
+        "`auto`: apply the changes the replay says help",
+    )
+    cooldown_s: float | None = Field(
+        default=None, ge=0, le=30 * 86400, description="at most one proposal or change per "
+        "this many seconds",
+    )
+    max_step: float | None = Field(
+        default=None, gt=0, le=1, description="largest change of a weight in one step "
+        "(0.2: 20%)",
+    )
+    min_factor: float | None = Field(
+        default=None, gt=0, le=1, description="lowest weight, as a factor of the "
+        "configured one",
+    )
+    max_factor: float | None = Field(
+        default=None, ge=1, le=100, description="highest weight, as a factor of the "
+        "configured one",
+    )
+    hysteresis_s: float | None = Field(
+        default=None, ge=0, le=30 * 86400, description="seconds before a type's weight may "
+        "move back against its last change",
+    )
+    inference_pools: list[DnsLabel] | None = Field(
+        default=None, max_length=64, description="pools whose pending jobs trigger a proposal"
+    )
+    inference_pending_threshold: OptInt = Field(
+        default=None, ge=0, le=1_000_000, description="pending jobs in the inference pools "
+        "above which a proposal is triggered",
+    )
+    training_pools: list[DnsLabel] | None = Field(
+        default=None, max_length=64, description="pools whose long waits trigger a proposal"
+    )
+    training_wait_s: float | None = Field(
+        default=None, ge=0, description="a training-pool job waiting longer triggers a "
+        "proposal",
+    )
+    team_margin: float | None = Field(
+        default=None, ge=0, le=10, description="a change may not worsen any team's P99 wait "
+        "by more than this (0.1: 10%)",
+    )
+    min_improvement: float | None = Field(
+        default=None, ge=0, lt=1, description="smallest predicted P99 improvement for a "
+        "change to apply (0: any)",
+    )
+    replay_window_s: float | None = Field(
+        default=None, gt=0, le=7 * 86400, description="seconds of past arrivals the what-if "
+        "replay runs forward",
+    )
+    interval_s: float | None = Field(
+        default=None, gt=0, le=86400, description="seconds between tuner passes"
+    )
 
 
 def _body(session: SessionDep) -> dict[str, Any]:
