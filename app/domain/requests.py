@@ -49,4 +49,5 @@ def request_from_spec(
         duration_estimate_s=spec.duration_estimate_s,
         preemption_count=preemption_count,
         longest_attempt_s=longest_attempt_s,
+        speed=tuple(sorted(spec.speed.items())),
     )

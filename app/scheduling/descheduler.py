@@ -105,7 +105,9 @@ def _movable(c: Cycle, r: RunningJob, job: JobRequest) -> bool:
         and r.units + EPS < (job.gpus or 0) * max(
             (t.weight for t in allowed_types(job, c.ctx.gpu_types, c.ctx.pools)), default=0.0
         )
-        and c.snap.now - r.started_at >= c.snap.config.min_run_time_s
+        and c.snap.config.min_run_time_s
+        <= c.snap.now - r.started_at
+        <= c.snap.config.defragment_max_run_s
     )
 
 

@@ -67,6 +67,7 @@ def shape_key(job: JobRequest) -> tuple:
         job.pool, job.gpus, job.gpu_units, job.mig, job.gpu_share, job.min_gpu_memory_gb,
         job.gpu_types, job.avoid_gpu_types, job.allow_mixed_types, job.cpu, job.memory_gb,
         job.replicas, job.min_available, job.placement, job.topology, job.tolerations,
+        job.speed,
     )
 
 
@@ -149,7 +150,8 @@ class Cycle:
     # -- step 3 -------------------------------------------------------------
     def order(self) -> FairOrder:
         cfg = self.snap.config
-        return FairOrder(self.snap.pending, self.ledger, self.snap.now, cfg.aging_s)
+        return FairOrder(self.snap.pending, self.ledger, self.snap.now, cfg.aging_s,
+                         cfg.shortest_first, cfg.unknown_duration_s)
 
     # -- step 4 -------------------------------------------------------------
     def admit(self, job: JobRequest) -> None:

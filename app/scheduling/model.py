@@ -135,6 +135,10 @@ class JobRequest:
     # (preempted or reclaimed): it needs more than that, so it is never lent
     # a lease that ends sooner (app/scheduling/leases.runtime_lower_bound).
     longest_attempt_s: float | None = None
+    # Relative speed of the job per GPU type ((type, speed), ...; a scenario's
+    # ``speed`` table): placement prefers the type where the job runs fastest
+    # (``w_speed``). Empty: every type alike, the term is off.
+    speed: tuple[tuple[str, float], ...] = ()
 
     @property
     def mode(self) -> RequestMode:
@@ -247,6 +251,9 @@ class SchedulerConfig:
     reservation_after_s: float = 1800.0
     # a job older than this no longer waits for its team's fair share (no starvation)
     aging_s: float = 3600.0
+    # within a team, jobs with a shorter duration_estimate_s go first (jobs older than
+    # aging_s first of all, by age)
+    shortest_first: bool = True
     # a running job younger than this is never preempted (lease reclaim excepted)
     min_run_time_s: float = 60.0
     # admissions in one cycle at most
@@ -259,6 +266,9 @@ class SchedulerConfig:
     # the descheduler may move small preemptible jobs off big-card nodes to make room for
     # whole-node jobs
     defragment: bool = True
+    # the defragment pass moves (restarts) only jobs that started at most this long ago:
+    # cheap moves, nothing that has run for hours is thrown away
+    defragment_max_run_s: float = 600.0
     # The descheduler as a whole (P0 room and defragment); off = the dispatcher
     # cycle alone, e.g. to compare in `gpuq simulate`.
     descheduler: bool = True
@@ -274,6 +284,9 @@ class SchedulerConfig:
     # pressure on the GPU types that type-restricted pending jobs need: unrestricted jobs
     # stay off them
     w_type_pressure: float = 1.0
+    # speed-aware placement: a job's speed on the card's type over its best speed
+    # (JobRequest.speed); the type where the job runs fastest scores highest
+    w_speed: float = 3.0
     max_reservations: int = 4  # jobs that may hold capacity in one cycle
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
 

@@ -317,7 +317,7 @@ def _state_candidates(
     gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
     types = [d.gpu_type or ""] if d.kind != "none" else index.group_types()
     shape = (job.pool, job.placement, job.cpu, job.memory_gb, job.min_gpu_memory_gb,
-             job.tolerations, d)
+             job.tolerations, job.speed, d)
     cache = ctx.score_cache
     nodes = state.nodes
     caps = index.caps

@@ -37,6 +37,19 @@ def memory_waste(job: JobRequest, demand: Demand, ctx: PlacementContext) -> floa
     return max(0.0, demand.memory_gb - job.min_gpu_memory_gb) / ctx.max_memory_gb
 
 
+def speed_gain(job: JobRequest, gpu_type: str) -> float:
+    """The job's speed on ``gpu_type`` over its best speed (1.0: its fastest type).
+
+    A type missing from the job's table runs at speed 1 (the simulator's rule);
+    a job without a table gains nothing anywhere (0.0: the term is off).
+    """
+    if not job.speed:
+        return 0.0
+    best = max(1.0, *(v for _, v in job.speed))
+    own = next((v for t, v in job.speed if t == gpu_type), 1.0)
+    return own / best
+
+
 def stranded_cards(free_cards: int, cpu_free: float, mem_free: float, ctx: PlacementContext) -> int:
     """Free cards that a small future job could not use for lack of CPU or memory."""
     if free_cards <= 0:
@@ -90,6 +103,8 @@ def score(
     s -= cfg.w_memory_waste * memory_waste(job, demand, ctx)
     if demand.gpu_type is not None:
         s += cfg.w_type_preference * ctx.type_preference(job.pool, demand.gpu_type)
+        if cfg.w_speed and job.speed:
+            s += cfg.w_speed * speed_gain(job, demand.gpu_type)
     # binpack / spread: the node's allocated share after placing
     if cap.n_devices:
         after = cap.used_frac + demand_fraction(demand, gt) / cap.n_devices

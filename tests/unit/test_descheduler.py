@@ -31,14 +31,15 @@ def test_nothing_to_do_without_pending_p0() -> None:
     assert res.preemptions == [] and res.admissions == []
 
 
-def two_fragmented_nodes(per_node: int, pending_prio: str = "P1", **kw):
+def two_fragmented_nodes(per_node: int, pending_prio: str = "P1", now: float = 300, **kw):
+    # the small jobs started 300 s ago: past min_run_time_s, within defragment_max_run_s
     run = []
     for n in ("a0", "a1"):
         for d in range(per_node):
             run.append(running(job(f"{n}-s{d}", prio="P2", gpus=1, **kw), n, "a100", (d,),
                                started_at=0))
     return snapshot([node("a0", "a100", 8), node("a1", "a100", 8)], POOLS,
-                    [job("big", prio=pending_prio, gpus=8)], run, now=1000)
+                    [job("big", prio=pending_prio, gpus=8)], run, now=now)
 
 
 def test_defragment_moves_small_jobs_when_all_fit_elsewhere() -> None:
@@ -79,3 +80,10 @@ def test_switched_off_decides_nothing() -> None:
     snap.config = replace(snap.config, descheduler=False)
     res = deschedule(snap)
     assert res.preemptions == [] and res.admissions == []
+
+
+def test_defragment_never_moves_jobs_that_ran_longer_than_the_cheap_bound() -> None:
+    """A move restarts the job: one that has run past defragment_max_run_s (600 s)
+    is not moved, so a move never throws away more than a few minutes of work."""
+    assert deschedule(two_fragmented_nodes(2, now=601)).preemptions == []
+    assert len(deschedule(two_fragmented_nodes(2, now=599)).preemptions) == 2

@@ -1,0 +1,51 @@
+"""Speed-aware placement (``w_speed``): a job goes to the GPU type where it runs fastest
+relative to its own speed table; without a table the term is off."""
+
+from __future__ import annotations
+
+from app.scheduling.engine import schedule
+from app.scheduling.model import SchedulerConfig
+from app.scheduling.scores import speed_gain
+from tests.unit.core_fixtures import job, node, running, snap, whole
+
+SPEED = (("a100-80g", 2.0), ("rtx4090-24g", 1.2), ("v100-16g", 1.0))
+NODES = [node("v", "v100-16g", 8), node("a", "a100-80g", 8)]
+BUSY = running(job("busy"), whole("v", "v100-16g", (0, 1, 2, 3)))
+
+
+def _type_of(res, job_id: str) -> str | None:
+    (adm,) = [a for a in res.admissions if a.job_id == job_id]
+    return adm.placements[0].gpu_type
+
+
+def test_gain_is_speed_over_best_speed() -> None:
+    j = job("j", speed=SPEED)
+    assert speed_gain(j, "a100-80g") == 1.0
+    assert speed_gain(j, "v100-16g") == 0.5
+    assert speed_gain(j, "h100") == 0.5  # a type missing from the table runs at speed 1
+    assert speed_gain(job("k"), "a100-80g") == 0.0  # no table: no preference
+
+
+def test_job_goes_to_the_type_where_it_runs_fastest() -> None:
+    # the V100 node is half full (binpack picks it without speeds); the job runs 2x
+    # faster on the A100, so it goes there
+    res = schedule(snap(NODES, [job("j", speed=SPEED)], running=[BUSY]))
+    assert _type_of(res, "j") == "a100-80g"
+
+
+def test_per_job_tables_send_each_job_where_it_gains_most() -> None:
+    # one job is fastest on the 4090, the other on the V100: each gets its own type
+    nodes = [node("v", "v100-16g", 1), node("r", "rtx4090-24g", 1)]
+    fast_on_rtx = job("r", speed=(("rtx4090-24g", 3.0), ("v100-16g", 1.0)))
+    fast_on_v100 = job("v", speed=(("rtx4090-24g", 1.0), ("v100-16g", 3.0)), submitted_at=1)
+    # (without speeds the first job takes the V100 and the second the 4090)
+    res = schedule(snap(nodes, [fast_on_v100, fast_on_rtx], now=2))
+    assert _type_of(res, "r") == "rtx4090-24g"
+    assert _type_of(res, "v") == "v100-16g"
+
+
+def test_w_speed_zero_turns_the_term_off() -> None:
+    off = SchedulerConfig(w_speed=0.0)
+    with_table = schedule(snap(NODES, [job("j", speed=SPEED)], running=[BUSY], config=off))
+    without = schedule(snap(NODES, [job("j")], running=[BUSY]))
+    assert _type_of(with_table, "j") == _type_of(without, "j") == "v100-16g"
