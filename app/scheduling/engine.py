@@ -151,7 +151,8 @@ class Cycle:
     def order(self) -> FairOrder:
         cfg = self.snap.config
         return FairOrder(self.snap.pending, self.ledger, self.snap.now, cfg.aging_s,
-                         cfg.shortest_first, cfg.unknown_duration_s)
+                         cfg.shortest_first, cfg.unknown_duration_s,
+                         cfg.reservation_after_s)
 
     # -- step 4 -------------------------------------------------------------
     def admit(self, job: JobRequest) -> None:

@@ -251,8 +251,8 @@ class SchedulerConfig:
     reservation_after_s: float = 1800.0
     # a job older than this no longer waits for its team's fair share (no starvation)
     aging_s: float = 3600.0
-    # within a team, jobs with a shorter duration_estimate_s go first (jobs older than
-    # aging_s first of all, by age)
+    # within a team, jobs with a shorter duration_estimate_s go first (jobs waiting longer
+    # than reservation_after_s or aging_s first of all, by age: no starvation)
     shortest_first: bool = True
     # a running job younger than this is never preempted (lease reclaim excepted)
     min_run_time_s: float = 60.0

@@ -8,9 +8,11 @@ nothing), so a busy team's old job is not starved by newer teams.
 
 Within a team (``shortest_first``): among jobs of one priority, a job that
 declares ``duration_estimate_s`` goes before longer ones (a job without an
-estimate counts as ``unknown_duration_s``); a job older than ``aging_s``
-goes before all of them by age, so a long job is never starved by a
-stream of short ones. Without any estimate the order is by age.
+estimate counts as ``unknown_duration_s``); a job that has waited
+``reservation_after_s`` (or ``aging_s``, if shorter) goes before all of them
+by age, so it is looked at first and gets its reservation: a long job is
+never starved by a stream of short ones. Without any estimate the order is
+by age.
 
 Each team keeps its own queue; a heap holds one head per team, so the
 order costs O(log teams) per job even with 100,000 pending.
@@ -34,8 +36,8 @@ def job_sort_key(j: JobRequest) -> tuple[int, float, str]:
 
 
 def team_sort_key(j: JobRequest, oldest: float, unknown_s: float) -> tuple:
-    """Within a team: priority; aged jobs (submitted by ``oldest``) first, by age;
-    then the shortest estimate (none = ``unknown_s``), then age."""
+    """Within a team: priority; jobs waiting since ``oldest`` (due a reservation or
+    aged) first, by age; then the shortest estimate (none = ``unknown_s``), then age."""
     if j.submitted_at <= oldest:
         return (-j.priority_value, 0, j.submitted_at, j.submitted_at, j.id)
     est = j.duration_estimate_s if j.duration_estimate_s is not None else unknown_s
@@ -46,6 +48,7 @@ class FairOrder:
     def __init__(
         self, pending: Iterable[JobRequest], ledger: QuotaLedger, now: float, aging_s: float,
         shortest_first: bool = False, unknown_duration_s: float = 3600.0,
+        reservation_after_s: float = 0.0,
     ) -> None:
         self.ledger = ledger
         self.now = now
@@ -53,7 +56,8 @@ class FairOrder:
         queues: dict[str, list[JobRequest]] = {}
         for j in pending:
             queues.setdefault(j.team, []).append(j)
-        oldest = now - aging_s if aging_s > 0 else -float("inf")
+        protect = [x for x in (aging_s, reservation_after_s) if x > 0]
+        oldest = now - min(protect) if protect else -float("inf")
         for q in queues.values():
             if shortest_first and any(j.duration_estimate_s is not None for j in q):
                 q.sort(key=lambda j: team_sort_key(j, oldest, unknown_duration_s))

@@ -30,10 +30,11 @@ def test_a_job_without_estimate_counts_as_unknown_duration() -> None:
     assert _first([unknown, longer]) == "unknown"  # 3600 s (unknown) < 10 h
 
 
-def test_an_aged_job_goes_before_shorter_ones() -> None:
+def test_a_job_due_a_reservation_goes_before_shorter_ones() -> None:
     old = job("old", submitted_at=0, duration_estimate_s=7200)
-    short = job("short", submitted_at=4000, duration_estimate_s=60)
-    assert _first([old, short], now=4100) == "old"  # waited > aging_s (3600 s)
+    short = job("short", submitted_at=1700, duration_estimate_s=60)
+    assert _first([old, short], now=1750) == "short"
+    assert _first([old, short], now=1850) == "old"  # waited > reservation_after_s (1800 s)
 
 
 def test_priority_still_comes_first() -> None:
