@@ -15,6 +15,9 @@ whole, the way the article's loop checks node water levels:
    can be placed elsewhere at once (and its pool can pay for it there);
    otherwise nothing moves. The big job is admitted onto the freed node in
    the same decision, so the room cannot be taken by someone else first.
+   A moved job restarts; ``defragment_max_run_s`` (0 = off) moves only jobs
+   that started at most that long ago, so little work is thrown away -- at
+   the price of less room for gangs (measured in docs/evaluation.md).
 
 The output is an ordinary :class:`CycleResult` (preemptions, then
 admissions -- a moved job is preempted and admitted at its new place), so
@@ -105,9 +108,17 @@ def _movable(c: Cycle, r: RunningJob, job: JobRequest) -> bool:
         and r.units + EPS < (job.gpus or 0) * max(
             (t.weight for t in allowed_types(job, c.ctx.gpu_types, c.ctx.pools)), default=0.0
         )
-        and c.snap.config.min_run_time_s
-        <= c.snap.now - r.started_at
-        <= c.snap.config.defragment_max_run_s
+        and _run_for_move(c, r)
+    )
+
+
+def _run_for_move(c: Cycle, r: RunningJob) -> bool:
+    """Old enough to be stopped (``min_run_time_s``), young enough to be moved cheaply
+    (``defragment_max_run_s``, 0 = no limit): a moved job restarts from scratch."""
+    cfg = c.snap.config
+    ran = c.snap.now - r.started_at
+    return ran >= cfg.min_run_time_s and (
+        cfg.defragment_max_run_s <= 0 or ran <= cfg.defragment_max_run_s
     )
 
 

@@ -266,9 +266,10 @@ class SchedulerConfig:
     # the descheduler may move small preemptible jobs off big-card nodes to make room for
     # whole-node jobs
     defragment: bool = True
-    # the defragment pass moves (restarts) only jobs that started at most this long ago:
-    # cheap moves, nothing that has run for hours is thrown away
-    defragment_max_run_s: float = 600.0
+    # the defragment pass moves (restarts) only jobs that started at most this long ago
+    # (0 = any age). A cap makes moves cheap but gives up the room they make for gangs:
+    # docs/evaluation.md has the trade-off measured on the suite (600 s vs no cap)
+    defragment_max_run_s: float = 0.0
     # The descheduler as a whole (P0 room and defragment); off = the dispatcher
     # cycle alone, e.g. to compare in `gpuq simulate`.
     descheduler: bool = True

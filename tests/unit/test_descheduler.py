@@ -31,15 +31,16 @@ def test_nothing_to_do_without_pending_p0() -> None:
     assert res.preemptions == [] and res.admissions == []
 
 
-def two_fragmented_nodes(per_node: int, pending_prio: str = "P1", now: float = 300, **kw):
-    # the small jobs started 300 s ago: past min_run_time_s, within defragment_max_run_s
+def two_fragmented_nodes(per_node: int, pending_prio: str = "P1", now: float = 300,
+                         cfg: dict | None = None, **kw):
+    # the small jobs started 300 s ago: past min_run_time_s
     run = []
     for n in ("a0", "a1"):
         for d in range(per_node):
             run.append(running(job(f"{n}-s{d}", prio="P2", gpus=1, **kw), n, "a100", (d,),
                                started_at=0))
     return snapshot([node("a0", "a100", 8), node("a1", "a100", 8)], POOLS,
-                    [job("big", prio=pending_prio, gpus=8)], run, now=now)
+                    [job("big", prio=pending_prio, gpus=8)], run, now=now, **(cfg or {}))
 
 
 def test_defragment_moves_small_jobs_when_all_fit_elsewhere() -> None:
@@ -83,7 +84,10 @@ def test_switched_off_decides_nothing() -> None:
 
 
 def test_defragment_never_moves_jobs_that_ran_longer_than_the_cheap_bound() -> None:
-    """A move restarts the job: one that has run past defragment_max_run_s (600 s)
-    is not moved, so a move never throws away more than a few minutes of work."""
-    assert deschedule(two_fragmented_nodes(2, now=601)).preemptions == []
-    assert len(deschedule(two_fragmented_nodes(2, now=599)).preemptions) == 2
+    """A move restarts the job: with defragment_max_run_s (600 s here) one that has run
+    longer is not moved, so a move never throws away more than that much work."""
+    capped = {"defragment_max_run_s": 600.0}
+    assert deschedule(two_fragmented_nodes(2, now=601, cfg=capped)).preemptions == []
+    assert len(deschedule(two_fragmented_nodes(2, now=599, cfg=capped)).preemptions) == 2
+    # the default (0): jobs of any age may be moved
+    assert len(deschedule(two_fragmented_nodes(2, now=5000)).preemptions) == 2
