@@ -37,7 +37,9 @@ from app.api.routes import (
     tokens,
     tuning,
 )
+from app.api.routes.metrics import metrics_loop_of
 from app.cluster.k8s_settings import KubeSettings
+from app.dispatch.metrics import MetricsLoop
 from app.domain.errors import GpuqError
 from app.metrics import GpuqMetrics
 from app.runtime import Services, open_services
@@ -189,6 +191,20 @@ class BodySizeLimit:
         await send({"type": "http.response.body", "body": payload})
 
 
+def start_metrics_refresh(app: FastAPI, every_s: float) -> MetricsLoop | None:
+    """Run this process's metrics pass every ``every_s`` seconds in a thread of its own,
+    so a Prometheus scrape renders the last pass instead of waiting for one (a pass
+    reads what changed: tens of ms, about 2 % of a core at 2.5 s). Every API process
+    runs one: each serves its own ``/metrics``. A failing pass is logged and retried;
+    the scrape route answers 503 once the last good pass is too old."""
+    if every_s <= 0:
+        return None
+    loop = metrics_loop_of(app.state)
+    loop.interval = every_s
+    loop.start_in_thread()
+    return loop
+
+
 def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
     settings = settings or (services.settings if services else get_settings())
 
@@ -202,9 +218,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         svc = open_services(settings, with_loops=settings.run_loops)
         install_services(app, svc)
         svc.start_loops()
+        refresher = start_metrics_refresh(app, settings.metrics_refresh_s)
         try:
             yield
         finally:
+            if refresher is not None:
+                refresher.stop()
             svc.close()
 
     app = FastAPI(

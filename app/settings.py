@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     descheduler_interval_s: float = Field(default=30.0, gt=0, alias="GPUQ_DESCHEDULER_INTERVAL")
     # seconds between passes of the lease reaper (reclaims expired borrow leases)
     lease_reaper_interval_s: float = Field(default=5.0, gt=0, alias="GPUQ_LEASE_REAPER_INTERVAL")
+    # seconds between the metrics passes each API process runs in the background, so a
+    # scrape renders a pass at most this old instead of computing one (0: scrapes compute)
+    metrics_refresh_s: float = Field(default=2.5, ge=0, alias="GPUQ_METRICS_REFRESH_S")
     # largest request body accepted (413 above)
     max_body_bytes: int = Field(default=1_000_000, alias="GPUQ_MAX_BODY_BYTES")
     # whether the app runs the dispatcher loops; `gpuq serve` sets it true and `gpuq api` false,

@@ -48,6 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import httpx  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
+from app.main import start_metrics_refresh  # noqa: E402
 from app.reports.fairness import fairness_report  # noqa: E402
 from app.reports.queries import job_records  # noqa: E402
 from app.store.db import make_engine, make_session_factory  # noqa: E402
@@ -238,6 +239,17 @@ def main() -> int:
             try:
                 for case in cases:
                     compare(*case, repeat=args.repeat, before=churn)
+                # what a Prometheus scrape waits for in a running gpuq: the app's own
+                # refresher makes the pass every GPUQ_METRICS_REFRESH_S (default 2.5 s)
+                live.app.state.metrics_max_age_s = 5.0
+                refresher = start_metrics_refresh(live.app, 2.5)
+                try:
+                    compare("GET /metrics, refreshed in the background every 2.5 s",
+                            lambda: get("/metrics"), "build_snapshot (old gauge source)",
+                            snapshot, 0.100, repeat=args.repeat, before=churn)
+                finally:
+                    if refresher is not None:
+                        refresher.stop()
                 queue_case(live, c, args.queue_pending, args.repeat, base)
             finally:
                 base.close()

@@ -8,6 +8,7 @@ outage, and a failed scrape is what Prometheus users alert on (``up == 0``).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -24,10 +25,13 @@ router = APIRouter(tags=["metrics"])
 log = logging.getLogger("gpuq.metrics")
 
 
-def metrics_loop(request: Request):
+def metrics_loop(request: Request) -> MetricsLoop:
     """The app's :class:`~app.dispatch.metrics.MetricsLoop`, created on first use."""
+    return metrics_loop_of(request.app.state)
 
-    state = request.app.state
+
+def metrics_loop_of(state: Any) -> MetricsLoop:
+    """The metrics loop kept in an app's ``state`` (created on first use)."""
     loop = getattr(state, "metrics_loop", None)
     if loop is None:
         loop = state.metrics_loop = MetricsLoop(
@@ -43,7 +47,10 @@ def metrics_loop(request: Request):
 @router.get("/metrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
     try:
-        # scrapes closer than this reuse the last pass (tests set 0 to always refresh)
+        # scrapes closer than this reuse the last pass (tests set 0 to always refresh);
+        # the app's background refresh (GPUQ_METRICS_REFRESH_S) keeps one fresher than
+        # that, so a scrape only renders; once passes fail (the database is down) the
+        # last good one ages past this and the scrape computes, fails and answers 503
         metrics_loop(request).refresh(getattr(request.app.state, "metrics_max_age_s", 5.0))
     except DATABASE_TROUBLE:
         raise
