@@ -114,7 +114,8 @@ def charge(
     On success the pool ledger holds the charge and the admission carries
     the leases (and a note when the job is expected to outlast them)."""
     need = units_by_type(placed)
-    plan = pools.plan(job, need, may_borrow=may_borrow(job, snap))
+    wait = borrow_wait(job, snap)
+    plan = pools.plan(job, need, may_borrow=wait <= 0, borrow_wait_s=wait)
     if not isinstance(plan, Charge):
         return plan
     expiry = {
@@ -133,8 +134,13 @@ def charge(
 def may_borrow(job: JobRequest, snap: Snapshot) -> bool:
     """A job whose lease was reclaimed waits ``thrash_window_s`` before borrowing
     again, so ``reclaim: always`` does not turn into restart-every-expiry."""
+    return borrow_wait(job, snap) <= 0
+
+
+def borrow_wait(job: JobRequest, snap: Snapshot) -> float:
+    """Seconds until :func:`may_borrow` (0: it may now), for the reason it reads."""
     at = job.last_reclaimed_at
-    return at is None or snap.now - at >= snap.config.thrash_window_s
+    return 0.0 if at is None else max(0.0, at + snap.config.thrash_window_s - snap.now)
 
 
 def may_preempt_anyone(

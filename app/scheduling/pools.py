@@ -273,7 +273,8 @@ class PoolLedger:
                 return
 
     def plan(
-        self, job: JobRequest, need: Mapping[str, float], may_borrow: bool = True
+        self, job: JobRequest, need: Mapping[str, float], may_borrow: bool = True,
+        borrow_wait_s: float = 0.0,
     ) -> Charge | str:
         """How the pool pays for ``need`` CU per type, or why it cannot.
 
@@ -338,7 +339,8 @@ class PoolLedger:
                 why = (
                     "" if can_borrow
                     else " (non-preemptible jobs do not borrow)" if not job.preemptible
-                    else " (its lease was reclaimed recently)"
+                    else f" (its lease was reclaimed: it may borrow again in {borrow_wait_s:.0f} s)"
+                    if borrow_wait_s > 0 else " (its lease was reclaimed recently)"
                 )
                 return (
                     f"pool {pool} cannot cover {u:g} CU of {t}: {o:g} left of its guarantee, "
