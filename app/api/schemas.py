@@ -66,6 +66,20 @@ AUDIT_KINDS = Literal[
 ]
 
 
+def _no_default(extra: Any) -> Any:
+    """A PATCH field has no default: absent means unchanged (the document must not
+    say ``"default": null`` for a field that refuses null)."""
+
+    def schema(s: dict[str, Any]) -> None:
+        if isinstance(extra, dict):
+            s.update(extra)
+        elif callable(extra):
+            extra(s)
+        s.pop("default", None)
+
+    return schema
+
+
 def patch_model(model: type[BaseModel]) -> type[BaseModel]:
     """The PATCH body of a catalog object: any of ``model``'s fields but the name
     (names never change), none required, each with its own type and bounds; unknown
@@ -77,6 +91,7 @@ def patch_model(model: type[BaseModel]) -> type[BaseModel]:
         optional = copy(field)
         optional.default = None  # absent: unchanged (an explicit null only where allowed)
         optional.default_factory = None
+        optional.json_schema_extra = _no_default(field.json_schema_extra)
         fields[name] = (field.annotation, optional)
     title = model.__name__.removesuffix("Config") + "Patch"
     return create_model(  # type: ignore[call-overload]
