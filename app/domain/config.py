@@ -6,6 +6,7 @@ be applied at every start.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,6 +26,7 @@ from app.domain.spec import (
     check_dns_label,
     check_dns_subdomain,
 )
+from app.scheduling.model import SchedulerConfig
 
 # strict: numbers are JSON numbers, flags JSON booleans, as the OpenAPI says ("80"
 # or 1-for-true are refused rather than coerced); the same for a config file
@@ -36,6 +38,12 @@ SUBDOMAIN_SCHEMA = {"pattern": DNS_SUBDOMAIN.pattern, "minLength": 1, "maxLength
 # a MIG layout's device index: a JSON object key is a string ("0")
 DeviceIndex = Annotated[int, Strict(False), Field(ge=0, le=63)]
 
+
+
+# the type of each core knob (SchedulerConfig's fields: bool, int or float)
+SCHEDULER_KNOB_TYPES: dict[str, type] = {
+    f.name: type(f.default) for f in dataclasses.fields(SchedulerConfig)
+}
 
 class MigProfileConfig(BaseModel):
     """One MIG profile of a GPU type (the slice a ``resources.mig`` request names)."""
@@ -278,6 +286,26 @@ class GpuqConfig(BaseModel):
     )
     jobs: list[JobSpec] = Field(default_factory=list,
                                 description="`gpuq simulate` only: the scenario's jobs")
+
+    @field_validator("scheduler")
+    @classmethod
+    def _scheduler_values(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """The core's knobs are checked here, where a config error can name them, not
+        deep in a cycle (a YAML ``1.0e9`` is a string, and reached the core as one)."""
+        for key, value in v.items():
+            want = SCHEDULER_KNOB_TYPES.get(key)
+            if want is None:
+                continue  # a loop or alert setting: read by its own loop
+            if want is bool:
+                ok = isinstance(value, bool)
+            else:  # numbers: int or float, never a bool, never negative
+                ok = (isinstance(value, int | float) and not isinstance(value, bool)
+                      and (want is float or isinstance(value, int)) and value >= 0)
+            if not ok:
+                kind = {bool: "true or false", int: "a whole number >= 0",
+                        float: "a number >= 0"}[want]
+                raise ValueError(f"scheduler.{key}: must be {kind}, got {value!r}")
+        return v
     trace: TraceConfig | None = Field(
         default=None, description="`gpuq simulate` only: a public trace to replay"
     )
