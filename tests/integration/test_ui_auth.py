@@ -20,8 +20,9 @@ def env():
         for spec in (
             job("train-a", "nlp", 2, "a100", duration=600),
             job("serve-b", "cv", 1, "v100", duration=600),
-            job("train-wait", "nlp", 3, "a100"),
-            job("cv-wait", "cv", 4, "v100", pool="inference"),
+            # the longer estimate keeps it behind train-a under shortest-first too
+            job("train-wait", "nlp", 3, "a100", duration=3600),
+            job("cv-wait", "cv", 4, "v100", pool="inference", duration=3600),
         ):
             ids[spec["name"]] = e.submit(spec)["id"]
         e.advance(5)
