@@ -13,7 +13,9 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from app.scheduling.leases import (
+    expired_leases,
     lease_expiry,
+    lease_policy,
     outlast_notes,
     pools_below_guarantee,
     reclaim_at_expiry,
@@ -58,30 +60,40 @@ def return_leases(snap: Snapshot, pools: PoolLedger) -> tuple[Snapshot, list[Lea
         return snap, []
     out: list[LeaseReturn] = []
     kept: dict[str, tuple[LeaseInfo, ...]] = {}
-    order = sorted(
-        ((x, r) for r in leased for x in r.leases),
-        key=lambda xr: (xr[0].expires_at, xr[0].id),
-    )
-    for x, r in order:
+    # job by job, the job whose lease expires first first (for a job with one lease,
+    # the order of its lease); within a job, its leases in the order they expire
+    for r in sorted(leased, key=lambda r: min((x.expires_at, x.id) for x in r.leases)):
         pool = r.request.pool
-        room = pools.own_headroom(pool, x.gpu_type)
-        if x.units > room + EPS:
+        taken: dict[str, float] = {}
+        moves: list[tuple[LeaseInfo, float]] = []
+        for x in sorted(r.leases, key=lambda x: (x.expires_at, x.id)):
+            room = pools.own_headroom(pool, x.gpu_type) - taken.get(x.gpu_type, 0.0)
+            if x.units <= room + EPS:
+                moves.append((x, room))
+                taken[x.gpu_type] = taken.get(x.gpu_type, 0.0) + x.units
+        moved = {x.id for x, _ in moves}
+        if r.request.preemptible and any(
+            x.id not in moved and lease_policy(snap.pools, x) == "always"
+            for x in expired_leases(r, snap.now)
+        ):
+            # an expired lease that cannot return gets the job reclaimed this cycle:
+            # returning its other leases would tell it "keeps running" as it is stopped
             continue
-        pools.return_lease(r.request.id, x.lender, x.gpu_type, x.units)
-        kept[r.request.id] = tuple(
-            y for y in kept.get(r.request.id, r.leases) if y.id != x.id
-        )
-        out.append(
-            LeaseReturn(
-                lease_id=x.id, job_id=r.request.id, borrower=pool, lender=x.lender,
-                gpu_type=x.gpu_type, units=x.units,
-                reason=(
-                    f"lease {x.id} returned to pool {x.lender}: its {x.units:g} CU of "
-                    f"{x.gpu_type} now fit in pool {pool}'s own guarantee ({room:g} CU "
-                    "free); the job keeps running"
-                ),
+        for x, room in moves:
+            pools.return_lease(r.request.id, x.lender, x.gpu_type, x.units)
+            out.append(
+                LeaseReturn(
+                    lease_id=x.id, job_id=r.request.id, borrower=pool, lender=x.lender,
+                    gpu_type=x.gpu_type, units=x.units,
+                    reason=(
+                        f"lease {x.id} returned to pool {x.lender}: its {x.units:g} CU of "
+                        f"{x.gpu_type} now fit in pool {pool}'s own guarantee ({room:g} CU "
+                        "free); the job keeps running"
+                    ),
+                )
             )
-        )
+        if moves:
+            kept[r.request.id] = tuple(y for y in r.leases if y.id not in moved)
     if not out:
         return snap, []
     running = [
