@@ -223,7 +223,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             yield
         finally:
             if refresher is not None:
-                refresher.stop()
+                refresher.stop_and_wait(5.0)
             svc.close()
 
     app = FastAPI(

@@ -249,7 +249,7 @@ def main() -> int:
                             snapshot, 0.100, repeat=args.repeat, before=churn)
                 finally:
                     if refresher is not None:
-                        refresher.stop()
+                        refresher.stop_and_wait()
                 queue_case(live, c, args.queue_pending, args.repeat, base)
             finally:
                 base.close()

@@ -89,7 +89,19 @@ class LoopService:
     def start_in_thread(self) -> threading.Thread:
         t = threading.Thread(target=self.start, name=f"gpuq-{self.name}", daemon=True)
         t.start()
+        self._thread = t
         return t
+
+    def stop_and_wait(self, timeout_s: float = 10.0) -> bool:
+        """Stop and wait (at most ``timeout_s``) for the pass in progress to end, so
+        nothing of this loop still holds a connection or a lock afterwards (a closing
+        engine, a test's clean-up); True when its thread has ended."""
+        self.stop()
+        t: threading.Thread | None = getattr(self, "_thread", None)
+        if t is None:
+            return True
+        t.join(timeout_s)
+        return not t.is_alive()
 
 
 class Step:

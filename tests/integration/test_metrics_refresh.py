@@ -40,7 +40,7 @@ def test_a_scrape_renders_the_background_pass(client):
     try:
         wait_for("two background passes", lambda: loop.passes >= 2)
     finally:
-        loop.stop()
+        assert loop.stop_and_wait()
     calls = []
     loop.run_once = lambda: calls.append(1)  # a scrape that computed would land here
     r = client.get("/metrics")
@@ -77,6 +77,6 @@ def test_with_the_refresher_an_outage_is_still_503(database_url, demo, settings)
             wait_for("a 200 after the outage", lambda: c.get("/metrics").status_code == 200)
     finally:
         if loop is not None:
-            loop.stop()
+            loop.stop_and_wait()  # its last pass ends before the engine and tables go
         proxy.close()
         engine.dispose()
