@@ -12,7 +12,9 @@ from __future__ import annotations
 import time
 
 import httpx
+from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine
 
 from app.clock import utcnow
 from app.main import create_app
@@ -25,6 +27,19 @@ from tests.live_server import live_server
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
+def app_behind_a_proxy(database_url: str, settings) -> tuple[TcpProxy, Engine, FastAPI]:
+    """An app whose database connections go through a proxy the test can cut (an
+    outage); small pool and timeouts so a failing request ends fast. The caller
+    disposes the engine and closes the proxy."""
+    proxy = TcpProxy.in_front_of(database_url)
+    engine = make_engine(proxy.url_for(database_url), pool_size=2, pool_timeout_s=2,
+                         connect_timeout_s=2)
+    services = Services(settings=settings, engine=engine,
+                        session_factory=make_session_factory(engine), cluster=None,
+                        clock=utcnow, admin_token=ADMIN_TOKEN)
+    return proxy, engine, create_app(services=services)
+
+
 def pending(text: str) -> float:
     return sum(
         s.value
@@ -35,13 +50,7 @@ def pending(text: str) -> float:
 
 
 def test_metrics_fail_during_an_outage_and_recover(database_url, demo, settings):
-    proxy = TcpProxy.in_front_of(database_url)
-    engine = make_engine(proxy.url_for(database_url), pool_size=2, pool_timeout_s=2,
-                         connect_timeout_s=2)
-    services = Services(settings=settings, engine=engine,
-                        session_factory=make_session_factory(engine), cluster=None,
-                        clock=utcnow, admin_token=ADMIN_TOKEN)
-    app = create_app(services=services)
+    proxy, engine, app = app_behind_a_proxy(database_url, settings)
     app.state.metrics_max_age_s = 0  # every scrape reads the database
     try:
         with live_server(app) as base, httpx.Client(base_url=base, timeout=20) as c:
@@ -74,13 +83,7 @@ def test_a_failed_pass_is_not_reused(database_url, demo, settings):
     """A scrape after a failed one runs a pass of its own, however long passes
     are reused (it used to reuse the failed pass and serve what the gauges held
     before it, here nothing)."""
-    proxy = TcpProxy.in_front_of(database_url)
-    engine = make_engine(proxy.url_for(database_url), pool_size=2, pool_timeout_s=2,
-                         connect_timeout_s=2)
-    services = Services(settings=settings, engine=engine,
-                        session_factory=make_session_factory(engine), cluster=None,
-                        clock=utcnow, admin_token=ADMIN_TOKEN)
-    app = create_app(services=services)
+    proxy, engine, app = app_behind_a_proxy(database_url, settings)
     app.state.metrics_max_age_s = 3600.0  # a successful pass is reused all test long
     try:
         with live_server(app) as base, httpx.Client(base_url=base, timeout=20) as c:

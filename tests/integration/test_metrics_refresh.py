@@ -11,13 +11,9 @@ from collections.abc import Callable
 
 import httpx
 
-from app.clock import utcnow
-from app.main import create_app, start_metrics_refresh
-from app.runtime import Services
-from app.store.db import make_engine, make_session_factory
-from tests.faults import TcpProxy
+from app.main import start_metrics_refresh
 from tests.integration.conftest import ADMIN_TOKEN, job_body
-from tests.integration.test_metrics_outage import pending
+from tests.integration.test_metrics_outage import app_behind_a_proxy, pending
 from tests.live_server import live_server
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -53,13 +49,7 @@ def test_refresh_off_means_scrapes_compute(client):
 
 
 def test_with_the_refresher_an_outage_is_still_503(database_url, demo, settings):
-    proxy = TcpProxy.in_front_of(database_url)
-    engine = make_engine(proxy.url_for(database_url), pool_size=2, pool_timeout_s=2,
-                         connect_timeout_s=2)
-    services = Services(settings=settings, engine=engine,
-                        session_factory=make_session_factory(engine), cluster=None,
-                        clock=utcnow, admin_token=ADMIN_TOKEN)
-    app = create_app(services=services)
+    proxy, engine, app = app_behind_a_proxy(database_url, settings)
     app.state.metrics_max_age_s = 1.0
     loop = None
     try:

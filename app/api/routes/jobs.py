@@ -93,32 +93,24 @@ def _submit_one(
     with state.engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # one statement
         with Session(bind=conn) as session:
+            def insert(principal: Principal, at_revision: int | None = None
+            ) -> job_store.NewJob | int | None:
+                return job_store.insert_job(
+                    conn, spec, now=now, idempotency_key=key, submitted_by=principal.name,
+                    install=state.install_policy, at_revision=at_revision,
+                )
+
             got = None
             # a cached token: no read at all, the INSERT checks the revision it is valid at
             hit = state.principals.peek(token, now) if token else None
             if hit is not None and _plainly_allowed(hit[0], spec):
                 principal, revision = hit
-                got = job_store.insert_job(
-                    conn,
-                    spec,
-                    now=now,
-                    idempotency_key=key,
-                    submitted_by=principal.name,
-                    install=state.install_policy,
-                    at_revision=revision,
-                )
+                got = insert(principal, revision)
             if got is None:  # not cached, refused, or the catalog moved: resolve afresh
                 principal = resolve_principal(state, session, token, now)
                 principal.require_team(spec.team, write=True)
                 refuse_scenario_fields([spec])
-                got = job_store.insert_job(
-                    conn,
-                    spec,
-                    now=now,
-                    idempotency_key=key,
-                    submitted_by=principal.name,
-                    install=state.install_policy,
-                )
+                got = insert(principal)
             assert got is not None
             if isinstance(got, job_store.NewJob):
                 return 201, new_job_out(got, spec.name).model_dump_json().encode()
