@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from app.scheduling.fragmentation import WorkloadMix, with_gpuq_terms
 from app.scheduling.mix import mix_from_jobs
 from app.scheduling.model import GpuType, JobRequest, PoolInfo, SchedulerConfig, Snapshot
+from app.scheduling.type_prices import TypePrices, type_prices
 
 EPS = 1e-9
 
@@ -46,6 +47,8 @@ class PlacementContext:
     cpu_per_gpu: float = 0.0
     memory_per_gpu: float = 0.0
     max_memory_gb: float = 0.0
+    # comparative advantage of GPU types (speed-aware placement); None = plain speed gain
+    prices: TypePrices | None = None
     _pref: dict[tuple[str, str | None], float] = field(default_factory=dict)
     # (request shape, node state) -> score; valid while mix, config and pools are (see
     # placement._state_candidates). Placement fills it; nobody else should.
@@ -61,20 +64,25 @@ class PlacementContext:
 
     @classmethod
     def from_snapshot(cls, snap: Snapshot, mix: WorkloadMix | None = None) -> PlacementContext:
+        cards: dict[str, float] = {}
+        for n in snap.nodes:
+            if n.devices and n.gpu_type:
+                cards[n.gpu_type] = cards.get(n.gpu_type, 0.0) + len(n.devices)
+        cfg = snap.config
         if mix is None:
-            cards: dict[str, float] = {}
-            for n in snap.nodes:
-                if n.devices and n.gpu_type:
-                    cards[n.gpu_type] = cards.get(n.gpu_type, 0.0) + len(n.devices)
-            cfg = snap.config
             mix = with_gpuq_terms(mix_from_jobs(snap.pending), cards,
                                   w_balance=cfg.w_balance, w_type=cfg.w_type_pressure)
+        prices = None
+        if cfg.w_speed and cfg.comparative_advantage:
+            prices = type_prices((r.request for r in snap.running), snap.pending,
+                                 snap.gpu_types, snap.pools, cards)
         return cls(
             gpu_types=snap.gpu_types,
             pools=snap.pools,
             config=snap.config,
             mix=mix,
             now=snap.now,
+            prices=prices,
         )
 
     def type_preference(self, pool: str, gpu_type: str | None) -> float:

@@ -28,6 +28,7 @@ import gc
 
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
+from app.scheduling.fair_share import FairLevels, FairShareRule, fair_share_rule
 from app.scheduling.filters import allowed_types
 from app.scheduling.leases import is_expired, pools_below_guarantee
 from app.scheduling.model import (
@@ -112,6 +113,10 @@ class Cycle:
         )
         self.preempt_memo: dict[tuple, int] = {}  # failed searches, by release epoch
         self.victim_pool: VictimPool | None = None  # built at the first preemption
+        # fair-share preemption: levels built at the first search; CU need per job shape
+        self.fair_levels: FairLevels | None = None
+        self.need_memo: dict[tuple, tuple[dict[str, float], float]] = {}
+        self.cards_by_type = {t: float(tc.cards) for t, tc in self.static.by_type.items()}
 
     def _stop(self, r: RunningJob) -> None:
         """Take a running job out of the state and both ledgers."""
@@ -218,11 +223,34 @@ class Cycle:
         self.admitted += 1
         res.admissions.append(adm)
 
+    def fair_rule(self, job: JobRequest) -> FairShareRule | None:
+        """Fair-share preemption for ``job`` (``fair_preemption``; the rule is in
+        :mod:`app.scheduling.fair_share`), or None when no same-priority job may be
+        its victim."""
+        if not self.snap.config.fair_preemption or job.priority_value < self.lowest_victim:
+            return None
+        key = shape_key(job)
+        need = self.need_memo.get(key)
+        if need is None:
+            opts = replica_options(job, allowed_types(job, self.ctx.gpu_types, self.ctx.pools))
+            by_type: dict[str, float] = {}
+            for d in opts:
+                if d.gpu_type is not None:
+                    u = d.units * job.min_available
+                    by_type[d.gpu_type] = min(by_type.get(d.gpu_type, u), u)
+            need = self.need_memo[key] = (by_type, min(by_type.values(), default=0.0))
+        if self.fair_levels is None:
+            self.fair_levels = FairLevels.of(self.snap, self.cards_by_type)
+        return fair_share_rule(job, self.snap, self.ledger, self.fair_levels, need[0], need[1])
+
     def try_preempt(self, job: JobRequest) -> bool:
         """4c: stop the cheapest minimal set of victims and admit ``job`` instead."""
-        if not may_preempt_anyone(job, self.snap, self.lowest_victim, self.any_lease):
+        fair = self.fair_rule(job)
+        if fair is None and not may_preempt_anyone(
+            job, self.snap, self.lowest_victim, self.any_lease
+        ):
             return False
-        key = (shape_key(job), job.priority_value)
+        key = (shape_key(job), job.priority_value, job.team if fair is not None else "")
         if self.preempt_memo.get(key) == self.state.release_epoch:
             return False
         ctx = self.ctx
@@ -243,7 +271,7 @@ class Cycle:
             )
         done = preempt_for(
             job, self.snap, self.state, self.pools, place, self.gone, names,
-            self._stop, self._unstop, team_ok, self.victim_pool,
+            self._stop, self._unstop, team_ok, self.victim_pool, fair,
         )
         if done is None:
             self.preempt_memo[key] = self.state.release_epoch

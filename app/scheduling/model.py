@@ -167,6 +167,20 @@ class ReplicaPlacement:
     memory_gb: float = 0.0
 
 
+def gpus_held(p: ReplicaPlacement, gpu_types: Mapping[str, GpuType]) -> float:
+    """Cards one placement holds: whole cards, a share's fraction, a slice's CU / card CU
+    (the unit every baseline understands: the simulator's measures and the GPU-hours a
+    fair-share preemption may throw away)."""
+    if not p.gpu_type:
+        return 0.0
+    if p.share > 0:
+        return p.share
+    if p.mig:
+        t = gpu_types.get(p.gpu_type)
+        return p.units / t.weight if t is not None and t.weight > 0 else float(len(p.mig))
+    return float(len(p.devices))
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
     id: str
@@ -258,6 +272,13 @@ class SchedulerConfig:
     min_run_time_s: float = 60.0
     # admissions in one cycle at most
     max_cycle_admissions: int = 100_000
+    # fair-share preemption (Kueue's fair sharing): a job that does not fit may stop
+    # preemptible jobs of its own priority and pool of teams above their fair share
+    # (rules: app/scheduling/fair_share.py)
+    fair_preemption: bool = True
+    # the GPU-hours of work one fair-share preemption may throw away, over all its victims
+    # (cheap: the jobs that just started make room; 0 = no limit)
+    fair_preemption_max_lost_gpu_h: float = 8.0
     # A job preempted by X may not preempt X back for this long (anti-thrash).
     thrash_window_s: float = 600.0
     # period of the descheduler's ticks in `gpuq simulate` (the live loop's period is
@@ -288,6 +309,9 @@ class SchedulerConfig:
     # speed-aware placement: a job's speed on the card's type over its best speed
     # (JobRequest.speed); the type where the job runs fastest scores highest
     w_speed: float = 3.0
+    # comparative advantage: a job's speed gain on a type is discounted by the share of the
+    # type's cards that jobs with fewer allowed types want (app/scheduling/type_prices.py)
+    comparative_advantage: bool = True
     max_reservations: int = 4  # jobs that may hold capacity in one cycle
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
 

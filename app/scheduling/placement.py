@@ -316,8 +316,9 @@ def _state_candidates(
     cap_states = ctx.config.candidate_states
     gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
     types = [d.gpu_type or ""] if d.kind != "none" else index.group_types()
+    # everything score() reads of the job (the type prices read its allowed types)
     shape = (job.pool, job.placement, job.cpu, job.memory_gb, job.min_gpu_memory_gb,
-             job.tolerations, job.speed, d)
+             job.tolerations, job.speed, job.gpu_types, job.avoid_gpu_types, d)
     cache = ctx.score_cache
     nodes = state.nodes
     caps = index.caps

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
+from app.scheduling.fair_share import FairShareRule
 from app.scheduling.leases import (
     expired_leases,
     lease_expiry,
@@ -176,19 +177,24 @@ def preempt_for(
     unstop: StopFn,
     accept: AcceptFn | None = None,
     victims_pool: VictimPool | None = None,
+    fair: FairShareRule | None = None,
 ) -> tuple[list[Preemption], Admission] | None:
     """Step 4c: stop the cheapest minimal victim set and admit ``job`` in
     their place (placements reserved on ``state``, charged to ``pools``), or
     change nothing and return None. ``accept`` adds the caller's own checks
-    (team quota) to the what-if."""
+    (team quota) to the what-if; ``fair`` allows same-priority victims
+    (fair-share preemption, the engine's rule)."""
     pool = victims_pool or VictimPool(snap.running, snap.now, pools_below_guarantee(snap))
     w = WhatIf(job, state, pools, _accepting(place, accept), may_borrow(job, snap))
     single = job.replicas == 1 or job.min_available == 1
-    groups = node_groups(job, snap, pool, state, type_names, gone) if single else None
+    groups = node_groups(job, snap, pool, state, type_names, gone, fair) if single else None
     victims = find_victims(
-        job, lambda: candidates(job, snap, pool, type_names, exclude=gone), w, groups=groups
+        job, lambda: candidates(job, snap, pool, type_names, exclude=gone, fair=fair), w,
+        groups=groups,
     )
     if not victims:
+        return None
+    if fair is not None and not fair.within_budget([v.job for v in victims if v.fair]):
         return None
     for v in victims:
         stop(v.job)

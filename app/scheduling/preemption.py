@@ -5,7 +5,10 @@ Rules (DESIGN.md §3 step 4), each enforced in :func:`candidates`:
 
 - a victim is either a preemptible job of *lower* priority than the
   preemptor, or a borrower whose expired lease the preemptor may reclaim
-  (see :mod:`app.scheduling.leases`); a non-preemptible job (P0) never is;
+  (see :mod:`app.scheduling.leases`), or (fair-share preemption, when the
+  caller passes ``fair``) a preemptible job of the *same* priority whose
+  team would still hold a larger dominant share than the preemptor's team
+  after the swap; a non-preemptible job (P0) never is;
 - victims are whole jobs, so a gang loses all its pods or none;
 - the minimum run time protects fresh jobs from priority preemption, not
   from lease reclaim (the lender's bound must hold);
@@ -22,11 +25,12 @@ the job would not fit even with every candidate gone, nobody is preempted.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from app.scheduling.fair_share import FairShareRule
 from app.scheduling.leases import lease_text, pools_below_guarantee, reclaimable_lease
 from app.scheduling.model import (
     JobRequest,
@@ -45,6 +49,7 @@ from app.scheduling.state import ClusterState
 PlaceFn = Callable[[JobRequest, ClusterState], "list[ReplicaPlacement] | None"]
 
 
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     job: RunningJob
@@ -53,6 +58,7 @@ class Candidate:
     by: JobRequest | None = None  # the preemptor (for the reason)
     lease: LeaseInfo | None = None  # the expired lease, for a reclaim
     cards: tuple[tuple[str, int], ...] = ()  # whole cards it holds, per node
+    fair: bool = False  # a same-priority victim, stopped for fair share
 
     @property
     def id(self) -> str:
@@ -71,6 +77,9 @@ class Candidate:
             return f"reclaimed{who}: {lease_text(x)} expired"
         if by is None:
             return "preempted"
+        if self.fair:
+            return (f"preempted by job {by.id} for fair share: team {self.job.request.team} "
+                    f"would still hold more of the cluster than team {by.team}")
         return f"preempted by job {by.id} ({by.priority} > {self.job.request.priority})"
 
     def sort_key(self) -> tuple[int, int, float, str]:
@@ -167,6 +176,7 @@ def node_groups(
     state: ClusterState,
     type_names: Collection[str] | None = None,
     exclude: Collection[str] = (),
+    fair: FairShareRule | None = None,
 ) -> list[list[Candidate]]:
     """Per node, the cheapest prefix of the candidates there that could free
     enough whole cards (all of them for other request modes), best node
@@ -203,6 +213,9 @@ def node_groups(
                 c = Candidate(r, "reclaim", cost, job, lease, cards)
             elif prio < job.priority_value and r.started_at <= min_start and jid != thrash:
                 c = Candidate(r, "preempt", cost, job, None, cards)
+            elif (fair is not None and prio == job.priority_value and r.started_at <= min_start
+                  and jid != thrash and fair(r)):
+                c = Candidate(r, "preempt", cost, job, None, cards, fair=True)
             else:
                 continue
             group.append(c)
@@ -230,6 +243,7 @@ def candidates(
     running: Sequence[RunningJob] | VictimPool,
     type_names: Collection[str] | None = None,
     exclude: Collection[str] = (),
+    fair: FairShareRule | None = None,
 ) -> list[Candidate]:
     """Running jobs ``job`` may preempt, in the order they should be tried.
 
@@ -260,7 +274,8 @@ def candidates(
         else None
     )
     hi = bisect_left(pool.prios, job.priority_value)
-    for i in range(hi):
+    top = bisect_right(pool.prios, job.priority_value) if fair is not None else hi
+    for i in range(top):
         _prio, cost, jid, r, types, cards = pool.recs[i]
         if (
             r.started_at > min_start
@@ -270,7 +285,10 @@ def candidates(
             or (names is not None and names.isdisjoint(types))
         ):
             continue
-        out.append(Candidate(r, "preempt", cost, job, None, cards))
+        same = i >= hi
+        if same and (fair is None or not fair(r)):
+            continue
+        out.append(Candidate(r, "preempt", cost, job, None, cards, fair=same))
     if reclaim:
         out.extend(reclaim)
         out.sort(key=Candidate.sort_key)

@@ -76,9 +76,13 @@ class QuotaLedger:
 
     def dominant_share(self, team: str) -> float:
         """CU in use / team weight: the fair-share key (lowest goes first)."""
+        return self.share_with(team, 0.0)
+
+    def share_with(self, team: str, delta_units: float) -> float:
+        """The team's dominant share if its CU in use changed by ``delta_units``."""
         info = self.teams.get(team)
         weight = info.weight if info is not None and info.weight > 0 else 1.0
-        return self.team_total[team] / weight
+        return (self.team_total[team] + delta_units) / weight
 
     def pool_below_guarantee(self, pool: str) -> bool:
         """True when the pool uses less than its guarantee for some type it is guaranteed."""

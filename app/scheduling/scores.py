@@ -104,7 +104,10 @@ def score(
     if demand.gpu_type is not None:
         s += cfg.w_type_preference * ctx.type_preference(job.pool, demand.gpu_type)
         if cfg.w_speed and job.speed:
-            s += cfg.w_speed * speed_gain(job, demand.gpu_type)
+            gain = speed_gain(job, demand.gpu_type)
+            if ctx.prices is not None:
+                gain = ctx.prices.advantage(job, demand.gpu_type, gain)
+            s += cfg.w_speed * gain
     # binpack / spread: the node's allocated share after placing
     if cap.n_devices:
         after = cap.used_frac + demand_fraction(demand, gt) / cap.n_devices

@@ -16,11 +16,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from app.domain.percentiles import percentile
-from app.scheduling.model import GpuType, ReplicaPlacement
+from app.scheduling.model import gpus_held
+
+__all__ = ["gpus_held", "jain", "measures"]
 
 
 class JobFacts(Protocol):
@@ -38,18 +40,6 @@ class JobFacts(Protocol):
 
     @property
     def team(self) -> str: ...
-
-
-def gpus_held(p: ReplicaPlacement, gpu_types: Mapping[str, GpuType]) -> float:
-    """Cards one placement holds: whole cards, a share's fraction, a slice's CU / card CU."""
-    if not p.gpu_type:
-        return 0.0
-    if p.share > 0:
-        return p.share
-    if p.mig:
-        t = gpu_types.get(p.gpu_type)
-        return p.units / t.weight if t is not None and t.weight > 0 else float(len(p.mig))
-    return float(len(p.devices))
 
 
 def jain(values: Sequence[float]) -> float | None:
