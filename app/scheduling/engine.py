@@ -117,6 +117,13 @@ class Cycle:
         self.fair_levels: FairLevels | None = None
         self.need_memo: dict[tuple, tuple[dict[str, float], float]] = {}
         self.cards_by_type = {t: float(tc.cards) for t, tc in self.static.by_type.items()}
+        # who could be a fair-share victim at all: teams by (pool, priority) of preemptible
+        # running jobs, so a cycle with none (one team, or a P0 backlog) pays nothing for it
+        self.fair_victim_teams: dict[tuple[str, int], set[str]] = {}
+        for r in snap.running:
+            if r.request.preemptible:
+                key = (r.request.pool, r.request.priority_value)
+                self.fair_victim_teams.setdefault(key, set()).add(r.request.team)
 
     def _stop(self, r: RunningJob) -> None:
         """Take a running job out of the state and both ledgers."""
@@ -229,6 +236,9 @@ class Cycle:
         its victim."""
         if not self.snap.config.fair_preemption or job.priority_value < self.lowest_victim:
             return None
+        teams = self.fair_victim_teams.get((job.pool, job.priority_value))
+        if not teams or teams <= {job.team}:
+            return None  # no same-priority job of another team in the pool to stop
         key = shape_key(job)
         need = self.need_memo.get(key)
         if need is None:
