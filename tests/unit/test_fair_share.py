@@ -227,3 +227,25 @@ def test_fair_share_preemption_invariants(sc) -> None:
         assert len(ids) == len(set(ids)) and set(ids) == submitted
         s.advance(dt)
     assert PRIO  # the priorities the stream draws from
+
+
+def test_no_rule_without_a_same_priority_job_of_another_team_in_the_pool() -> None:
+    """The cycle skips the fair-share rule (and its search) when nobody could be its
+    victim: the only running jobs are the waiting job's own team's, or of another tier."""
+    from app.scheduling.engine import Cycle
+
+    def cycle(sn):
+        c = Cycle(sn)
+        c.build()
+        return c
+
+    own = snap(NODES, [want := job("s", team="big", submitted_at=500.0)],
+               running=_big_fills_the_node(), teams=TEAMS, now=600.0)
+    assert cycle(own).fair_rule(want) is None
+    other = snap(NODES, [want], running=_big_fills_the_node(team="small"), teams=TEAMS,
+                 now=600.0)
+    assert cycle(other).fair_rule(want) is not None
+    p2 = [running(job(f"l{i}", team="small", priority="P2", priority_value=100,
+                          submitted_at=0.0),
+                  whole("a", "a100-80g", (i,)), started_at=0.0) for i in range(4)]
+    assert cycle(snap(NODES, [want], running=p2, teams=TEAMS, now=600.0)).fair_rule(want) is None
