@@ -94,6 +94,13 @@ class Sim:
         self.pending[req.id] = req
         self.runtime[req.id] = runtime
 
+    def submit_due(self, jobs: list[dict], step: int) -> set[str]:
+        """Submit the drawn jobs (``at``, ``req``, ``runtime``) due at ``step``; their ids."""
+        due = [j for j in jobs if j["at"] == step]
+        for j in due:
+            self.submit(j["req"], runtime=j["runtime"])
+        return {j["req"].id for j in due}
+
     def snap(self) -> Snapshot:
         return snapshot(self.nodes, self.pools, self.pending.values(), self.running.values(),
                         now=self.now, teams=self.teams, types=self.types, **self.config)

@@ -176,10 +176,7 @@ def test_fair_share_preemption_invariants(sc) -> None:
             config={"min_run_time_s": 60, "fair_preemption_max_lost_gpu_h": budget})
     submitted: set[str] = set()
     for step in range(14):
-        for j in jobs:
-            if j["at"] == step:
-                s.submit(j["req"], runtime=j["runtime"])
-                submitted.add(j["req"].id)
+        submitted |= s.submit_due(jobs, step)
         res = s.cycle()
         snap = s.last_snap
         by_id = {r.request.id: r for r in snap.running}

@@ -78,10 +78,7 @@ def test_invariants_hold_over_random_runs(sc) -> None:
     s = Sim(nodes=nodes, pools=pools, config={"min_run_time_s": 60})
     submitted: set[str] = set()
     for step in range(12):
-        for j in jobs:
-            if j["at"] == step:
-                s.submit(j["req"], runtime=j["runtime"])
-                submitted.add(j["req"].id)
+        submitted |= s.submit_due(jobs, step)
         res = s.cycle()
         snap = s.last_snap
         by_id = {r.request.id: r for r in snap.running}
