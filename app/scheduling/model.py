@@ -261,10 +261,11 @@ class SchedulerConfig:
     # how much the placement reduces what the expected job mix can still use (FGD-style)
     w_fragmentation: float = 1.0
     # a job pending this long gets a reservation: the capacity it needs at its earliest
-    # expected start is held, used only by jobs expected to end before then
-    reservation_after_s: float = 1800.0
+    # expected start is held, used only by jobs expected to end before then (12 h, as
+    # aging_s: why in app/scheduling/ordering.py)
+    reservation_after_s: float = 43200.0
     # a job older than this no longer waits for its team's fair share (no starvation)
-    aging_s: float = 3600.0
+    aging_s: float = 43200.0
     # within a team, jobs with a shorter duration_estimate_s go first (jobs waiting longer
     # than reservation_after_s or aging_s first of all, by age: no starvation)
     shortest_first: bool = True

@@ -6,9 +6,10 @@
 * ``suite.json``: per scenario and policy the result's ``summary`` (every
   measure of :mod:`app.simulate.measures`, per team too) and the CPU seconds
   the run took, plus the load average of the machine when it started;
-* ``report.md``: one table per scenario (every policy, every measure), the
-  per-team waits, and the goals of issue 14 checked for ``gpuq`` against the
-  best baseline of the same run;
+* ``report.md``: the goals of issue 14 checked for ``gpuq`` against the best
+  baseline of the same run, a headline table of the goals' measures (the one in
+  the README), and one table per scenario (every policy, every measure) with the
+  per-team waits;
 * ``suite_jct.png``, ``suite_wait_p99.png``: mean JCT and the worst team's P99
   wait per scenario and policy.
 
@@ -141,6 +142,31 @@ def team_table(runs: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+HEADLINE = (  # (summary key, scale, decimals): the goals' measures, in the README
+    ("jct_mean_s", 1 / 3600, 2),
+    ("worst_team_wait_p99_s", 1 / 3600, 1),
+    ("jain_slowdown", 1.0, 3),
+    ("thrown_away_pct", 1.0, 1),
+)
+HEADLINE_LABEL = "mean JCT h / worst team's P99 wait h / Jain / GPU-h thrown away %"
+
+
+def headline_table(doc: dict[str, Any]) -> str:
+    """The goals' measures, a row per scenario and a cell per policy (short: the README's)."""
+    pols = doc["policies"]
+    lines = [f"| scenario ({HEADLINE_LABEL}) | " + " | ".join(pols) + " |",
+             "|---|" + "---|" * len(pols)]
+    for name, sc in doc["scenarios"].items():
+        cells = []
+        for p in pols:
+            s = sc["runs"][p]["summary"] if p in sc["runs"] else {}
+            cells.append(" / ".join(
+                "-" if s.get(k) is None else f"{float(s[k]) * scale:,.{nd}f}"
+                for k, scale, nd in HEADLINE))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def goals_table(doc: dict[str, Any]) -> str:
     lines = ["| scenario | mean JCT: gpuq vs best baseline (cut, goal >= 25 %) | worst team's "
              "P99 wait: gpuq vs best (cut, goal >= 30 %) | Jain: gpuq vs best | gpuq failed | "
@@ -200,7 +226,9 @@ def write_report(doc: dict[str, Any], out_dir: str | Path, plots: bool = True) -
     md = ["# Policy comparison on the evaluation suite", "",
           f"Policies: {', '.join(doc['policies'])}. Load average when the run started: "
           f"{doc['load_average']:.1f} (CPU seconds per run are in the last column).", "",
-          "## Goals (gpuq against the best baseline of the same run)", "", goals_table(doc), ""]
+          "## Goals (gpuq against the best baseline of the same run)", "", goals_table(doc), "",
+          "## Headline (the goals' measures; every measure per scenario below)", "",
+          headline_table(doc), ""]
     for name, sc in doc["scenarios"].items():
         md += [f"## {name} (`{sc['path']}`)", "", scenario_table(sc["runs"]), "",
                "Per team, wait P50 / P99 (s):", "", team_table(sc["runs"]), ""]

@@ -132,3 +132,25 @@ def test_many_identical_unschedulable_jobs_share_one_reason() -> None:
     res = schedule(snap(nodes, pending))
     assert len(res.admissions) == 1
     assert len({res.reasons[f"j{i}"] for i in range(1, 1000)}) == 1
+
+
+def _aging_case(waited_s: float) -> list[str]:
+    """Team x holds a card; its job has waited ``waited_s``; team y's job is new."""
+    teams = {"x": TeamInfo("x", "p"), "y": TeamInfo("y", "p")}
+    nodes = [node("a", "a100-80g", 2)]
+    busy = running(job("bx", team="x"), whole("a", "a100-80g", (0,)))
+    jx = job("jx", team="x", submitted_at=0)
+    jy = job("jy", team="y", submitted_at=waited_s - 10)
+    return admitted(schedule(snap(nodes, [jx, jy], running=[busy], teams=teams, now=waited_s)))
+
+
+def test_fair_share_holds_for_hours_of_waiting_by_default() -> None:
+    # two hours of waiting do not make the busy team's job jump the lighter team's
+    # (with the old 1-hour aging the queue turned FIFO across teams under a backlog)
+    assert SchedulerConfig().aging_s == 12 * 3600 == SchedulerConfig().reservation_after_s
+    assert _aging_case(2 * 3600) == ["jy"]
+
+
+def test_aging_ends_waiting_for_the_share() -> None:
+    # past aging_s the old job goes first by age: a busy team is never starved
+    assert _aging_case(13 * 3600) == ["jx"]

@@ -31,10 +31,15 @@ def test_a_job_without_estimate_counts_as_unknown_duration() -> None:
 
 
 def test_a_job_due_a_reservation_goes_before_shorter_ones() -> None:
+    due = SchedulerConfig().reservation_after_s  # 12 h, as aging_s
     old = job("old", submitted_at=0, duration_estimate_s=7200)
+    short = job("short", submitted_at=due - 100, duration_estimate_s=60)
+    assert _first([old, short], now=due - 50) == "short"
+    assert _first([old, short], now=due + 50) == "old"  # waited > reservation_after_s
+    # the same with a shorter reservation_after_s: it, not aging_s, decides
     short = job("short", submitted_at=1700, duration_estimate_s=60)
-    assert _first([old, short], now=1750) == "short"
-    assert _first([old, short], now=1850) == "old"  # waited > reservation_after_s (1800 s)
+    assert _first([old, short], now=1750, reservation_after_s=1800) == "short"
+    assert _first([old, short], now=1850, reservation_after_s=1800) == "old"
 
 
 def test_priority_still_comes_first() -> None:

@@ -8,7 +8,7 @@ from datetime import datetime
 from app.simulate.alibaba import read_nodes, read_pods
 from app.simulate.alibaba_timed import build_timed_scenario
 from app.simulate.philly import build_scenario, read_jobs, window
-from app.simulate.suite import combine, goals, main, run_suite
+from app.simulate.suite import combine, goals, headline_table, main, run_suite
 from tests.unit.openb_fixtures import write_nodes, write_pods
 from tests.unit.test_philly_builder import _philly_csv
 
@@ -71,6 +71,14 @@ def test_suite_runs_every_policy_and_checks_the_goals(tmp_path):
     text = (out / "report.md").read_text()
     assert "| gpuq |" in text and "| slurm |" in text and "Goals" in text
     assert json.loads((out / "suite.json").read_text())["policies"] == ["gpuq", "slurm"]
+    # the headline table: a row per scenario, a cell per policy, the goals' four measures
+    head = headline_table(doc).splitlines()
+    assert head[0].endswith("| gpuq | kueue | volcano | slurm |") and len(head) == 3
+    cells = [c.strip() for c in head[2].strip("|").split("|")]
+    assert cells[0] == "tiny" and len(cells) == 5
+    g = runs["gpuq"]["summary"]
+    assert cells[1] == (f"{g['jct_mean_s'] / 3600:,.2f} / {g['worst_team_wait_p99_s'] / 3600:,.1f}"
+                        f" / {g['jain_slowdown']:.3f} / {g['thrown_away_pct']:.1f}")
 
 
 def test_runs_of_separate_processes_combine_into_one_report(tmp_path):
