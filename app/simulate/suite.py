@@ -161,7 +161,7 @@ def headline_table(doc: dict[str, Any]) -> str:
         for p in pols:
             s = sc["runs"][p]["summary"] if p in sc["runs"] else {}
             cells.append(" / ".join(
-                "-" if s.get(k) is None else f"{float(s[k]) * scale:,.{nd}f}"
+                _f(None if s.get(k) is None else float(s[k]) * scale, nd)
                 for k, scale, nd in HEADLINE))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

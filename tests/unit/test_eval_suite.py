@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 
 from app.simulate.alibaba import read_nodes, read_pods
 from app.simulate.alibaba_timed import build_timed_scenario
@@ -91,3 +92,11 @@ def test_runs_of_separate_processes_combine_into_one_report(tmp_path):
     assert doc["policies"] == ["gpuq", "slurm"] and doc["load_average"] == 3.0
     assert set(doc["scenarios"]["s1"]["runs"]) == {"gpuq", "slurm"}
     assert doc["scenarios"]["s2"]["runs"]["gpuq"] == {"x": 3}
+
+
+def test_readme_table_is_the_committed_suite_report():
+    """README's Evaluation table is headline_table of docs/eval/suite/suite.json, word for word,
+    so a re-run of the suite that is not copied into the README shows here."""
+    root = Path(__file__).resolve().parents[2]
+    doc = json.loads((root / "docs/eval/suite/suite.json").read_text())
+    assert headline_table(doc) in (root / "README.md").read_text()
