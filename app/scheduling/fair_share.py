@@ -10,7 +10,11 @@ kubernetes-sigs/kueue ``site/content/en/docs/concepts/preemption.md`` and
 
 * **reclaim a type**: the preemptor's team, with the job admitted, stays
   within its fair share of a GPU type the victim holds, and the victim's
-  team holds more than its own fair share of that type. A team's fair share
+  team holds more than its own fair share of that type and, *without the
+  victim*, still at least its fair share (Kueue's after-removal check: a
+  team over its share only because of this one job is not over it; without
+  the check a big job that got the cards was stopped by any small job of a
+  team under its share, again and again). A team's fair share
   of a type is the type's CU times the team's weight over the weights of the
   teams with work in the cycle (running or pending) -- the nominal quota
   Kueue would be configured with, split evenly;
@@ -22,7 +26,11 @@ kubernetes-sigs/kueue ``site/content/en/docs/concepts/preemption.md`` and
 Unlike Kueue, preemption for fairness is made **cheap**: the victims of one
 preemption may lose at most ``fair_preemption_max_lost_gpu_h`` GPU-hours of
 work in all (a restarted job starts over), so it is jobs that just started
-that make room and a long run is never thrown away for fairness. Victims
+that make room and a long run is never thrown away for fairness. A job that
+started after waiting at least ``reservation_after_s`` (so it held, or was
+owed, a reservation) is never a fair-share victim: the reservation is the
+wait bound, and a job it started must not be stopped by the stream that
+blocked it (:mod:`app.scheduling.reservations`). Victims
 are only of the preemptor's own pool (other pools are protected by their
 guarantees and leases) and never non-preemptible (P0); the minimum run
 time and the thrash guard apply as to every preemption
@@ -115,18 +123,30 @@ def fair_share_rule(
     gpu_types: Mapping[str, GpuType] = snap.gpu_types
     now = snap.now
 
+    reserved_wait = cfg.reservation_after_s
+
     def above(other: str, t: str | None) -> bool:
         wo = teams[other].weight if other in teams and teams[other].weight > 0 else 1.0
         if t is None:
             return ledger.dominant_share(other) > levels.total + EPS
         return ledger.team_by_type[other][t] > levels.by_type.get(t, 0.0) * wo + EPS
 
+    def still_at_share(other: str, t: str, units: float) -> bool:
+        """``other``, without ``units`` CU of type ``t``, still holds its fair share of it."""
+        wo = teams[other].weight if other in teams and teams[other].weight > 0 else 1.0
+        return ledger.team_by_type[other][t] - units >= levels.by_type.get(t, 0.0) * wo - EPS
+
     def allows(r: RunningJob) -> bool:
         req = r.request
         if req.team == team or req.pool != pool:
             return False
+        if r.started_at - req.submitted_at >= reserved_wait:
+            return False  # started from a reservation: exempt (module docstring)
         held = units_by_type(r.placements)
-        if reclaim and any(t in reclaim and above(req.team, t) for t in held):
+        if reclaim and any(
+            t in reclaim and above(req.team, t) and still_at_share(req.team, t, u)
+            for t, u in held.items()
+        ):
             return True
         return (overall and above(req.team, None)
                 and ledger.share_with(req.team, -r.units) > mine + EPS)

@@ -246,3 +246,24 @@ def test_no_rule_without_a_same_priority_job_of_another_team_in_the_pool() -> No
                           submitted_at=0.0),
                   whole("a", "a100-80g", (i,)), started_at=0.0) for i in range(4)]
     assert cycle(snap(NODES, [want], running=p2, teams=TEAMS, now=600.0)).fair_rule(want) is None
+
+
+def test_a_job_started_from_a_reservation_is_no_fair_share_victim() -> None:
+    # the big team's jobs waited reservation_after_s (12 h) before they started: exempt
+    wait = SchedulerConfig().reservation_after_s
+    pend = [job("s", team="small", submitted_at=wait + 500.0)]
+    assert not _run(pend, _big_fills_the_node(started_at=wait), now=wait + 600.0).preemptions
+    # the same jobs started a little sooner: the youngest is stopped as usual
+    res = _run(pend, _big_fills_the_node(started_at=wait - 100.0), now=wait + 600.0)
+    assert [p.job_id for p in res.preemptions] == ["b3"]
+
+
+def test_reclaim_needs_the_victims_team_at_its_share_after_removal() -> None:
+    # one 8-card job of team big on a 8-card node: big is over its type share (4 of 8)
+    # only by this job; without it big holds 0 -- a 1-card job of small may not stop it
+    nodes = [node("a", "a100-80g", 8)]
+    big = running(job("g", team="big", gpus=8), whole("a", "a100-80g", tuple(range(8))),
+                  started_at=0.0)
+    res = schedule(snap(nodes, [job("s", team="small", submitted_at=500.0)], running=[big],
+                        teams=TEAMS, now=600.0))
+    assert not res.preemptions
