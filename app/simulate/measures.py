@@ -9,6 +9,16 @@
 * **restarts**: runs that ended without finishing (preempted, reclaimed,
   moved by the descheduler, failed out of memory); **thrown-away
   GPU-hours**: the GPU-hours those runs held (a restarted run starts over).
+* **censored**: a job that did not succeed (failed, never schedulable, still
+  waiting or running when the run ended) counts in JCT and slowdown with its
+  time up to the end of the run (``horizon_s``): leaving it out made a policy
+  that fails or strands jobs look faster. ``jobs_not_finished`` counts them.
+* **worst team's P99 wait** is taken over teams with at least
+  ``TAIL_MIN_JOBS`` (30) jobs only -- a P99 over 3-11 jobs is the team's
+  maximum -- and the longest single wait is reported apart (``max_wait_s``).
+* **max team slowdown**: the highest of the teams' mean slowdowns, beside
+  Jain's index (Jain rises when the best-off team is hurt; the worst team's
+  slowdown does not).
 * GPUs are counted as cards (a vGPU share as its fraction, a MIG slice as
   its CU over the card's), the unit every baseline understands.
 """
@@ -22,7 +32,9 @@ from typing import Any, Protocol
 from app.domain.percentiles import percentile
 from app.scheduling.model import gpus_held
 
-__all__ = ["gpus_held", "jain", "measures"]
+__all__ = ["TAIL_MIN_JOBS", "gpus_held", "jain", "measures"]
+
+TAIL_MIN_JOBS = 30  # a team's P99 wait is reported only over at least this many jobs
 
 
 class JobFacts(Protocol):
@@ -59,8 +71,19 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 6)
 
 
-def measures(jobs: Iterable[JobFacts]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """(overall measures, per-team measures) to merge into the result's ``summary``."""
+def measures(
+    jobs: Iterable[JobFacts], horizon_s: float | None = None
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(overall measures, per-team measures) to merge into the result's ``summary``.
+
+    ``horizon_s``: the end of the run, where jobs that did not succeed are
+    censored (default: the last end or submit time among ``jobs``).
+    """
+    jobs = list(jobs)
+    if horizon_s is None:
+        horizon_s = max(
+            (t for j in jobs for t in (j.submit_s, j.end_s) if t is not None), default=0.0)
+    not_finished = 0
     jct: list[float] = []
     slow: list[float] = []
     team_jct: dict[str, list[float]] = defaultdict(list)
@@ -80,20 +103,27 @@ def measures(jobs: Iterable[JobFacts]) -> tuple[dict[str, Any], dict[str, dict[s
         team_wasted[j.team] += j.wasted_gpu_s
         if j.status == "succeeded" and j.end_s is not None:
             x = j.end_s - j.submit_s
-            jct.append(x)
-            team_jct[j.team].append(x)
-            if j.ideal_runtime_s > 0:
-                s = x / j.ideal_runtime_s
-                slow.append(s)
-                team_slow[j.team].append(s)
+        else:  # censored at the end of the run
+            not_finished += 1
+            x = max(0.0, horizon_s - j.submit_s)
+        jct.append(x)
+        team_jct[j.team].append(x)
+        if j.ideal_runtime_s > 0:
+            s = x / j.ideal_runtime_s
+            slow.append(s)
+            team_slow[j.team].append(s)
     team_means = {t: m for t, v in team_slow.items() if (m := _mean(v)) is not None}
-    worst_p99 = max((percentile(w, 99) or 0.0 for w in team_wait.values()), default=0.0)
+    tails = [percentile(w, 99) or 0.0 for w in team_wait.values() if len(w) >= TAIL_MIN_JOBS]
+    worst_p99 = max(tails) if tails else None
     overall = {
         "jct_mean_s": _r(_mean(jct)),
         "jct_p99_s": _r(percentile(jct, 99)),
         "slowdown_mean": _r(_mean(slow)),
         "jain_slowdown": _r(jain(list(team_means.values()))),
         "worst_team_wait_p99_s": _r(worst_p99),
+        "max_wait_s": _r(max((max(w) for w in team_wait.values() if w), default=0.0)),
+        "max_team_slowdown": _r(max(team_means.values(), default=None)),
+        "jobs_not_finished": not_finished,
         "restarts": restarts,
         "gpu_hours_used": _r(used / 3600.0),
         "gpu_hours_thrown_away": _r(wasted / 3600.0),

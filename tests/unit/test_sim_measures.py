@@ -43,7 +43,9 @@ def test_slowdown_is_jct_over_the_run_time_on_the_fastest_allowed_type():
     assert s["by_team"]["b"]["slowdown_mean"] == 4.0
     assert s["slowdown_mean"] == 3.0
     assert abs(s["jain_slowdown"] - 36 / 40) < 1e-6
-    assert s["jct_mean_s"] == 150.0 and s["worst_team_wait_p99_s"] == 100.0
+    assert s["jct_mean_s"] == 150.0 and s["max_wait_s"] == 100.0
+    assert s["max_team_slowdown"] == 4.0 and s["jobs_not_finished"] == 0
+    assert s["worst_team_wait_p99_s"] is None  # no team with 30 jobs: no P99 claimed
     assert s["restarts"] == 0 and s["gpu_hours_thrown_away"] == 0.0
     assert abs(s["gpu_hours_used"] - 200 / 3600) < 1e-6
 
@@ -56,3 +58,31 @@ def test_a_preempted_run_counts_as_a_restart_and_its_gpu_hours_as_thrown_away():
     used = 800 + 8 * 5000 + 4 * 1000
     assert abs(s["gpu_hours_used"] - used / 3600) < 1e-6
     assert abs(s["thrown_away_pct"] - 100 * 800 / used) < 1e-4
+
+
+def _facts(team: str, submit: float, end: float | None, wait: float, status: str = "succeeded"):
+    from types import SimpleNamespace
+    return SimpleNamespace(team=team, submit_s=submit, end_s=end, status=status, wait_s=wait,
+                           ideal_runtime_s=100.0, preemptions=0, failures=0,
+                           wasted_gpu_s=0.0, used_gpu_s=0.0)
+
+
+def test_jobs_that_did_not_finish_count_censored_at_the_end_of_the_run():
+    from app.simulate.measures import measures
+    done = _facts("a", 0.0, 100.0, 0.0)
+    failed = _facts("b", 0.0, None, 0.0, status="failed")
+    stuck = _facts("b", 500.0, None, 1500.0, status="pending")
+    s, teams = measures([done, failed, stuck], horizon_s=2000.0)
+    # failed: 2000 s; stuck: 1500 s -- a policy that fails or strands jobs looks slower
+    assert s["jct_mean_s"] == (100.0 + 2000.0 + 1500.0) / 3
+    assert s["jobs_not_finished"] == 2
+    assert teams["b"]["slowdown_mean"] == 17.5 and s["max_team_slowdown"] == 17.5
+
+
+def test_worst_team_p99_only_over_teams_with_30_jobs_and_the_maximum_apart():
+    from app.simulate.measures import TAIL_MIN_JOBS, measures
+    big = [_facts("big", 0.0, 100.0, float(i)) for i in range(TAIL_MIN_JOBS)]
+    small = [_facts("small", 0.0, 100.0, 5000.0)]  # one job: its "P99" is its maximum
+    s, _ = measures(big + small)
+    assert s["worst_team_wait_p99_s"] < TAIL_MIN_JOBS
+    assert s["max_wait_s"] == 5000.0
