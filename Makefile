@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench docs clean docs-assets
+.PHONY: run test lint bench docs clean docs-assets traces
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -29,6 +29,11 @@ bench: $(STAMP)
 # fails when they are stale).
 docs: $(STAMP)
 	$(BIN)/python -m app.docgen
+
+# The public traces of the evaluation (eval/traces/README.md): downloaded from their
+# upstream repositories at pinned commits, or copied with TRACES_FROM=DIR; SHA-256 checked.
+traces:
+	$(PY) -m app.simulate.trace_fetch $(if $(TRACES_FROM),--from $(TRACES_FROM))
 
 clean:
 	rm -rf $(VENV) .gpuq

@@ -96,7 +96,7 @@ def db_upgrade() -> None:
 
 @config_app.command("apply")
 def config_apply(
-    file: str = typer.Argument(..., help="config YAML (API.md format)"),
+    file: str = typer.Argument(..., help="config YAML (format: docs/configuration.md)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the diff, change nothing"),
 ) -> None:
     """Apply FILE to the database (DATABASE_URL, or the embedded one): show the diff,

@@ -1,6 +1,6 @@
 """Client commands for people at a terminal: submit, jobs, job, queue, cancel, usage.
 
-They speak the REST contract of API.md over httpx and print with rich.
+They speak the REST contract of docs/api.md over httpx and print with rich.
 The server URL and token come from ``--url`` / ``--token`` or the
 ``GPUQ_URL`` / ``GPUQ_TOKEN`` environment variables. Errors are one clear
 line, ``gpuq: error: <detail>`` (the server's ``detail`` or why the server

@@ -1,7 +1,7 @@
 """Simulator throughput: events per second on the Alibaba (fill protocol and timed
 replay) and Philly (timed replay) traces, gpuq against a baseline in the same run.
 
-    .venv/bin/python bench/simulate.py /work/shared/traces [--pods 2000] [--hours 12]
+    .venv/bin/python bench/simulate.py eval/traces [--pods 2000] [--hours 12]
 
 Events: in the fill protocol one event is one pod offered to the policy; in a
 replay, one arrival, finish or failure (cycles are reported beside them).

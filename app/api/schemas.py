@@ -1,4 +1,4 @@
-"""Response shapes of the REST API (field names are API.md's; add, never rename).
+"""Response shapes of the REST API (field names are docs/api.md's contract; add, never rename).
 
 Every timestamp field is :data:`~app.domain.people.UtcTime` (ISO 8601 UTC to
 the second) and every computed number :data:`~app.domain.people.Rounded`:

@@ -28,7 +28,7 @@ ANN_DEVICES = "gpuq.io/devices"  # "0,1,2"
 ANN_MIG = "gpuq.io/mig"  # "dev:slice:profile;..."
 ANN_SHARE = "gpuq.io/share"
 
-# --- on Nodes: the article's labels ---------------------------------------
+# --- on Nodes: gpuq's own labels ------------------------------------------
 ARTICLE_GPU_TYPE = "gpu-type"  # a100
 ARTICLE_GPU_MEMORY = "gpu-memory"  # 80g
 ARTICLE_GPU_WEIGHT = "gpu-weight"  # 10 (informational: the weight comes from the config)

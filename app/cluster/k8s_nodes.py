@@ -3,7 +3,7 @@
 Pure functions over the API's JSON dicts, so node sync is unit-testable
 without a server. What is read, and why:
 
-* GPU type: the article's labels (``gpu-type``, ``gpu-memory``) or NVIDIA
+* GPU type: gpuq's own labels (``gpu-type``, ``gpu-memory``) or NVIDIA
   GPU Feature Discovery's (``nvidia.com/gpu.product``, ``nvidia.com/gpu.memory``
   in MiB, ``nvidia.com/gpu.count``), matched to the configured types by
   name, then by the type's ``product`` regex, then by name tokens + memory.
@@ -56,7 +56,7 @@ def quantity(q: object) -> Decimal:
 
 
 def memory_label_gb(v: str | None) -> float | None:
-    """``80g``, ``80Gi``, ``80GB``, ``80`` -> 80.0 (the article's label style)."""
+    """``80g``, ``80Gi``, ``80GB``, ``80`` -> 80.0 (gpuq's label style)."""
     if not v:
         return None
     m = _MEM.match(v)

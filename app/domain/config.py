@@ -1,4 +1,4 @@
-"""The configuration file of API.md (also the head of a scenario file).
+"""The configuration file (docs/configuration.md) (also the head of a scenario file).
 
 Loading is idempotent: objects are upserted by name, so the same file can
 be applied at every start.

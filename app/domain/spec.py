@@ -1,4 +1,4 @@
-"""The job spec of API.md, shared by REST, scenarios and the simulator.
+"""The job spec (docs/api.md), shared by REST, scenarios and the simulator.
 
 One pydantic model validates every way a job enters gpuq, so a bad field
 gets the same 4xx ``detail`` whether it came from curl or a scenario file.
@@ -110,7 +110,7 @@ OptInt = Annotated[int | None, BeforeValidator(_whole)]
 def check_priority_name(value: str, field: str = "name") -> str:
     """Pods get the PriorityClass ``<prefix><name lower-cased>`` (P0 -> gpuq-p0), so a
     priority class name must be a DNS label once lower-cased; upper case stays allowed
-    for the P0/P1/P2 of API.md."""
+    for the P0/P1/P2 of docs/api.md."""
     check_dns_label(value.lower(), field)
     return value
 

@@ -1,4 +1,4 @@
-"""The two alerts of the article, as pure predicates over report figures.
+"""The two alerts (docs/observability.md), as pure predicates over report figures.
 
 - **Head-of-line blocking**: inside one group (a team, pool, priority or
   GPU type) P99 wait is above ``hol_ratio`` (2) x P50. Only groups with

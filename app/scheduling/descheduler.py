@@ -2,7 +2,7 @@
 
 The dispatcher's cycle already preempts for a job that does not fit; the
 descheduler (every ``descheduler_interval_s``) looks at the cluster as a
-whole, the way the article's loop checks node water levels:
+whole, the way a descheduler loop checks node water levels:
 
 1. **P0 room** -- for every pending non-preemptible (P0) job, in submit
    order, that cannot start now: evict the cheapest minimal set of lower

@@ -1,7 +1,7 @@
 """Victim selection: the cheapest set of running jobs whose removal lets a
 pending job fit (pool quota and placement).
 
-Rules (DESIGN.md §3 step 4), each enforced in :func:`candidates`:
+Rules (docs/scheduling.md, preemption), each enforced in :func:`candidates`:
 
 - a victim is either a preemptible job of *lower* priority than the
   preemptor, or a borrower whose expired lease the preemptor may reclaim

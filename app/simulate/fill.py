@@ -215,7 +215,7 @@ def parse_seeds(text: str | None, default: int) -> list[int]:
 
 
 def summarize(runs: list[FillRun]) -> dict[str, Any]:
-    """The API.md fill result: medians over seeds of the curve and of the 100 % figure."""
+    """The fill result document: medians over seeds of the curve and of the 100 % figure."""
     if not runs:
         raise ValueError("no runs")
     by_pct: dict[int, list[float]] = {}

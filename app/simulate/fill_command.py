@@ -51,7 +51,7 @@ def fill_result(
     show_progress: bool = False,
     trace_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Run the fill protocol for every seed and return the API.md result (re-checked)."""
+    """Run the fill protocol for every seed and return the fill result document (re-checked)."""
     if policy not in FILL_POLICIES:
         raise ScenarioError(f"policy: unknown fill policy {policy!r}; known: {FILL_POLICIES}")
     if not 0 < inflate <= 10:

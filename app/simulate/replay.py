@@ -164,7 +164,7 @@ def allocation_json(p: ReplicaPlacement) -> dict[str, Any]:
 
 
 def to_json(result: SimulationResult) -> dict[str, Any]:
-    """The API.md "Simulation result" document."""
+    """The "Simulation result" document (docs/evaluation.md)."""
     jobs = []
     waits, jcts = [], []
     by_team: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -315,7 +315,7 @@ class Simulator:
     def run_time(self, job: SimJob, placements: Sequence[ReplicaPlacement]) -> tuple[float, str]:
         """Run time on these cards (the slowest type sets the pace) and the outcome."""
         if out_of_memory(job.request, tuple(placements), self.model.cluster.gpu_types):
-            return OOM_AFTER_S, "fail"  # a baseline put it on too small a card (API.md)
+            return OOM_AFTER_S, "fail"  # a baseline put it on too small a card (docs/evaluation.md)
         speeds = [job.spec.speed.get(p.gpu_type, 1.0) for p in placements if p.gpu_type]
         speed = min(speeds) if speeds else 1.0
         return job.runtime_s / speed, "finish"

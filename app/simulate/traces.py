@@ -11,10 +11,12 @@
   max_runtime_s}``: a window of the trace on a cluster sized for ``load``
   (:mod:`app.simulate.alibaba_timed`).
 
-Relative paths are relative to the scenario file (API.md); when the file is not
-there, they are looked up in the trace folder given by ``--trace-dir`` or
-``GPUQ_TRACE_DIR`` (see :func:`trace_file`), so a scenario written for a
-checkout beside ``shared/`` runs from anywhere.
+Relative paths are relative to the scenario file (docs/api.md); the scenarios under
+``eval/`` read ``eval/traces/``, which ``make traces`` fills from the traces' upstream
+repositories (:mod:`app.simulate.trace_fetch`, checksums in ``eval/traces/sources.csv``).
+When a file is not there, it is looked up in the trace folder given by ``--trace-dir``
+or ``GPUQ_TRACE_DIR`` (see :func:`trace_file`), so a scenario runs against traces kept
+anywhere.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from app.simulate.alibaba import gpu_type_configs, node_configs, pod_job_spec, r
 from app.simulate.alibaba_timed import build_timed_scenario
 from app.simulate.philly import build_scenario, read_jobs, window
 from app.simulate.replay import ScenarioModel
+from app.simulate.trace_fetch import TRACES_DIR, read_sources
 
 TRACE_DIR_ENV = "GPUQ_TRACE_DIR"
 
@@ -36,7 +39,7 @@ def trace_candidates(base: Path, p: str, trace_dir: str | Path | None = None) ->
     """Where a trace path is looked for, in order: as written (absolute) or relative to
     the scenario's folder ``base``; then, for a relative path, in the trace folder
     (``trace_dir``, else ``$GPUQ_TRACE_DIR``), first with the whole path, then with its
-    leading folders dropped one by one. So ``../../shared/traces/philly/x.csv`` is found
+    leading folders dropped one by one. So ``traces/philly/x.csv`` is found
     as ``philly/x.csv`` under ``GPUQ_TRACE_DIR=/data/traces``."""
     q = Path(p)
     if q.is_absolute():
@@ -47,6 +50,15 @@ def trace_candidates(base: Path, p: str, trace_dir: str | Path | None = None) ->
         parts = [x for x in PurePath(p).parts if x not in ("..", ".")]
         out += [Path(folder).expanduser() / Path(*parts[i:]) for i in range(len(parts))]
     return out
+
+
+def _is_manifest_trace(q: Path) -> bool:
+    """Whether ``q`` is one of the files ``make traces`` puts in ``eval/traces/``."""
+    try:
+        rel = q.resolve().relative_to(TRACES_DIR)
+    except ValueError:
+        return False
+    return any(rel == Path(s.path) for s in read_sources())
 
 
 def trace_file(base: Path, p: str | None, field: str, trace_dir: str | Path | None = None) -> Path:
@@ -60,6 +72,9 @@ def trace_file(base: Path, p: str | None, field: str, trace_dir: str | Path | No
             return q
     hint = ("" if (trace_dir or os.environ.get(TRACE_DIR_ENV)) or Path(p).is_absolute()
             else f"; pass --trace-dir DIR or set {TRACE_DIR_ENV} to the folder holding the traces")
+    if any(_is_manifest_trace(q) for q in tried):
+        hint += ("; the evaluation's traces are not committed: run `make traces` "
+                 "(downloads them and checks their SHA-256, eval/traces/README.md)")
     raise ValueError(f"trace.{field}: file {p} not found (looked at "
                      f"{', '.join(str(q) for q in dict.fromkeys(tried))}){hint}")
 

@@ -1,4 +1,4 @@
-"""Apply a config file (API.md format) to the database: upsert by name.
+"""Apply a config file (docs/configuration.md) to the database: upsert by name.
 
 Applying the same file twice changes nothing; objects the file does not
 name are left alone (the REST API may have created them). The caller

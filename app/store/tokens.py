@@ -86,7 +86,7 @@ def create_token(
 
 
 def create_team_token(session: Session, team: str, description: str | None = None) -> str:
-    """A read-write token of ``team`` (the API.md shape of POST /teams/{name}/tokens)."""
+    """A read-write token of ``team`` (the docs/api.md shape of POST /teams/{name}/tokens)."""
     return create_token(session, scope=team_scope(team), description=description)[1]
 
 

@@ -1,7 +1,7 @@
-"""Weight tuning without oscillation (the article: retune hourly at most, only on a trigger).
+"""Weight tuning without oscillation (retune hourly at most, only on a trigger).
 
-What is tuned: the **GPU type weights** (CU per whole card, the article's
-A100=10 / V100=4 / 4090=2). They are the price of a card in quotas and
+What is tuned: the **GPU type weights** (CU per whole card, the demo
+cluster's A100=10 / V100=4 / 4090=2). They are the price of a card in quotas and
 fair shares. The tuner moves prices toward demand: a type that jobs queue
 for gets dearer, a type that sits idle gets cheaper, so quota-bound and
 type-flexible work (``gpu_units``, several allowed types) shifts onto the

@@ -1,4 +1,4 @@
-"""Small builders for core tests: the article's three GPU types and a job factory."""
+"""Small builders for core tests: the demo cluster's three GPU types and a job factory."""
 
 from __future__ import annotations
 

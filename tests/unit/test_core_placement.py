@@ -1,4 +1,4 @@
-"""Placement rules, including the article's cases, one test per rule."""
+"""Placement rules, including the design's worked cases, one test per rule."""
 
 from __future__ import annotations
 

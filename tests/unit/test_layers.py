@@ -1,4 +1,4 @@
-"""The layer contract of DESIGN.md section 5, checked by the build, not by reviewers.
+"""The layer contract of docs/architecture.md, checked by the build, not by reviewers.
 
 ``lint-imports`` reads the contracts in ``pyproject.toml`` ([tool.importlinter]).
 A second check catches what a layer contract cannot see: an import placed

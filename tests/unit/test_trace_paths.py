@@ -1,6 +1,6 @@
-"""Scenario trace paths: relative to the scenario file (API.md), else found in the trace
-folder of ``--trace-dir`` / ``GPUQ_TRACE_DIR``, so ``gpuq simulate eval/philly-day.yaml``
-works from a checkout that is not beside ``shared/``."""
+"""Scenario trace paths: relative to the scenario file (docs/api.md), else found in the
+trace folder of ``--trace-dir`` / ``GPUQ_TRACE_DIR``; the committed scenarios read
+``eval/traces/`` (filled by ``make traces``), never a folder outside the repository."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from app.simulate.traces import trace_file
 from tests.unit.openb_fixtures import random_trace
 from tests.unit.test_philly_builder import _philly_csv
 
-SCENARIO = ("trace: {format: philly, path: ../../shared/traces/philly/p.csv,\n"
+SCENARIO = ("trace: {format: philly, path: ../../elsewhere/traces/philly/p.csv,\n"
             "        options: {start: '2017-10-09 00:00:00', hours: 6}}\n")
 
 
 @pytest.fixture
 def layout(tmp_path: Path) -> tuple[Path, Path]:
-    """A checkout NOT beside shared/ (tmp/co/eval/s.yaml) and the traces elsewhere."""
+    """A checkout (tmp/co/eval/s.yaml) whose trace path does not exist, the traces elsewhere."""
     scen = tmp_path / "co" / "eval" / "s.yaml"
     scen.parent.mkdir(parents=True)
     scen.write_text(SCENARIO)
@@ -37,7 +37,7 @@ def test_not_found_names_the_places_and_the_remedy(layout, monkeypatch):
     with pytest.raises(ScenarioInputError) as e:
         load_scenario(scen)
     msg = str(e.value)
-    assert "shared/traces/philly/p.csv not found" in msg
+    assert "elsewhere/traces/philly/p.csv not found" in msg
     assert "--trace-dir" in msg and "GPUQ_TRACE_DIR" in msg
 
 
@@ -78,8 +78,8 @@ def test_fill_protocol_uses_the_trace_dir(tmp_path: Path):
     random_trace(traces, 4, n_nodes=4, n_pods=20)
     scen = tmp_path / "eval" / "fill.yaml"
     scen.parent.mkdir()
-    scen.write_text("trace: {format: alibaba-openb, nodes: ../../shared/traces/nodes.csv,\n"
-                    "        pods: ../../shared/traces/pods.csv}\n")
+    scen.write_text("trace: {format: alibaba-openb, nodes: ../../elsewhere/traces/nodes.csv,\n"
+                    "        pods: ../../elsewhere/traces/pods.csv}\n")
     assert run_simulate(str(scen), protocol="fill", policy="bestfit", seeds="1",
                         out=str(tmp_path / "f.json")) == 2
     assert run_simulate(str(scen), protocol="fill", policy="bestfit", seeds="1",

@@ -9,7 +9,7 @@
   cards on one node. It ignores ``gpu_types`` and memory needs, so a job
   can land on a card with too little memory: the simulator then fails
   that run 60 s after start (:func:`out_of_memory`) and requeues it, at most 3
-  times (API.md).
+  times (docs/evaluation.md).
 * ``fifo-typed``: the same queue and first fit, but type- and
   memory-aware: only allowed types whose memory suffices, shares and MIG
   slices as requested (the core's demands and device pickers).
