@@ -63,10 +63,13 @@ def test_suite_runs_every_policy_and_checks_the_goals(tmp_path):
     assert set(runs) == {"gpuq", "kueue", "volcano", "slurm"}
     for r in runs.values():
         assert r["summary"]["finished"] == 100
-    g = goals(runs)
-    assert g is not None and set(g) == {"jct", "worst_team_p99", "jain", "failed",
-                                        "thrown_away_pct"}
-    assert g["failed"]["met"]
+    bound = doc["scenarios"]["tiny"]["bound"]
+    for r in runs.values():  # no policy beats the LP lower bound
+        assert bound["jct_mean_s"] <= r["summary"]["jct_mean_s"] + 1e-6
+    g = goals(runs, bound)
+    assert g is not None and {"jct", "worst_team_p99", "closed", "max_team_slowdown",
+                              "thrown_away_pct", "all"} <= set(g)
+    assert g["not_finished"]["gpuq"] == 0
     out = tmp_path / "report"
     assert main([str(scen), "--policies", "gpuq,slurm", "--out", str(out), "--no-plots"]) == 0
     text = (out / "report.md").read_text()
