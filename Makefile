@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench docs clean docs-assets traces
+.PHONY: run test lint bench docs clean docs-assets traces kube-bin
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -34,6 +34,15 @@ docs: $(STAMP)
 # upstream repositories at pinned commits, or copied with TRACES_FROM=DIR; SHA-256 checked.
 traces:
 	$(PY) -m app.simulate.trace_fetch $(if $(TRACES_FROM),--from $(TRACES_FROM))
+
+# The real control plane of tests/realkube (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kwok) built from source at the versions pinned in tools/kube/*/go.mod
+# (needs Go and the Go module proxy; docs/testing.md). The tests find them here or in
+# $KUBEBUILDER_ASSETS.
+KUBE_BIN ?= .kube-bin
+kube-bin: $(KUBE_BIN)/VERSIONS
+$(KUBE_BIN)/VERSIONS: tools/kube/build.sh $(wildcard tools/kube/*/go.mod tools/kube/*/go.sum)
+	tools/kube/build.sh $(KUBE_BIN)
 
 clean:
 	rm -rf $(VENV) .gpuq

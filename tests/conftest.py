@@ -19,7 +19,8 @@ from tests.pg_server import own_database
 
 # The fake Kubernetes API server (``kube``) and a database of a test's own (``db_url``,
 # ``sf``) from tests/fakekube/fixtures.py, for every Kubernetes test to ask for by name.
-pytest_plugins = ["tests.fakekube.fixtures"]
+# The real control plane (``control_plane``, ``real_kube``) from tests/realkube/fixtures.py.
+pytest_plugins = ["tests.fakekube.fixtures", "tests.realkube.fixtures"]
 
 
 @pytest.fixture(scope="session")

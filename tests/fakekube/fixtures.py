@@ -46,8 +46,11 @@ def kube() -> Iterator[FakeKube]:
 
 
 def make_cluster(kube: FakeKube, **settings: object) -> KubernetesCluster:
-    ks = KubeSettings(watch_timeout_s=2, **settings)
-    return KubernetesCluster(api_client_for(kube.url), GPU_TYPES, ks)
+    """gpuq's cluster on ``kube``: the fake, or the real control plane (tests/realkube),
+    where gpuq talks with its own ServiceAccount token in the test's namespace."""
+    ks = KubeSettings(watch_timeout_s=2, **{**getattr(kube, "settings", {}), **settings})
+    api = kube.gpuq_api_client() if hasattr(kube, "gpuq_api_client") else api_client_for(kube.url)
+    return KubernetesCluster(api, GPU_TYPES, ks)
 
 
 @pytest.fixture

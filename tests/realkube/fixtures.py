@@ -1,0 +1,307 @@
+"""pytest fixtures on the real control plane (tests/realkube/control_plane.py).
+
+* ``control_plane`` (session): one etcd + kube-apiserver + kube-controller-manager + kwok
+  for the whole test session, with gpuq's ServiceAccount, its cluster-wide RBAC from
+  k8s/rbac.yaml and the PriorityClasses of k8s/priorityclasses.yaml applied.
+* ``real_kube`` (per test): a :class:`RealKube` with a fresh job namespace ``gpuq-jobs``
+  (gpuq's default, so a test reads the same on the fake and the real cluster), labelled
+  for Pod Security like k8s/namespace.yaml and holding the namespaced Role of
+  k8s/rbac.yaml; its Pods, Nodes and namespaces are removed afterwards, and the next test
+  starts only once they are gone.
+
+:class:`RealKube` offers the world-editing verbs of tests/fakekube's FakeKube that a
+real cluster can do (``add_node``, ``update_node``, ``delete_node``, ``add_pod``,
+``set_pod_phase``, ``delete_pod``, ``gpuq_pods``), so a Kubernetes-backend test can run
+on both (tests/realkube/both.py). Pod outcomes go through kwok's stages (annotations, see
+kwok-stages.yaml), never by writing the status over the kubelet's head.
+
+Without the binaries the fixtures skip with the reason, which tests/conftest.py's
+summary prints per test group; with ``GPUQ_REQUIRE_REAL_KUBE=1`` (``.ci/run`` sets it)
+they fail instead, so CI cannot go green without having run them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.realkube.control_plane import (
+    KWOK_NODE_LABEL,
+    REPO,
+    ControlPlane,
+    MissingBinaries,
+    find_binaries,
+    running_control_plane,
+)
+
+GPUQ_SA = ("gpuq", "gpuq")  # namespace, name (k8s/serviceaccount.yaml)
+OUTCOME_START = "outcome.gpuq.test/start"
+OUTCOME_END = "outcome.gpuq.test/end"
+
+
+def _docs(path: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((REPO / path).read_text()) if d]
+
+
+def api_client(url: str, token: str, ca_file: Path) -> client.ApiClient:
+    cfg = client.Configuration()
+    cfg.host = url
+    cfg.ssl_ca_cert = str(ca_file)  # the self-signed chain the apiserver made at start
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(cfg)
+
+
+def raw(resp: Any) -> dict:
+    """The JSON of a ``_preload_content=False`` answer (no client models in between)."""
+    return json.loads(resp.data)
+
+
+def wait_for(pred: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout_s:.0f} s")
+        time.sleep(0.1)
+
+
+class Session:
+    """The control plane plus admin and gpuq clients, set up once per test session."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self.admin = api_client(cp.url, cp.admin_token, cp.ca_file)
+        self.core = client.CoreV1Api(self.admin)
+        self.rbac_docs = _docs("k8s/rbac.yaml")
+        ns, sa = GPUQ_SA
+        self.core.create_namespace({"metadata": {"name": ns, "labels": {
+            "pod-security.kubernetes.io/enforce": "restricted"}}})
+        self.core.create_namespaced_service_account(ns, {"metadata": {"name": sa}})
+        rbac = client.RbacAuthorizationV1Api(self.admin)
+        for doc in self.rbac_docs:
+            if doc["kind"] == "ClusterRole":
+                rbac.create_cluster_role(doc)
+            elif doc["kind"] == "ClusterRoleBinding":
+                rbac.create_cluster_role_binding(doc)
+        sched = client.SchedulingV1Api(self.admin)
+        for doc in _docs("k8s/priorityclasses.yaml"):
+            sched.create_priority_class(doc)
+        # gpuq's own credential: a bound ServiceAccount token (TokenRequest API), as the
+        # kubelet projects it into gpuq's Pod
+        tr = self.core.create_namespaced_service_account_token(
+            sa, ns, {"spec": {"audiences": [], "expirationSeconds": 6 * 3600}})
+        self.gpuq_token = tr.status.token
+
+    def gpuq_client(self) -> client.ApiClient:
+        return api_client(self.cp.url, self.gpuq_token, self.cp.ca_file)
+
+
+class RealKube:
+    """One test's view of the real cluster (see the module docstring)."""
+
+    backend = "real"
+
+    def __init__(self, session: Session, namespace: str | None = None) -> None:
+        self.s = session
+        self.core = session.core
+        self.url = session.cp.url
+        self.namespace = namespace or "gpuq-jobs"
+        self.node_names: set[str] = set()
+        self.extra_namespaces: list[str] = []
+        self.make_namespace(self.namespace)
+
+    # ------------------------------------------------------------ setup
+    def make_namespace(self, name: str, enforce: str = "restricted") -> None:
+        """A job namespace as k8s/namespace.yaml makes gpuq-jobs, with the Role and
+        RoleBinding of k8s/rbac.yaml (what k8s/overlays/extra-job-namespace does)."""
+        self.core.create_namespace({"metadata": {"name": name, "labels": {
+            "pod-security.kubernetes.io/enforce": enforce,
+            "pod-security.kubernetes.io/enforce-version": "latest"}}})
+        rbac = client.RbacAuthorizationV1Api(self.s.admin)
+        for doc in self.s.rbac_docs:
+            if doc["kind"] in ("Role", "RoleBinding"):
+                d = copy.deepcopy(doc)
+                d["metadata"]["namespace"] = name
+                (rbac.create_namespaced_role if d["kind"] == "Role"
+                 else rbac.create_namespaced_role_binding)(name, d)
+        if name != self.namespace:
+            self.extra_namespaces.append(name)
+        # the ServiceAccount admission plugin needs the namespace's default account,
+        # which the serviceaccount controller makes a moment later
+        wait_for(lambda: self._has_default_sa(name), what=f"default ServiceAccount in {name}")
+
+    def _has_default_sa(self, ns: str) -> bool:
+        try:
+            self.core.read_namespaced_service_account("default", ns)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def gpuq_api_client(self) -> client.ApiClient:
+        """gpuq's own credentials: its ServiceAccount token, so RBAC is what decides."""
+        return self.s.gpuq_client()
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """KubeSettings gpuq runs with on this cluster (its job namespace)."""
+        return {"namespace": self.namespace}
+
+    # ------------------------------------------------------------ world edits
+    def add_node(self, node: dict, *, managed: bool = True) -> None:
+        """A Node a kwok kubelet runs (``managed``), reporting the capacity and labels of
+        ``node`` (GPU Feature Discovery's labels in tests/fakekube/objects.py); a Node
+        built NotReady gets no kubelet, so the node lifecycle controller judges it."""
+        node = copy.deepcopy(node)
+        meta = node["metadata"]
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (node.get("status") or {}).get("conditions") or [])
+        if managed and ready:
+            meta.setdefault("labels", {})[KWOK_NODE_LABEL] = "true"
+        status = node.get("status") or {}
+        # the kubelet (kwok) reports the conditions; a kubelet-less Node reports none
+        node["status"] = {k: v for k, v in status.items() if k != "conditions"}
+        self.core.create_node(node)
+        self.node_names.add(meta["name"])
+        if managed and ready:
+            wait_for(lambda: self.node_ready(meta["name"]), what=f"node {meta['name']} Ready")
+
+    def node(self, name: str) -> dict:
+        return raw(self.core.read_node(name, _preload_content=False))
+
+    def node_ready(self, name: str) -> bool:
+        conds = (self.node(name).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+    def update_node(self, name: str, fn: Callable[[dict], None]) -> None:
+        node = self.node(name)
+        fn(node)
+        self.core.replace_node(name, node)
+
+    def delete_node(self, name: str) -> None:
+        self.core.delete_node(name)
+        self.node_names.discard(name)
+
+    def add_pod(self, pod: dict) -> dict:
+        """A Pod something other than gpuq created, already bound to its node; the
+        fake's ``default`` namespace becomes a namespace of the test's own without Pod
+        Security enforcement (another team's workload, not gpuq's)."""
+        pod = copy.deepcopy(pod)
+        if pod["metadata"].get("namespace", "default") == "default":
+            other = f"{self.namespace}-other"
+            if other not in self.extra_namespaces:
+                self.make_namespace(other, enforce="privileged")
+            pod["metadata"]["namespace"] = other
+        ns = pod["metadata"]["namespace"]
+        pod.pop("status", None)
+        created = self.core.create_namespaced_pod(ns, pod, _preload_content=False)
+        return raw(created)
+
+    def pod(self, ns: str, name: str) -> dict | None:
+        try:
+            return raw(self.core.read_namespaced_pod(name, ns, _preload_content=False))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def set_pod_phase(self, ns: str, name: str, phase: str, **container_state: Any) -> None:
+        """Drive the Pod to ``phase`` through kwok's stages and wait until it shows:
+        Running is what kwok does to every bound Pod; Succeeded / Failed are asked of
+        the kubelet by the outcome annotation (Failed's ``terminated.reason`` picks
+        OOMKilled or Error)."""
+        if phase in ("Succeeded", "Failed"):
+            reason = (container_state.get("terminated") or {}).get("reason", "Error")
+            end = "Succeeded" if phase == "Succeeded" else (
+                reason if reason in ("OOMKilled", "Evicted") else "Error")
+            # the kubelet only ends a started container: let kwok start it first
+            wait_for(lambda: (self.pod(ns, name) or {}).get("status", {}).get("phase")
+                     != "Pending", what=f"pod {name} started")
+            self.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {
+                OUTCOME_END: end}}})
+        wait_for(lambda: (self.pod(ns, name) or {}).get("status", {}).get("phase") == phase,
+                 what=f"pod {ns}/{name} {phase}")
+
+    def delete_pod(self, ns: str, name: str, grace: int | None = None) -> None:
+        body = {} if grace is None else {"gracePeriodSeconds": grace}
+        self.core.delete_namespaced_pod(name, ns, body=body)
+
+    def gpuq_pods(self) -> list[dict]:
+        """gpuq's Pods in the test's namespaces that are not being deleted (what the
+        fake's ``gpuq_pods`` holds: a fake delete is immediate)."""
+        out = []
+        for ns in (self.namespace, *self.extra_namespaces):
+            items = raw(self.core.list_namespaced_pod(
+                ns, label_selector="app.kubernetes.io/managed-by=gpuq",
+                _preload_content=False))["items"]
+            out += [p for p in items if not p["metadata"].get("deletionTimestamp")]
+        return out
+
+    def events(self, ns: str | None = None) -> list[dict]:
+        return raw(self.core.list_namespaced_event(ns or self.namespace,
+                                                   _preload_content=False))["items"]
+
+    # ------------------------------------------------------------ teardown
+    def cleanup(self) -> None:
+        """Force-delete the test's Pods (so the next test's informers never see them),
+        then its Nodes and namespaces."""
+        for ns in (self.namespace, *self.extra_namespaces):
+            self.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+            for svc in self.core.list_namespaced_service(ns).items:
+                self.core.delete_namespaced_service(svc.metadata.name, ns)
+        for name in list(self.node_names):
+            try:
+                self.core.delete_node(name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        spaces = (self.namespace, *self.extra_namespaces)
+        for ns in spaces:
+            self.core.delete_namespace(ns)
+        wait_for(lambda: not ({n.metadata.name for n in self.core.list_namespace().items}
+                              & set(spaces)), 60, f"namespaces {spaces} deleted")
+        wait_for(lambda: not ({n.metadata.name for n in self.core.list_node().items}
+                              & self.node_names), 30, "nodes deleted")
+        self.s.cp.check_alive()
+
+
+def _require() -> bool:
+    return os.environ.get("GPUQ_REQUIRE_REAL_KUBE", "") not in ("", "0")
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[Session]:
+    try:
+        find_binaries()
+    except MissingBinaries as e:
+        if _require():
+            pytest.fail(f"GPUQ_REQUIRE_REAL_KUBE is set but {e}", pytrace=False)
+        pytest.skip(f"REAL CONTROL PLANE NOT RUN: {e}")
+    with running_control_plane() as cp:
+        yield Session(cp)
+
+
+@pytest.fixture
+def real_kube(control_plane: Session) -> Iterator[RealKube]:
+    k = RealKube(control_plane)
+    yield k
+    k.cleanup()
+
+
+def job_namespace(kube: Any) -> str:
+    """Where gpuq puts the job Pods on ``kube`` (the fake: KubeSettings' default)."""
+    return getattr(kube, "namespace", "gpuq-jobs")
+
