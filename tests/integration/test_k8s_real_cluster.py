@@ -84,6 +84,15 @@ def _ns_name(p: dict) -> tuple[str, str]:
     return p["metadata"]["namespace"], p["metadata"]["name"]
 
 
+def _running(kube: RealKube, cluster: KubernetesCluster, job_id: str) -> dict:
+    """A one-Pod job bound to a100-0, running, and reported running by gpuq: its Pod."""
+    cluster.bind(_req(job_id=job_id))
+    (p,) = kube.gpuq_pods()
+    kube.set_pod_phase(*_ns_name(p), "Running")
+    _events_until(cluster, lambda g: any(e.phase == "running" for e in g))
+    return p
+
+
 # ------------------------------------------------------------------ RBAC, credentials
 def test_gpuq_serviceaccount_has_exactly_the_rights_of_rbac_yaml(kube):
     """gpuq's own token (TokenRequest) with k8s/rbac.yaml: reads nodes/pods/services
@@ -303,10 +312,7 @@ def test_graceful_eviction_shows_disruption_target_and_a_terminal_phase_first(ku
 @pytest.mark.xfail(strict=True, reason="issue 23 item 2: a disruption (eviction by a drain, "
                    "DisruptionTarget) must requeue the job, gpuq fails it")
 def test_drain_requeues_the_job_instead_of_failing_it(kube, cluster):
-    cluster.bind(_req(job_id="drained"))
-    (p,) = kube.gpuq_pods()
-    kube.set_pod_phase(*_ns_name(p), "Running")
-    _events_until(cluster, lambda g: any(e.phase == "running" for e in g))
+    p = _running(kube, cluster, "drained")
     kube.core.create_namespaced_pod_eviction(p["metadata"]["name"], kube.namespace, {
         "metadata": {"name": p["metadata"]["name"]}}, _preload_content=False)
     wait_for(lambda: kube.pod(*_ns_name(p)) is None, what="evicted Pod gone")
@@ -358,10 +364,7 @@ def test_node_loss_goes_not_ready_and_taint_eviction_marks_the_pods(kube, cluste
 @pytest.mark.xfail(strict=True, reason="issue 23 item 2: a Pod on a lost node "
                    "(taint eviction, Terminating in phase Running) keeps its job running")
 def test_node_loss_requeues_the_job(kube, cluster):
-    cluster.bind(_req(job_id="lost"))
-    (p,) = kube.gpuq_pods()
-    kube.set_pod_phase(*_ns_name(p), "Running")
-    _events_until(cluster, lambda g: any(e.phase == "running" for e in g))
+    p = _running(kube, cluster, "lost")
     _lose_node(kube, "a100-0")
     wait_for(lambda: (kube.pod(*_ns_name(p)) or {}).get("metadata", {})
              .get("deletionTimestamp"), 60, "taint eviction")
