@@ -6,8 +6,9 @@ import pytest
 
 from app.cluster.base import BindError, BindRequest, JobStatusEvent
 from app.scheduling.model import ReplicaPlacement
-from tests.fakekube.fixtures import cluster, kube, wait_until
+from tests.fakekube.fixtures import cluster, wait_until
 from tests.fakekube.objects import article_a100, gfd_v100
+from tests.realkube.both import BOTH, kube, real_xfail
 
 
 def gang(job_id="job-1", nodes=("a100-0", "a100-1"), gpus=4, template=None):
@@ -91,6 +92,7 @@ def test_create_conflict_undoes_created_pods(kube, cluster, nodes):
     assert kube.gpuq_pods() == [] and kube.bindings == []
 
 
+@BOTH
 def test_bind_to_unknown_node_fails_before_creating(kube, cluster, nodes):
     with pytest.raises(BindError, match="gone"):
         cluster.bind(gang(nodes=("a100-0", "nowhere")))
@@ -119,6 +121,8 @@ def test_evict_with_grace_and_fall_back_to_delete_on_429(kube, cluster, nodes):
     cluster.stop("job-1", "again")  # idempotent
 
 
+@real_xfail("issue 23 item 2: a Pod deleted by someone else ends Failed (exit 143, the kubelet's "
+            "graceful stop) before it goes; gpuq reports the job failed, not gone")
 def test_status_events_running_succeeded_failed_gone(kube, cluster, nodes):
     for jid in ("ok", "bad", "lost"):
         cluster.bind(gang(job_id=jid))

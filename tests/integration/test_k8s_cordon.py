@@ -12,6 +12,7 @@ from app.store.jobs import submit_job
 from app.store.orm import JobRow
 from tests.fakekube.fixtures import elector, started_cluster, wait_until
 from tests.fakekube.objects import article_a100
+from tests.realkube.both import BOTH, kube
 
 
 def _job(sf, job_id) -> JobRow:
@@ -19,6 +20,7 @@ def _job(sf, job_id) -> JobRow:
         return s.get(JobRow, job_id)
 
 
+@BOTH
 def test_cordoned_node_job_waits_then_runs_when_uncordoned(kube, db_url, sf):  # noqa: F811
     cordoned = article_a100("a100-0")
     cordoned["spec"]["unschedulable"] = True

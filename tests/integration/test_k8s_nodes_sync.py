@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from tests.fakekube.fixtures import cluster, kube, wait_until
+from tests.fakekube.fixtures import cluster, wait_until
 from tests.fakekube.objects import article_a100, gfd_v100, node, pod
+from tests.realkube.both import BOTH, kube
 
 
 def _by_name(c):
     return {n.name: n for n in c.list_nodes()}
 
 
+@BOTH
 def test_sync_both_label_styles_and_follow_watch(kube, cluster):
     kube.add_node(article_a100("a100-0"))
     kube.add_node(gfd_v100("v100-0"))
