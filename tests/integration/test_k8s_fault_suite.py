@@ -1,5 +1,7 @@
 """Leader kills with two dispatcher replicas on the fake Kubernetes API server,
-a fake kubelet running and finishing the Pods (issue 12, fault suite).
+a fake kubelet running and finishing the Pods (issue 12, fault suite), and the same
+on the real control plane (tests/realkube: kwok's kubelets, the real apiserver's
+graceful deletion and eviction).
 
 The leader is killed repeatedly (its database session is terminated, which
 frees the leader lock, and its process -- cluster watch included -- is gone);
@@ -11,7 +13,6 @@ finished Pods, nothing run twice at once, no card double-booked.
 from __future__ import annotations
 
 import random
-import threading
 import time
 import uuid
 
@@ -29,6 +30,8 @@ from tests.fakekube.fixtures import elector, started_cluster
 from tests.fakekube.objects import article_a100
 from tests.fakekube.server import FakeKube
 from tests.invariants import check_cluster, check_database
+from tests.realkube.both import BOTH, kube
+from tests.realkube.fixtures import FinishingKubelet, KubeletThread
 
 CONFIG = """
 gpu_types:
@@ -41,42 +44,27 @@ teams:
 """
 
 
-class FakeKubelet:
+class FakeKubelet(KubeletThread):
     """Runs bound Pods (Pending -> Running), finishes them after ``run_s``
     (Running -> Succeeded) and ends grace periods, on its own thread."""
 
-    def __init__(self, kube: FakeKube, run_s: float = 0.6) -> None:
-        self.kube = kube
-        self.run_s = run_s
-        self.started: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    period_s = 0.05
 
-    def __enter__(self) -> FakeKubelet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            self.kube.finish_terminating()
-            now = time.monotonic()
-            for pod in self.kube.gpuq_pods():
-                meta, phase = pod["metadata"], pod["status"].get("phase")
-                if not pod["spec"].get("nodeName") or meta.get("deletionTimestamp"):
-                    continue
-                name = meta["name"]
-                try:
-                    if phase == "Pending":
-                        self.kube.set_pod_phase(meta["namespace"], name, "Running")
-                        self.started[name] = now
-                    elif phase == "Running" and now - self.started.get(name, now) > self.run_s:
-                        self.kube.set_pod_phase(meta["namespace"], name, "Succeeded")
-                except KeyError:
-                    pass  # deleted meanwhile
+    def step(self, now: float) -> None:
+        self.kube.finish_terminating()
+        for pod in self.kube.gpuq_pods():
+            meta, phase = pod["metadata"], pod["status"].get("phase")
+            if not pod["spec"].get("nodeName") or meta.get("deletionTimestamp"):
+                continue
+            name = meta["name"]
+            try:
+                if phase == "Pending":
+                    self.kube.set_pod_phase(meta["namespace"], name, "Running")
+                    self.started[name] = now
+                elif phase == "Running" and now - self.started.get(name, now) > self.run_s:
+                    self.kube.set_pod_phase(meta["namespace"], name, "Succeeded")
+            except KeyError:
+                pass  # deleted meanwhile
 
 
 def _pods_by_job(kube: FakeKube) -> dict[str, set]:
@@ -92,6 +80,7 @@ def _pods_by_job(kube: FakeKube) -> dict[str, set]:
     return out
 
 
+@BOTH
 def test_leader_kills_keep_every_invariant(kube, db_url, sf):  # noqa: F811
     rng = random.Random(12)
     for i in range(2):
@@ -106,7 +95,8 @@ def test_leader_kills_keep_every_invariant(kube, db_url, sf):  # noqa: F811
     accepted: list[str] = []
     kills = 0
     try:
-        with FakeKubelet(kube):
+        kubelet = FakeKubelet(kube) if isinstance(kube, FakeKube) else FinishingKubelet(kube)
+        with kubelet:
             with sf() as s:
                 for i in range(24):
                     spec = JobSpec.model_validate({

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -305,3 +306,54 @@ def job_namespace(kube: Any) -> str:
     """Where gpuq puts the job Pods on ``kube`` (the fake: KubeSettings' default)."""
     return getattr(kube, "namespace", "gpuq-jobs")
 
+
+
+class KubeletThread:
+    """A simulated kubelet's loop on its own thread: :meth:`step` every ``period_s``
+    until the ``with`` block ends (the fault suites' Pod drivers)."""
+
+    period_s = 0.1
+
+    def __init__(self, kube: Any, run_s: float = 0.6) -> None:
+        self.kube = kube
+        self.run_s = run_s
+        self.started: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> KubeletThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self.step(time.monotonic())
+
+    def step(self, now: float) -> None:
+        raise NotImplementedError
+
+
+class FinishingKubelet(KubeletThread):
+    """The fault suite's kubelet on the real cluster: kwok starts every bound Pod; this
+    asks kwok (the outcome annotation) to finish each ``run_s`` after it started, like
+    tests/integration/test_k8s_fault_suite.py's FakeKubelet does on the fake. Grace
+    periods are kwok's (kwok-stages.yaml)."""
+
+    def step(self, now: float) -> None:
+        for pod in self.kube.gpuq_pods():
+            meta = pod["metadata"]
+            if (pod.get("status") or {}).get("phase") != "Running" or OUTCOME_END in (
+                    meta.get("annotations") or {}):
+                continue
+            start = self.started.setdefault(meta["name"], now)
+            if now - start > self.run_s:
+                try:
+                    self.kube.core.patch_namespaced_pod(meta["name"], meta["namespace"], {
+                        "metadata": {"annotations": {OUTCOME_END: "Succeeded"}}})
+                except ApiException as e:
+                    if e.status != 404:  # deleted meanwhile
+                        raise
