@@ -23,6 +23,7 @@ What is switched on, and why:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -234,6 +235,7 @@ class ControlPlane:
 def running_control_plane() -> Iterator[ControlPlane]:
     workdir = Path(tempfile.mkdtemp(prefix="gpuq-realkube-"))
     cp = ControlPlane(workdir)
+    atexit.register(cp.stop)  # the processes run in sessions of their own: never orphaned
     try:
         cp.start()
         yield cp
