@@ -114,6 +114,15 @@ class ClusterState:
             self._owned.add(name)
         return node
 
+    def _strand(self, name: str) -> None:
+        """A running placement names cards the node no longer has (its cards, MIG
+        layout or type changed under it): nothing new goes on the node until the
+        job is gone, and the cycle goes on (it used to fail with an IndexError)."""
+        node = self._own(name)
+        node.schedulable = False
+        if self._index is not None:
+            self._index.update(node)
+
     def reserve(self, p: ReplicaPlacement) -> None:
         self._apply(p, +1)
 
@@ -122,6 +131,9 @@ class ClusterState:
         self.release_epoch += 1
 
     def _apply(self, p: ReplicaPlacement, sign: int) -> None:
+        if not held_fits(self.nodes[p.node], p):
+            self._strand(p.node)  # never applied, so nothing to take back either
+            return
         node = self._own(p.node)
         node.cpu_used += sign * p.cpu
         node.memory_used_gb += sign * p.memory_gb
@@ -175,6 +187,20 @@ class ClusterState:
             for p in reversed(placed):
                 self._apply(p, -1)
             self.release_epoch = epoch
+
+
+def held_fits(node: Node, p: ReplicaPlacement) -> bool:
+    """True when the node still has the cards (and slices) placement ``p`` holds."""
+    n = len(node.devices)
+    if p.gpu_type is not None and p.gpu_type != node.gpu_type:
+        return False
+    if p.mig:
+        return all(
+            0 <= dev < n and idx < len(node.devices[dev].mig_layout)
+            and node.devices[dev].mig_layout[idx] == profile
+            for dev, idx, profile in p.mig
+        )
+    return all(0 <= dev < n and not node.devices[dev].mig_layout for dev in p.devices)
 
 
 def device_overcommitted(d: Device) -> bool:

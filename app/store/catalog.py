@@ -31,6 +31,7 @@ from app.store.config_loader import (
     priority_values,
     team_values,
 )
+from app.store.node_change import check_node_change
 from app.store.orm import (
     AllocationRow,
     GpuTypeRow,
@@ -138,6 +139,7 @@ def check_node_refs(session: Session, n: NodeConfig) -> None:
             for p in layout:
                 if p not in (t.mig_profiles or {}):
                     raise InputError(f"MIG profile {p!r} is not defined for {t.name}", "mig_layout")
+    check_node_change(session, n)
 
 
 def check_pool_refs(session: Session, p: PoolConfig) -> None:

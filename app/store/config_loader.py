@@ -30,6 +30,7 @@ from app.domain.config import (
     TeamConfig,
 )
 from app.store.audit import WriteBy
+from app.store.node_change import check_node_change
 from app.store.orm import (
     GpuTypeRow,
     NodeRow,
@@ -194,6 +195,7 @@ def apply_managed_config(
     by = WriteBy(actor, at)
     by_kind = {kind: row_type for kind, row_type, _ in _objects(cfg)}
     values_of = {(kind, name): v for kind, _t, objs in _objects(cfg) for name, v in objs}
+    nodes = {n.name: n for n in cfg.expanded_nodes()}
     for kind in ("gpu_type", "priority_class", "pool", "team", "node"):
         for c in changes:
             if c.kind != kind or c.action == "unchanged":
@@ -202,6 +204,8 @@ def apply_managed_config(
             if c.action == "release":
                 session.get(row_type, c.name).managed_by = None
             else:
+                if kind == "node" and c.action != "create":
+                    check_node_change(session, nodes[c.name])
                 _upsert(session, row_type, c.name, values_of[(kind, c.name)])
                 session.flush()
                 session.get(row_type, c.name).managed_by = managed_by
