@@ -23,7 +23,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import select
 
-from app.clock import utcnow
+from app.clock import ManualClock, utcnow
 from app.cluster.base import BindError, BindRequest, InvalidPodError
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.kubernetes import KubernetesCluster
@@ -471,3 +471,47 @@ def test_dispatcher_runs_a_job_to_success_on_the_real_cluster(kube, sf, dispatch
         path = [e.to_status for e in s.scalars(select(JobEventRow).where(
             JobEventRow.job_id == job_id).order_by(JobEventRow.id))]
     assert path[-3:] == ["admitted", "running", "succeeded"], path
+
+
+def test_dispatcher_preempts_with_a_graceful_eviction_on_the_real_cluster(kube, nodes, db_url,
+                                                                          sf):
+    """Both A100 nodes full of P2 jobs, then a P0 job (after the minimum run time, on
+    gpuq's manual clock): one P2 job is evicted with the grace period, the kubelet ends it
+    (exit 143, Failed, deleted), and the P0 job's Pod is created only once the victim's is
+    gone; the victim is requeued (``pending``), not failed."""
+    clock = ManualClock()
+    c = started_cluster(kube, sf)
+    d = Dispatcher(sf, c, clock=clock, elector=elector(db_url), grace_seconds=2)
+
+    def submit(name: str, priority: str) -> str:
+        with sf() as s:
+            job_id = submit_job(s, JobSpec.model_validate({
+                "name": name, "team": "nlp", "priority": priority,
+                "resources": {"gpus": 8, "gpu_types": ["a100-80g"]}}), now=clock()).job.id
+            s.commit()
+        return job_id
+
+    try:
+        low = [submit(f"low{i}", "P2") for i in (0, 1)]
+        wait_for(lambda: d.run_once() or all(_status(sf, j) == "running" for j in low), 30,
+                 "both P2 jobs running")
+        clock.advance(600)  # past the minimum run time before a job may be preempted
+        high = submit("serve", "P0")
+        overlap = []
+
+        def step() -> bool:
+            d.run_once()
+            pods = kube.gpuq_pods()
+            jobs = {p["metadata"]["labels"]["gpuq.io/job-id"] for p in pods
+                    if (p.get("status") or {}).get("phase") in ("Pending", "Running")}
+            if str(high) in jobs and len(jobs) > 2:
+                overlap.append(sorted(jobs))
+            return _status(sf, high) == "running"
+
+        wait_for(step, 60, "P0 job running")
+        assert overlap == []  # never three 8-card jobs' live Pods on two 8-card nodes
+        statuses = sorted(_status(sf, j) for j in low)
+        assert statuses == ["pending", "running"], statuses
+    finally:
+        d.elector.release()
+        c.close()
