@@ -15,6 +15,7 @@ torchrun and MPI-style launchers read (docs/multi-node.md).
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -135,8 +136,9 @@ def accelerator_resources(p: ReplicaPlacement, gpu_type: GpuType | None) -> dict
         mem_gb = p.share_memory_gb or p.share * gpu_type.memory_gb
         return {
             gpu_type.resource_name: "1",
-            f"{domain}/gpumem": str(int(mem_gb * 1e9 / 2**20)),
-            f"{domain}/gpucores": str(max(1, round(p.share * 100))),
+            # never 0: HAMi reads a zero memory cap as the whole card
+            f"{domain}/gpumem": str(max(1, int(mem_gb * 1e9 / 2**20))),
+            f"{domain}/gpucores": str(max(1, math.ceil(p.share * 100 - 1e-9))),
         }
     if p.devices:
         return {gpu_type.resource_name: str(len(p.devices))}

@@ -130,6 +130,12 @@ PriorityName = Annotated[
 ]
 
 MODES = ("gpus", "gpu_units", "mig", "gpu_share")
+# The smallest vGPU share that is a real limit. HAMi caps a shared card's compute in
+# whole percent (`nvidia.com/gpucores`, 1..100) and its memory in MiB; a share below
+# 1 % became `gpucores: 1, gpumem: 0` -- and HAMi reads gpumem 0 as "no memory cap"
+# (issue 28: 191 jobs of `gpu_share: 1e-9` ran on three cards, charged 3.76e-7 CU).
+# Upstream: Project-HAMi/HAMi pkg/device/nvidia/device.go (GenerateResourceRequests).
+MIN_GPU_SHARE = 0.01
 
 
 def one_mode_schema(schema: dict[str, Any]) -> None:
@@ -170,8 +176,9 @@ class Resources(BaseModel):
         "allowed GPU type (mode 3 of 4)",
     )
     gpu_share: float | None = Field(
-        default=None, gt=0, lt=1,
-        description="a fraction of one shareable card per replica (mode 4 of 4)",
+        default=None, ge=MIN_GPU_SHARE, lt=1,
+        description="a fraction of one shareable card per replica (mode 4 of 4), at least "
+        f"{MIN_GPU_SHARE:g}: the smallest share the vGPU mechanism enforces",
     )
     min_gpu_memory_gb: float = Field(
         default=0, ge=0, le=10_000, description="only GPU types with at least this much memory"

@@ -72,6 +72,10 @@ def test_mig_and_share_and_other_vendor_resources():
                              share_memory_gb=12)
     assert accelerator_resources(share, TYPES["rtx4090-24g"]) == {
         "nvidia.com/gpu": "1", "nvidia.com/gpumem": "11444", "nvidia.com/gpucores": "50"}
+    # issue 28: a tiny share asked for `gpumem: "0"`, which HAMi reads as the whole card
+    tiny = ReplicaPlacement(0, "n", "rtx4090-24g", devices=(0,), share=1e-9)
+    caps = accelerator_resources(tiny, TYPES["rtx4090-24g"])
+    assert int(caps["nvidia.com/gpumem"]) >= 1 and caps["nvidia.com/gpucores"] == "1"
     asc = ReplicaPlacement(0, "n", "ascend910", devices=(0, 1, 2))
     assert accelerator_resources(asc, TYPES["ascend910"]) == {"huawei.com/Ascend910": "3"}
     cpu_only = ReplicaPlacement(0, "n", None, cpu=2)
