@@ -261,6 +261,18 @@ def tokens_revoke(
     raise typer.Exit(c.run(c.cmd_tokens_revoke, token_id, url=url, token=token))
 
 
+@tokens_app.command("reset-admin")
+def tokens_reset_admin() -> None:
+    """Break-glass: with database access (DATABASE_URL, or the embedded database),
+    revoke every admin token and print one new admin token (shown once)."""
+    from app.server import reset_admin_token
+    from app.settings import get_settings
+
+    token = reset_admin_token(get_settings())
+    typer.echo("every admin token is revoked; the new admin token (shown once):")
+    typer.echo(token)
+
+
 @tokens_app.command("rotate")
 def tokens_rotate(
     token_id: int = typer.Argument(..., help="token id (gpuq tokens list)"),

@@ -6,9 +6,12 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import uvicorn
+from sqlalchemy.orm import Session
 
 from app.clock import utcnow
 from app.domain.config import load_config_text
@@ -16,6 +19,7 @@ from app.main import create_app
 from app.runtime import UnsafeAdminToken, check_admin_token, open_services, resolve_database
 from app.settings import Settings
 from app.store import migrate
+from app.store.audit import WriteBy
 from app.store.config_loader import (
     apply_managed_config,
     config_digest,
@@ -25,6 +29,7 @@ from app.store.config_loader import (
     remember_applied,
 )
 from app.store.db import make_engine, make_session_factory
+from app.store.tokens import reset_admin, token_dict
 
 GRACEFUL_S = 3  # open HTTP requests get this long after SIGTERM
 
@@ -138,6 +143,25 @@ def config_apply(settings: Settings, path: str, *, dry_run: bool) -> list[str]:
     """
     text = Path(path).read_text()
     cfg = load_config_text(text)
+    with database_session(settings) as session:
+        lock_config(session)
+        ensure_priority_classes(session)
+        if dry_run:
+            changes = plan_config(session, cfg, path)
+            session.rollback()
+        else:
+            now = utcnow()
+            changes = apply_managed_config(session, cfg, path, actor=f"config:{path}", at=now)
+            remember_applied(session, path, config_digest(text), now)
+            session.commit()
+    return [c.describe() for c in changes]
+
+
+@contextmanager
+def database_session(settings: Settings) -> Iterator[Session]:
+    """One session on the install's database for an admin command run beside the
+    server (DATABASE_URL, or the embedded database of the data folder, started and
+    stopped around it); the schema is upgraded (embedded) or checked (external)."""
     url, embedded = resolve_database(settings)
     engine = make_engine(url, null_pool=True)
     try:
@@ -146,22 +170,26 @@ def config_apply(settings: Settings, path: str, *, dry_run: bool) -> list[str]:
         else:
             migrate.check_compatible(engine)
         with make_session_factory(engine)() as session:
-            lock_config(session)
-            ensure_priority_classes(session)
-            if dry_run:
-                changes = plan_config(session, cfg, path)
-                session.rollback()
-            else:
-                now = utcnow()
-                changes = apply_managed_config(session, cfg, path, actor=f"config:{path}",
-                                               at=now)
-                remember_applied(session, path, config_digest(text), now)
-                session.commit()
-        return [c.describe() for c in changes]
+            yield session
     finally:
         engine.dispose()
         if embedded is not None:
             embedded.stop()
+
+
+def reset_admin_token(settings: Settings) -> str:
+    """``gpuq tokens reset-admin``: the break-glass path for admins locked out (every
+    admin token lost, expired or rotated away). Needs database access (DATABASE_URL,
+    or the embedded database of this data folder), not a token: whoever can write the
+    database already owns gpuq. Revokes every admin token, issues one new one without
+    an expiry and returns it; audited as actor ``reset-admin``."""
+    with database_session(settings) as session:
+        now = utcnow()
+        row, token = reset_admin(session, now)
+        WriteBy("reset-admin", now).record(session, "create", "token", str(row.id), None,
+                                           token_dict(row))
+        session.commit()
+    return token
 
 
 def refuse_unsafe_admin_token(settings: Settings) -> None:

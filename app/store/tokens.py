@@ -19,7 +19,7 @@ import hmac
 import secrets
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
@@ -125,13 +125,24 @@ def rotate_token(
     """Revoke ``row`` and issue its successor (same name and scope) in one transaction."""
     if row.revoked_at is not None:
         raise Conflict(f"token {row.id} is revoked; create a new one", "id")
+    expiry = expires_at if expires_at is not None else row.expires_at
+    if row_scope(row) == ADMIN_SCOPE and expiry is not None and not _lasting_admin(
+        session, now, but=row.id
+    ):
+        # issue 28: rotating the last admin token with `expires_in_s: 2` locked every
+        # admin out for good; one admin token that does not expire must remain
+        raise Conflict(
+            "this is the last admin token that does not expire: its successor cannot expire "
+            "either (rotate without an expiry, or create a second admin token first)",
+            "expires_at",
+        )
     row.revoked_at = now
     session.flush()
     return create_token(
         session,
         scope=row_scope(row),
         name=row.name,
-        expires_at=expires_at if expires_at is not None else row.expires_at,
+        expires_at=expiry,
         created_by=created_by,
         description=row.description,
     )
@@ -147,6 +158,34 @@ def _active_admin_count(session: Session, now: datetime) -> int:
             (ApiTokenRow.expires_at.is_(None)) | (ApiTokenRow.expires_at > now),
         )
     ) or 0
+
+
+def _lasting_admin(session: Session, now: datetime, *, but: int) -> bool:
+    """Is there an active admin token without an expiry other than token ``but``?"""
+    return bool(session.scalar(
+        select(func.count())
+        .select_from(ApiTokenRow)
+        .where(
+            ApiTokenRow.scope == ADMIN_SCOPE,
+            ApiTokenRow.revoked_at.is_(None),
+            ApiTokenRow.expires_at.is_(None),
+            ApiTokenRow.id != but,
+        )
+    ))
+
+
+def reset_admin(session: Session, now: datetime) -> tuple[ApiTokenRow, str]:
+    """Break-glass (``gpuq tokens reset-admin``, run with database access): revoke every
+    admin token and issue one new admin token without an expiry. For an install whose
+    admins are locked out (lost or expired tokens); the caller commits and audits."""
+    for row in session.scalars(
+        select(ApiTokenRow).where(
+            ApiTokenRow.scope == ADMIN_SCOPE, ApiTokenRow.revoked_at.is_(None)
+        ).with_for_update()
+    ):
+        row.revoked_at = now
+    session.flush()
+    return create_token(session, scope=ADMIN_SCOPE, name="admin", created_by="reset-admin")
 
 
 def seed_admin_token(session: Session, token: str, source: str) -> bool:
@@ -254,6 +293,17 @@ class PrincipalCache:
         return hit.principal
 
 
+# The longest a token may live when it expires at all (a later expiry is an input error,
+# before anything is written: issue 28 stored one in year 10000 that no read could parse).
+MAX_EXPIRY = timedelta(days=10 * 365)
+
+
 def check_expiry(expires_at: datetime | None, now: datetime) -> None:
-    if expires_at is not None and expires_at <= now:
+    if expires_at is None:
+        return
+    if expires_at.tzinfo is None:
+        raise InputError("needs a time zone, e.g. 2027-01-31T00:00:00Z", "expires_at")
+    if expires_at <= now:
         raise InputError("must be in the future", "expires_at")
+    if expires_at > now + MAX_EXPIRY:
+        raise InputError("must be at most 10 years from now", "expires_at")

@@ -7,7 +7,7 @@ API replica (app/store/tokens.py: the principal cache is keyed on
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
@@ -56,6 +56,20 @@ class Expiry(BaseModel):
             raise ValueError("must be a date-time string, e.g. 2027-01-31T00:00:00Z")
         return v
 
+    @field_validator("expires_at", mode="after")
+    @classmethod
+    def _aware_instant(cls, v: datetime | None) -> datetime | None:
+        # issue 28: a naive instant failed comparing with the aware clock (500), and an
+        # offset that pushed the instant past year 9999 was stored and broke every read
+        if v is None:
+            return v
+        if v.tzinfo is None or v.utcoffset() is None:
+            raise ValueError("needs a time zone, e.g. 2027-01-31T00:00:00Z")
+        try:
+            return v.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("is too far in the future") from None
+
     @model_validator(mode="after")
     def _one_expiry(self) -> Expiry:
         if self.expires_at is not None and self.expires_in_s is not None:
@@ -67,6 +81,7 @@ class Expiry(BaseModel):
             return now + timedelta(seconds=self.expires_in_s)
         check_expiry(self.expires_at, now)
         return self.expires_at
+
 
 
 class NewToken(Expiry):
