@@ -54,18 +54,23 @@ class KubeSettings(BaseSettings):
     # Kubernetes version whose schemas (kubernetes-validate) check job Pod templates.
     version: str = Field(default=DEFAULT_KUBERNETES_VERSION, pattern=r"^v?\d+\.\d+(\.\d+)?$")
 
+    # RuntimeClasses a job's pod_template may name (none by default: the `nvidia`
+    # class exposes every card of a node to a container that names it).
+    runtime_classes: Csv = Field(default_factory=list)
+
     def install_policy(self) -> InstallPolicy:
         """What every team's Pod policy inherits from the install."""
         return InstallPolicy(
             job_namespace=self.namespace,
             tolerated_taints=tuple(self.tolerated_taints),
             kubernetes_version=self.version,
+            runtime_classes=tuple(self.runtime_classes),
         )
 
     # Port of MASTER_ADDR (torchrun's c10d rendezvous) on a multi-replica job's Service.
     rendezvous_port: int = Field(default=29500, ge=1, le=65535)
 
-    @field_validator("rack_labels", "tolerated_taints", mode="before")
+    @field_validator("rack_labels", "tolerated_taints", "runtime_classes", mode="before")
     @classmethod
     def _csv(cls, v: object) -> object:
         return _split(v)

@@ -100,6 +100,9 @@ class InstallPolicy:
     # taint keys gpuq tolerates on behalf of every job: a template may not add them
     tolerated_taints: tuple[str, ...] = ("nvidia.com/gpu",)
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    # RuntimeClasses a template may name (GPUQ_K8S_RUNTIME_CLASSES); empty: none. The
+    # `nvidia` class alone hands a container every card of the node (issue 28).
+    runtime_classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ def check_template(
     if errors:
         return errors
     out = owned_field_violations(meta, spec, policy, base)
+    out += device_violations(meta, spec, policy, base, template=True)
     out += access_violations(meta, spec, policy, base)
     out += pss_violations(meta, spec, policy.level, base)
     return out
@@ -146,8 +150,11 @@ def check_pod(pod: Mapping[str, Any], policy: PodPolicy) -> list[Violation]:
     """The rules a finished Pod (gpuq's fields included) must still meet at bind."""
     meta = dict(pod.get("metadata") or {})
     spec = dict(pod.get("spec") or {})
-    return access_violations(meta, spec, policy, {"meta": "metadata", "spec": "spec"}) + (
-        pss_violations(meta, spec, policy.level, {"meta": "metadata", "spec": "spec"})
+    base = {"meta": "metadata", "spec": "spec"}
+    return (
+        access_violations(meta, spec, policy, base)
+        + device_violations(meta, spec, policy, base, template=False)
+        + pss_violations(meta, spec, policy.level, base)
     )
 
 
@@ -628,6 +635,73 @@ def _is_accelerator(name: str, gpu_resources: frozenset[str]) -> bool:
         return False
     domain = name.split("/", 1)[0]
     return any(r.split("/", 1)[0] == domain for r in gpu_resources if "/" in r)
+
+
+# -- 5. GPUs only through gpuq ----------------------------------------------------------
+
+# Variables the container runtimes read to pick devices: the NVIDIA container toolkit
+# (NVIDIA_VISIBLE_DEVICES=all exposes every card of the node when the Pod runs under the
+# nvidia runtime), CUDA, ROCm/HIP, Habana, Ascend, Intel Level Zero. A template naming one
+# reached cards gpuq never accounted (issue 28). Upstream: NVIDIA/nvidia-container-toolkit
+# internal/config/image/cuda_image.go (envNVVisibleDevices), ROCm/k8s-device-plugin.
+DEVICE_ENV = frozenset({
+    "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "ROCR_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "HABANA_VISIBLE_DEVICES",
+    "HABANA_VISIBLE_MODULES", "ASCEND_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK", "NEURON_RT_VISIBLE_CORES",
+})
+
+
+def device_violations(
+    meta: Mapping[str, Any], spec: Mapping[str, Any], policy: PodPolicy, base: dict[str, str],
+    *, template: bool,
+) -> list[Violation]:
+    """Every way a template could reach a device around gpuq's accounting: device
+    env vars, a RuntimeClass outside the install's allowlist, DRA claims, extended
+    resources of vendors no GPU type configures (gpuq's own are refused as owned), and
+    a projected ServiceAccount token while the team may not mount one. At bind
+    (``template=False``) the Pod's resources are gpuq's own and are not re-read."""
+    out = []
+    rc = spec.get("runtimeClassName")
+    if rc is not None and rc not in policy.install.runtime_classes:
+        allowed = ", ".join(policy.install.runtime_classes) or "none"
+        out.append(Violation(f"{base['spec']}.runtimeClassName",
+                             f"runtime class {rc!r} is not allowed (allowed: {allowed})"))
+    if spec.get("resourceClaims"):
+        out.append(Violation(f"{base['spec']}.resourceClaims",
+                             "devices come from the job's resources, not DRA claims"))
+    for path, c in containers(spec, base["spec"]):
+        for i, e in enumerate(c.get("env") or []):
+            if isinstance(e, dict) and str(e.get("name", "")) in DEVICE_ENV:
+                out.append(Violation(f"{path}.env[{i}].name",
+                                     f"{e['name']} selects devices; gpuq assigns them"))
+        res = c.get("resources") or {}
+        if res.get("claims"):
+            out.append(Violation(f"{path}.resources.claims",
+                                 "devices come from the job's resources, not DRA claims"))
+        if not template:
+            continue
+        for part in ("requests", "limits"):
+            for name in res.get(part) or {}:
+                if "/" in name and not name.startswith(STANDARD_RESOURCES) and (
+                    not _is_accelerator(name, policy.gpu_resources)
+                ):
+                    out.append(Violation(
+                        f"{path}.resources.{part}.{name}",
+                        "extended (device) resources are not allowed in a template; "
+                        "only the GPU types gpuq is configured with, through the job's resources",
+                    ))
+    if not policy.automount_token:
+        for i, v in enumerate(spec.get("volumes") or []):
+            sources = ((v or {}).get("projected") or {}).get("sources") or []
+            for j, src in enumerate(sources):
+                if isinstance(src, dict) and "serviceAccountToken" in src:
+                    out.append(Violation(
+                        f"{base['spec']}.volumes[{i}].projected.sources[{j}].serviceAccountToken",
+                        "this team may not mount a service account token",
+                    ))
+    return out
 
 
 def describe(violations: list[Violation], limit: int = 3) -> str:
