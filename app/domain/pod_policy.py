@@ -116,6 +116,9 @@ class PodPolicy:
     install: InstallPolicy = field(default_factory=InstallPolicy)
     # accelerator resource names of the catalog's GPU types (nvidia.com/gpu, ...)
     gpu_resources: frozenset[str] = frozenset({"nvidia.com/gpu"})
+    # the team's namespaces no other team may use: only there may a template name
+    # Secrets, ConfigMaps, PVCs or CSI volumes (the namespace is the tenant boundary)
+    private_namespaces: frozenset[str] = frozenset()
 
     @property
     def allowed_namespaces(self) -> tuple[str, ...]:
@@ -142,6 +145,7 @@ def check_template(
     out = owned_field_violations(meta, spec, policy, base)
     out += device_violations(meta, spec, policy, base, template=True)
     out += access_violations(meta, spec, policy, base)
+    out += reference_violations(meta, spec, policy, base)
     out += pss_violations(meta, spec, policy.level, base)
     return out
 
@@ -153,6 +157,7 @@ def check_pod(pod: Mapping[str, Any], policy: PodPolicy) -> list[Violation]:
     base = {"meta": "metadata", "spec": "spec"}
     return (
         access_violations(meta, spec, policy, base)
+        + reference_violations(meta, spec, policy, base)
         + device_violations(meta, spec, policy, base, template=False)
         + pss_violations(meta, spec, policy.level, base)
     )
@@ -635,6 +640,60 @@ def _is_accelerator(name: str, gpu_resources: frozenset[str]) -> bool:
         return False
     domain = name.split("/", 1)[0]
     return any(r.split("/", 1)[0] == domain for r in gpu_resources if "/" in r)
+
+
+# -- 6. references stay inside the tenant's namespace ------------------------------------
+
+_VOLUME_REFS = {"secret": "Secret", "configMap": "ConfigMap",
+                "persistentVolumeClaim": "PersistentVolumeClaim", "csi": "CSI volume"}
+
+
+def reference_violations(
+    meta: Mapping[str, Any], spec: Mapping[str, Any], policy: PodPolicy, base: dict[str, str]
+) -> list[Violation]:
+    """Secrets, ConfigMaps, PVCs and CSI volumes a template names, unless the Pod runs
+    in a namespace this team alone uses.
+
+    gpuq's ServiceAccount creates every Pod, so the API server never checks the tenant's
+    own rights: in a namespace two teams share, team nlp could mount recsys's Secret or
+    PVC by name (issue 28). Kubernetes resolves these names in the Pod's namespace only,
+    so a namespace of the team's own confines them (the tenant boundary Kubernetes draws:
+    kubernetes/kubernetes plugin/pkg/admission/serviceaccount -- a Pod's references
+    resolve in its own namespace)."""
+    named = meta.get("namespace")
+    if named is not None and named not in policy.allowed_namespaces:
+        return []  # refused already by its namespace
+    ns = named or policy.install.job_namespace  # where the Pod is created without one
+    if ns in policy.private_namespaces:
+        return []
+    why = (f"namespace {ns!r} is shared with other teams: a template may name "
+           "{kind}s only in a namespace this team alone uses (the team's `namespaces`)")
+    out = []
+    sp = base["spec"]
+    for i, v in enumerate(spec.get("volumes") or []):
+        v = v or {}
+        for key, kind in _VOLUME_REFS.items():
+            if key in v:
+                out.append(Violation(f"{sp}.volumes[{i}].{key}", why.format(kind=kind)))
+        for j, src in enumerate(((v.get("projected") or {}).get("sources")) or []):
+            for key in ("secret", "configMap"):
+                if isinstance(src, dict) and key in src:
+                    out.append(Violation(f"{sp}.volumes[{i}].projected.sources[{j}].{key}",
+                                         why.format(kind=_VOLUME_REFS[key])))
+    if spec.get("imagePullSecrets"):
+        out.append(Violation(f"{sp}.imagePullSecrets", why.format(kind="Secret")))
+    for path, c in containers(spec, sp):
+        for k, e in enumerate(c.get("env") or []):
+            ref = (e or {}).get("valueFrom") or {}
+            for key, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+                if key in ref:
+                    out.append(Violation(f"{path}.env[{k}].valueFrom.{key}",
+                                         why.format(kind=kind)))
+        for k, e in enumerate(c.get("envFrom") or []):
+            for key, kind in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
+                if key in (e or {}):
+                    out.append(Violation(f"{path}.envFrom[{k}].{key}", why.format(kind=kind)))
+    return out
 
 
 # -- 5. GPUs only through gpuq ----------------------------------------------------------

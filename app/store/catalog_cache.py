@@ -68,7 +68,18 @@ class CatalogView:
             automount_token=team.automount_service_account_token,
             install=install,
             gpu_resources=frozenset(t.resource_name for t in self.types.values()),
+            private_namespaces=self.private_namespaces(team.name, install.job_namespace),
         )
+
+    def private_namespaces(self, team: str, default: str) -> frozenset[str]:
+        """``team``'s namespaces that no other team may use (an empty list means the
+        install's job namespace, shared by every team that has none of its own)."""
+        def uses(t: TeamRef) -> tuple[str, ...]:
+            return t.namespaces or (default,)
+
+        others = {ns for t in self.teams.values() if t.name != team for ns in uses(t)}
+        mine = self.teams.get(team)
+        return frozenset(uses(mine)) - others if mine is not None else frozenset()
 
 
 _cache: weakref.WeakKeyDictionary[Engine, CatalogView] = weakref.WeakKeyDictionary()

@@ -8,6 +8,7 @@ allowlists, the fields gpuq owns, and schema errors named by path.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -43,7 +44,12 @@ def restricted_ok() -> dict:
 
 
 def policy(level: str = "restricted", **kw) -> PodPolicy:
-    return PodPolicy(level=level, **kw)
+    # a team with the job namespace to itself (references allowed there); the shared
+    # case is tests/unit/test_pod_policy_references.py
+    pol = PodPolicy(level=level, **kw)
+    if "private_namespaces" in kw:
+        return pol
+    return dataclasses.replace(pol, private_namespaces=frozenset(pol.allowed_namespaces))
 
 
 def paths(template: dict, pol: PodPolicy | None = None) -> list[str]:

@@ -1,0 +1,73 @@
+"""The namespace is the tenant boundary (issue 28): as team nlp, templates naming
+recsys's Secret, PVC, a secretKeyRef and a secrets-store CSI volume all got 201 in
+the namespace every team shared. References are refused unless the Pod runs in a
+namespace this team alone uses; checked at submit and again at bind."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.domain.pod_policy import PodPolicy, check_pod, check_template
+from app.store.catalog_cache import CatalogView, TeamRef
+from tests.unit.test_pod_policy import SC_OK
+
+REFS = [
+    ({"volumes": [{"name": "s", "secret": {"secretName": "recsys-s3-credentials"}}]},
+     "spec.volumes[0].secret"),
+    ({"volumes": [{"name": "c", "persistentVolumeClaim": {"claimName": "recsys-checkpoints"}}]},
+     "spec.volumes[0].persistentVolumeClaim"),
+    ({"volumes": [{"name": "v", "csi": {"driver": "secrets-store.csi.k8s.io",
+                                         "volumeAttributes": {"secretProviderClass": "recsys"}}}]},
+     "spec.volumes[0].csi"),
+    ({"volumes": [{"name": "p", "projected": {"sources": [{"secret": {"name": "recsys"}}]}}]},
+     "spec.volumes[0].projected.sources[0].secret"),
+    ({"env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "recsys-token",
+                                                           "key": "t"}}}]},
+     "containers[0].env[0].valueFrom.secretKeyRef"),
+    ({"envFrom": [{"configMapRef": {"name": "recsys-conf"}}]},
+     "containers[0].envFrom[0].configMapRef"),
+    ({"imagePullSecrets": [{"name": "recsys-registry"}]}, "spec.imagePullSecrets"),
+]
+
+
+def template(extra: dict) -> dict:
+    c = {"name": "train", "image": "trainer:1", "securityContext": dict(SC_OK)}
+    spec: dict = {"containers": [c]}
+    for k, v in extra.items():
+        (c if k in ("env", "envFrom") else spec)[k] = v
+    return {"metadata": {}, "spec": spec}
+
+
+def catalog(**teams: tuple[str, ...]) -> CatalogView:
+    refs = {n: TeamRef(n, "p", (), "P1", namespaces=ns) for n, ns in teams.items()}
+    return CatalogView(revision=1, teams=refs, pools={}, priorities={}, types={})
+
+
+@pytest.mark.parametrize("extra,path", REFS)
+def test_references_in_a_shared_namespace_are_refused(extra, path) -> None:
+    from app.domain.pod_policy import InstallPolicy
+
+    shared = catalog(nlp=(), recsys=()).pod_policy(
+        catalog(nlp=(), recsys=()).teams["nlp"], InstallPolicy())
+    got = [v.path for v in check_template(template(extra), shared)]
+    assert any(p.endswith(path) for p in got), got
+    # again at bind, on the finished Pod
+    pod = {"metadata": {"namespace": "gpuq-jobs"}, "spec": template(extra)["spec"]}
+    assert any(v.path.endswith(path) for v in check_pod(pod, shared))
+    # in the team's own namespace they resolve to the team's own objects
+    cat = catalog(nlp=("nlp",), recsys=())
+    own = cat.pod_policy(cat.teams["nlp"], InstallPolicy())
+    t = template(extra)
+    t["metadata"]["namespace"] = "nlp"
+    assert [v.path for v in check_template(t, own)] == []
+    # ...but not when the template leaves the namespace out (the Pod would go to the
+    # shared job namespace)
+    assert check_template(template(extra), own)
+
+
+def test_a_namespace_two_teams_list_is_not_private() -> None:
+    cat = catalog(nlp=("ml",), recsys=("ml",))
+    from app.domain.pod_policy import InstallPolicy
+
+    assert cat.pod_policy(cat.teams["nlp"], InstallPolicy()).private_namespaces == frozenset()
+    assert PodPolicy().private_namespaces == frozenset()
