@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import array as pg_array
 from sqlalchemy.orm import Session
 
 from app.domain.config import (
@@ -153,6 +154,17 @@ def check_team_refs(session: Session, t: TeamConfig) -> None:
     _check_exist(session, PoolRow, t.allowed_pools, "allowed_pools")
     _check_exist(session, GpuTypeRow, t.quota_by_type, "quota_by_type")
     _check_exist(session, PriorityClassRow, [t.default_priority], "default_priority")
+    if t.namespaces:
+        # a team's namespaces are its tenant boundary (docs/security.md): no two teams
+        # list the same one, else each could name the other's Secrets and PVCs there
+        other = session.scalars(
+            select(TeamRow.name).where(TeamRow.name != t.name,
+                                       TeamRow.namespaces.has_any(pg_array(list(t.namespaces))))
+            .order_by(TeamRow.name).limit(1)
+        ).first()
+        if other is not None:
+            raise Conflict(f"a namespace of {', '.join(t.namespaces)} belongs to team "
+                           f"{other!r}; each team's namespaces are its own", "namespaces")
 
 
 def validate_model(model: type[M], data: dict[str, Any]) -> M:
