@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from app.domain.config import GpuTypeConfig
+from app.domain.owner import WorkloadOwner
 from app.scheduling.model import Node, ReplicaPlacement
 
 PodPhase = Literal["pending", "running", "succeeded", "failed", "gone"]
@@ -40,6 +41,9 @@ class BindRequest:
     pod_template: dict = field(default_factory=dict)
     world_size: int = 1
     labels: dict = field(default_factory=dict)  # the job's ``labels``: on every Pod
+    # the Kubernetes workload (Job, JobSet) the job came from: its own controller makes
+    # the Pods, gpuq starts and stops it and binds its Pods (app/cluster/workloads/)
+    owner: WorkloadOwner | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,10 @@ class Capabilities:
     #: :meth:`Cluster.reconcile` after a leader change. False: the nodes table
     #: is the truth (a static or simulated cluster).
     live_nodes: bool = False
+    #: True: the cluster queues Kubernetes-native workloads (Job, JobSet): the
+    #: dispatcher runs the front door (app/dispatch/workloads.py) every pass, and the
+    #: cluster has ``workloads`` and ``report_finished``.
+    workloads: bool = False
 
 
 @dataclass(slots=True)

@@ -55,3 +55,18 @@ def is_gpuq_pod(pod: dict) -> bool:
 def job_id_of(pod: dict) -> str:
     meta = pod.get("metadata") or {}
     return (meta.get("annotations") or {}).get(ANN_JOB_ID) or (meta.get("labels") or {})[JOB_ID]
+
+# --- on Kubernetes workloads (Job, JobSet...): the front door's contract ------
+# (docs/operations.md, "Kubernetes workloads"); set by the workload's author
+WL_QUEUE = "gpuq.io/queue"  # label: the team whose queue the workload joins
+WL_GPU_TYPES = "gpuq.io/gpu-types"  # "a100-80g,h100-80g"
+WL_MIN_GPU_MEMORY = "gpuq.io/min-gpu-memory-gb"
+WL_DURATION = "gpuq.io/duration-estimate-s"
+WL_PRIORITY = "gpuq.io/priority"
+WL_POOL = "gpuq.io/pool"
+# written by gpuq on the workload
+WL_JOB_ID = "gpuq.io/job-id"
+WL_STATE = "gpuq.io/state"  # queued, admitted, preempted, refused, cancelled, finished
+WL_REASON = "gpuq.io/reason"  # why it waits or was refused
+WL_QUEUE_POSITION = "gpuq.io/queue-position"
+WL_ESTIMATED_START = "gpuq.io/estimated-start"

@@ -167,6 +167,35 @@ def _split_template(template: Mapping[str, Any]) -> tuple[dict, dict]:
     return {}, t  # a bare PodSpec
 
 
+def attempt_labels(req: BindRequest, bind_id: str) -> dict[str, str]:
+    """gpuq's labels on every Pod of one bind attempt (on a workload's Pod templates
+    too: app/cluster/workloads/pods.py)."""
+    return {
+        L.MANAGED_BY: L.MANAGED_BY_VALUE,
+        L.JOB_ID: L.label_value(req.job_id),
+        L.JOB_NAME: L.label_value(req.name),
+        L.BIND_ID: bind_id,
+        L.REPLICAS: str(len(req.placements)),
+        L.TEAM: L.label_value(req.team),
+        L.POOL: L.label_value(req.pool),
+        L.PRIORITY: L.label_value(req.priority),
+    }
+
+
+def placement_annotations(req: BindRequest, p: ReplicaPlacement) -> dict[str, str]:
+    """What one replica holds, on its Pod, so a restarted gpuq and the node sync know
+    which devices and slices are gpuq's (empty values left out)."""
+    out = {
+        L.ANN_JOB_ID: req.job_id,
+        L.ANN_NODE: p.node,
+        L.ANN_GPU_TYPE: p.gpu_type or "",
+        L.ANN_DEVICES: ",".join(str(d) for d in p.devices) if not p.mig else "",
+        L.ANN_MIG: ";".join(f"{d}:{s}:{prof}" for d, s, prof in p.mig),
+        L.ANN_SHARE: f"{p.share:g}" if p.share else "",
+    }
+    return {k: v for k, v in out.items() if v}
+
+
 def build_pod(
     req: BindRequest,
     p: ReplicaPlacement,
@@ -182,31 +211,10 @@ def build_pod(
     for k in ("name", "generateName", "resourceVersion", "uid"):
         meta.pop(k, None)
     labels = {**(meta.get("labels") or {}), **req.labels}  # the job's labels over the template's
-    labels.update(
-        {
-            L.MANAGED_BY: L.MANAGED_BY_VALUE,
-            L.JOB_ID: L.label_value(req.job_id),
-            L.JOB_NAME: L.label_value(req.name),
-            L.BIND_ID: bind_id,
-            L.REPLICA: str(p.replica),
-            L.REPLICAS: str(len(req.placements)),
-            L.TEAM: L.label_value(req.team),
-            L.POOL: L.label_value(req.pool),
-            L.PRIORITY: L.label_value(req.priority),
-        }
-    )
+    labels.update(attempt_labels(req, bind_id))
+    labels[L.REPLICA] = str(p.replica)
     annotations = dict(meta.get("annotations") or {})
-    annotations.update(
-        {
-            L.ANN_JOB_ID: req.job_id,
-            L.ANN_NODE: p.node,
-            L.ANN_GPU_TYPE: p.gpu_type or "",
-            L.ANN_DEVICES: ",".join(str(d) for d in p.devices) if not p.mig else "",
-            L.ANN_MIG: ";".join(f"{d}:{s}:{prof}" for d, s, prof in p.mig),
-            L.ANN_SHARE: f"{p.share:g}" if p.share else "",
-        }
-    )
-    annotations = {k: v for k, v in annotations.items() if v}
+    annotations.update(placement_annotations(req, p))
 
     containers = spec.get("containers") or []
     if not containers:

@@ -67,10 +67,15 @@ class KubeSettings(BaseSettings):
             runtime_classes=tuple(self.runtime_classes),
         )
 
+    # Kubernetes workload kinds queued by the front door (docs/operations.md): a
+    # suspended one labelled gpuq.io/queue, or in a team's namespace, becomes a job.
+    workload_kinds: Csv = Field(default_factory=lambda: ["Job", "JobSet"])
+
     # Port of MASTER_ADDR (torchrun's c10d rendezvous) on a multi-replica job's Service.
     rendezvous_port: int = Field(default=29500, ge=1, le=65535)
 
-    @field_validator("rack_labels", "tolerated_taints", "runtime_classes", mode="before")
+    @field_validator("rack_labels", "tolerated_taints", "runtime_classes", "workload_kinds",
+                     mode="before")
     @classmethod
     def _csv(cls, v: object) -> object:
         return _split(v)

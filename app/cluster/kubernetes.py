@@ -54,6 +54,8 @@ from app.cluster.k8s_pods import (
 )
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.k8s_watch import Informer
+from app.cluster.workloads.client import WorkloadClient
+from app.cluster.workloads.pods import WorkloadPods
 from app.domain.config import GpuTypeConfig
 from app.domain.from_config import gpu_type_from_config
 from app.domain.pod_policy import PodPolicy, check_pod, describe
@@ -80,6 +82,9 @@ class _Track:
     stopped: bool = False
     seen: bool = True  # False between bind() and the watch showing its Pods
     stopped_at: float | None = None  # monotonic time of the stop (see draining_job_ids)
+    # Pods made by a workload's own controller (Job, JobSet): it retries failed Pods,
+    # and the workload's status, not a Pod, says when the job is over
+    workload: bool = False
 
 
 def _holds_or_will_hold(pod: dict) -> bool:
@@ -111,7 +116,7 @@ def _body(e: ApiException) -> dict:
 class KubernetesCluster:
     # The dispatcher schedules on list_nodes() (live capacity and usage by
     # other Pods) rather than on the nodes table of a static/simulated cluster.
-    capabilities = Capabilities(live_nodes=True)
+    capabilities = Capabilities(live_nodes=True, workloads=True)
 
     def __init__(
         self,
@@ -135,6 +140,8 @@ class KubernetesCluster:
         # The team's Pod policy at bind time (wired by app.runtime to the catalog);
         # without it, the restricted default of the install.
         self.pod_policy_for: Callable[[str], PodPolicy | None] | None = None
+        # Kubernetes-native workloads: started, stopped, their Pods bound
+        self.workloads = WorkloadPods(WorkloadClient(api_client, list(self.ks.workload_kinds)))
         self.pods = Informer(
             "pods",
             self.api.list_pod_for_all_namespaces,
@@ -253,7 +260,16 @@ class KubernetesCluster:
             if old is not None and not old.stopped:
                 old.stopped = True
                 old.stopped_at = time.monotonic()
-            self._tracks[req.job_id] = _Track(bind_id, len(req.placements), seen=False)
+            self._tracks[req.job_id] = _Track(bind_id, len(req.placements), seen=False,
+                                              workload=req.owner is not None)
+        if req.owner is not None:
+            try:
+                self.workloads.admit(req, bind_id)  # its controller makes the Pods
+            except BindError:
+                M.BIND_FAILURES.labels(reason="BindError").inc()
+                self._undo(req.job_id, [])
+                raise
+            return
         nodes = {n["metadata"]["name"]: n for n in self.nodes.items()}
         policy = self.pod_policy(req.team)
         created: list[tuple[str, str]] = []
@@ -381,6 +397,8 @@ class KubernetesCluster:
                 t.stopped = True
             else:
                 self._tracks[job_id] = _Track("", 0, stopped=True)
+        if self.workloads.stop(job_id):
+            return  # suspended: its controller deletes the Pods
         grace = max(0, int(grace_seconds))
         self._delete_services(job_id)
         for pod in self._job_pods(job_id) or self._list_job_pods(job_id):
@@ -443,11 +461,20 @@ class KubernetesCluster:
                 # before a restart. Adopt the attempt; reconcile() judges it.
                 if type_ == "DELETED" or (pod["metadata"].get("deletionTimestamp")):
                     return
-                t = _Track(bind_id, int(labels.get(L.REPLICAS, "1") or 1))
+                t = _Track(bind_id, int(labels.get(L.REPLICAS, "1") or 1),
+                           workload=job_id in self.workloads.owners)
                 self._tracks[job_id] = t
             if bind_id == t.bind_id:
                 t.seen = True  # even when stopped: draining_job_ids follows its Pods now
             if t.stopped or bind_id != t.bind_id or t.reported in TERMINAL:
+                return
+            if t.workload:  # running once a Pod runs; the end comes from the workload
+                if t.reported == "pending" and any(
+                    (p.get("status") or {}).get("phase") in ("Running", "Succeeded")
+                    for p in self._job_pods(job_id, bind_id)
+                ):
+                    t.reported = "running"
+                    self._events.append(JobStatusEvent(job_id, "running"))
                 return
             if type_ == "DELETED":
                 t.reported = "gone"
@@ -463,7 +490,18 @@ class KubernetesCluster:
                 if phase in ("failed", "succeeded") and t.expected > 1:
                     self._gangs_ended.append((job_id, phase, message))
 
+    def report_finished(self, job_id: str, phase: str, message: str) -> None:
+        """A workload's controller says it is over (the front door reads it)."""
+        with self._lock:
+            t = self._tracks.get(job_id)
+            if t is not None and (t.stopped or t.reported in TERMINAL):
+                return
+            if t is not None:
+                t.reported = phase
+            self._events.append(JobStatusEvent(job_id, phase, message))  # type: ignore[arg-type]
+
     def poll_events(self) -> list[JobStatusEvent]:
+        self.workloads.bind_pending(self._job_pods)
         with self._lock:
             out, self._events = self._events, []
             ended, self._gangs_ended = self._gangs_ended, []

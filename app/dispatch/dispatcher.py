@@ -49,6 +49,7 @@ from app.dispatch.picture import QueuePicture
 from app.dispatch.plan import Plan
 from app.dispatch.plan_write import Decide, PlanAndWrite
 from app.dispatch.reconcile import Reconcile
+from app.dispatch.workloads import FrontDoor
 from app.scheduling.model import CycleResult, Node
 
 ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
@@ -81,6 +82,9 @@ class Dispatcher(LoopService):
         # the queue and the cluster as of the last pass, refreshed incrementally
         self.planner = PlanAndWrite(session_factory, picture or QueuePicture(), clock, policy)
         self.binder = Binder(session_factory, cluster, clock, grace_seconds)
+        # Kubernetes-native workloads join the queue (and leave it) before ingest
+        self.front_door = (FrontDoor(session_factory, cluster, clock)
+                           if cluster.capabilities.workloads else None)
         self.steps: list[Step] = []
         self.timings: dict[str, float] = {}  # seconds per step of the last pass
         self.last_result: CycleResult | None = None
@@ -168,6 +172,8 @@ class Dispatcher(LoopService):
                 timings: dict[str, float] = {}
                 t0 = time.perf_counter()
                 self.sync_cluster()
+                if self.front_door is not None:
+                    self.front_door.run()
                 self.ingest_events()
                 plan = self.reconcile()
                 timings["ingest"] = time.perf_counter() - t0

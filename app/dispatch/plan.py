@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.cluster.base import BindRequest
+from app.domain.owner import owner_of
 from app.scheduling.model import CycleResult, ReplicaPlacement
 from app.store.batch_states import AdmittedRow
 from app.store.convert import placement_of
@@ -52,4 +53,5 @@ def bind_request(
         pod_template=dict(spec.get("pod_template") or {}),
         world_size=len(placements),
         labels=dict(spec.get("labels") or {}),
+        owner=owner_of(job.submitted_by, job.idempotency_key),
     )

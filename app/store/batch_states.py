@@ -36,6 +36,8 @@ class AdmittedRow:
     pool: str
     priority: str
     spec: dict[str, Any]
+    submitted_by: str | None = None  # with idempotency_key: the workload it came from
+    idempotency_key: str | None = None
 
 
 def admission_event_data(a: Admission) -> dict[str, Any]:
@@ -80,7 +82,8 @@ def admit_many(
     rows = apply_changes(conn, changes, now)
     admitted = {
         # only what a bind reads of the spec (the whole spec is the largest column)
-        r.id: AdmittedRow(r.id, r.name, r.team, r.pool, r.priority, _bind_spec(r))
+        r.id: AdmittedRow(r.id, r.name, r.team, r.pool, r.priority, _bind_spec(r),
+                          r.submitted_by, r.idempotency_key)
         for r in rows.values()
     }
     allocations: list[dict[str, Any]] = []

@@ -127,7 +127,7 @@ _UPDATE = text(
     WHERE j.id = v.id
     RETURNING j.id, v.old, {", ".join(f"j.{c}" for c in RETURNED)}, j.name, j.team, j.pool,
         j.priority, j.spec -> 'duration_estimate_s' AS duration,
-        j.spec -> 'pod_template' AS pod_template
+        j.spec -> 'pod_template' AS pod_template, j.submitted_by, j.idempotency_key
     """
 )
 _FREE = text(

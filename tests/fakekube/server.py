@@ -100,6 +100,9 @@ class FakeKube:
         self.watch_timeout_s = watch_timeout_s
         self.gone_as_http = False  # answer a too-old watch with HTTP 410, not an ERROR event
         self.list_calls: dict[str, int] = {"nodes": 0, "pods": 0}
+        # more APIs (tests/fakekube/workloads.py): (method, path, query, body) -> answer
+        # or None when the path is not theirs; asked before the core routes
+        self.extensions: list[Callable[[str, str, dict, dict], tuple[int, dict] | None]] = []
         self._closing = False
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -435,11 +438,28 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             return False
 
+    def _extension(self, method: str, body: dict | None = None) -> bool:
+        url = urlparse(self.path)
+        q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        for ext in self.kube.extensions:
+            got = ext(method, url.path, q, body or {})
+            if got is not None:
+                self._send(*got)
+                return True
+        return False
+
     # -------------------------------------------------------------- verbs
+    def do_PATCH(self) -> None:
+        self.kube.requests.append(("PATCH", self.path))
+        if not self._extension("PATCH", self._body()):
+            self._send(405, status(405, "MethodNotAllowed", f"PATCH {self.path}"))
+
     def do_GET(self) -> None:
         url = urlparse(self.path)
         q = {k: v[-1] for k, v in parse_qs(url.query).items()}
         self.kube.requests.append(("GET", self.path))
+        if self._extension("GET"):
+            return
         kind = {"/api/v1/nodes": "nodes", "/api/v1/pods": "pods"}.get(url.path)
         sm = SERVICE_PATH.match(url.path)
         if url.path == "/api/v1/services" or (sm and not sm.group(2)):
@@ -487,6 +507,8 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         self.kube.requests.append(("POST", self.path))
         body = self._body()
+        if self._extension("POST", body):
+            return
         m = EVENTS_PATH.match(url.path)
         if m:
             body.setdefault("metadata", {})["namespace"] = m.group(1)
@@ -515,6 +537,8 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         self.kube.requests.append(("DELETE", self.path))
         body = self._body()
+        if self._extension("DELETE", body):
+            return
         sm = SERVICE_PATH.match(url.path)
         if sm and sm.group(2):
             self._send(*self.kube.delete_service(sm.group(1), sm.group(2)))

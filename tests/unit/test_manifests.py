@@ -65,6 +65,13 @@ def test_manifest_is_valid_against_the_openapi_schema(path: Path, version: str) 
         assert check_template(spec["pod_template"], PodPolicy()) == []
         return
     for d in docs(path):
+        if d["kind"] == "JobSet":
+            # a CRD: no built-in schema; its replicated jobs are batch/v1 Jobs, checked as such
+            for rj in d["spec"]["replicatedJobs"]:
+                kubernetes_validate.validate(
+                    {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": rj["name"]},
+                     "spec": rj["template"]["spec"]}, version, strict=True)
+            continue
         kubernetes_validate.validate(d, version, strict=True)
 
 
@@ -323,3 +330,17 @@ def test_servicemonitor_labels_for_the_prometheus_selector(target: str, release:
     assert selected == {"gpuq", "gpuq-dispatcher"}
     ports = {p["name"] for s in services for p in s["spec"]["ports"]}
     assert {e["port"] for e in sm["spec"]["endpoints"]} <= ports
+
+
+def test_front_door_rbac_is_exactly_what_the_integrations_use() -> None:
+    """The workload kinds' rights: read and patch (suspend, resume, template labels),
+    Pod labels before a Binding, Events; never create or delete a workload."""
+    role = all_objects()[("ClusterRole", "gpuq-workloads")]
+    rights = {(g, res, verb) for r in role["rules"] for g in r["apiGroups"]
+              for res in r["resources"] for verb in r["verbs"]}
+    read_patch = {"get", "list", "watch", "patch"}
+    assert rights == {("batch", "jobs", v) for v in read_patch} | {
+        ("jobset.x-k8s.io", "jobsets", v) for v in read_patch} | {
+        ("", "pods", "patch"), ("", "events", "create")}
+    binding = all_objects()[("ClusterRoleBinding", "gpuq-workloads")]
+    assert binding["subjects"] == GPUQ_SA

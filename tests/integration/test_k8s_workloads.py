@@ -1,0 +1,256 @@
+"""Kubernetes-native workloads on the fake API server with its Job and JobSet
+controllers (tests/fakekube/workloads.py) and real PostgreSQL: the examples of
+k8s/examples/ applied as kubectl would, queued, admitted as one gang, bound,
+preempted, deleted, refused."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import select
+
+from app.clock import utcnow
+from app.cluster import k8s_labels as L
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.spec import JobSpec
+from app.store.jobs import submit_job
+from app.store.orm import AllocationRow, JobRow
+from tests.fakekube.fixtures import started_cluster, wait_until
+from tests.fakekube.objects import article_a100
+from tests.fakekube.workloads import Workloads
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "k8s" / "examples"
+CONFIG = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10, product: "NVIDIA-A100.*80GB"}
+pools:
+  - {name: training, gpu_types: [a100-80g]}
+teams:
+  - {name: nlp, pool: training, quota_units: 1000}
+  - {name: cv, pool: training, quota_units: 1000}
+priority_classes:
+  - {name: P0, value: 1000, preemptible: false}
+  - {name: P1, value: 500, preemptible: true}
+  - {name: P2, value: 100, preemptible: true}
+scheduler: {min_run_time_s: 0}
+"""
+
+
+def example(name: str) -> dict:
+    return yaml.safe_load((EXAMPLES / name).read_text())
+
+
+@pytest.fixture
+def world(kube, sf) -> Iterator[tuple]:
+    w = Workloads(kube)
+    c = started_cluster(kube, sf)
+    d = Dispatcher(sf, c, grace_seconds=0)
+    yield w, c, d
+    c.close()
+    w.close()
+
+
+def apply(w: Workloads, obj: dict) -> dict:
+    """``kubectl apply`` of a new object: through the API, validated."""
+    a = w.kube
+    import json
+    import urllib.request
+
+    kind = obj["kind"]
+    group = obj["apiVersion"]
+    plural = {"Job": "jobs", "JobSet": "jobsets"}[kind]
+    url = f"{a.url}/apis/{group}/namespaces/{obj['metadata']['namespace']}/{plural}"
+    req = urllib.request.Request(url, json.dumps(obj).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        return json.loads(r.read())
+
+
+def job_row(sf, name: str) -> JobRow | None:
+    with sf() as s:
+        return s.scalars(select(JobRow).where(JobRow.name == name)).first()
+
+
+def pods_of(kube, owner_name: str) -> list[dict]:
+    with kube.cond:
+        return [copy.deepcopy(p) for p in kube.pods.values()
+                if p["metadata"]["name"].startswith(owner_name)
+                and not p["metadata"].get("deletionTimestamp")]
+
+
+def settle(d, pred, timeout_s: float = 15.0) -> None:
+    """Run passes until ``pred()`` holds (the controllers act between passes)."""
+    wait_until(lambda: d.run_once() or pred(), timeout_s)
+
+
+def events_on(kube, name: str) -> list[tuple[str, str]]:
+    return [(e["reason"], e["message"]) for e in kube.k8s_events
+            if e["involvedObject"].get("name") == name]
+
+
+def run_all(kube, pods: list[dict], phase: str = "Running") -> None:
+    for p in pods:
+        kube.set_pod_phase(p["metadata"]["namespace"], p["metadata"]["name"], phase)
+
+
+def test_indexed_job_is_one_gang_bound_whole(kube, sf, world):
+    w, c, d = world
+    kube.add_node(article_a100("a100-0"))
+    kube.add_node(article_a100("a100-1"))
+    job = apply(w, example("indexed-job.yaml"))
+    settle(d, lambda: len([p for p in pods_of(kube, "sft-indexed")
+                           if p["spec"].get("nodeName")]) == 4)
+    row = job_row(sf, "sft-indexed")
+    assert row.status == "admitted" and row.spec["replicas"] == 4
+    assert row.spec["resources"]["gpus"] == 2
+    assert row.submitted_by == "kubernetes:batch/v1/Job/gpuq-jobs/sft-indexed"
+    pods = pods_of(kube, "sft-indexed")
+    # one gang: every Pod of this attempt, bound on the reserved cards, none twice
+    assert len({p["metadata"]["labels"][L.BIND_ID] for p in pods}) == 1
+    held = [(p["spec"]["nodeName"], p["metadata"]["annotations"][L.ANN_DEVICES]) for p in pods]
+    cards = [(n, dev) for n, devs in held for dev in devs.split(",")]
+    assert len(cards) == 8 == len(set(cards))
+    with sf() as s:
+        alloc = s.scalars(select(AllocationRow).where(AllocationRow.job_id == row.id)).all()
+    assert sorted((a.node, tuple(a.devices)) for a in alloc) == sorted(
+        (n, tuple(int(x) for x in devs.split(","))) for n, devs in held)
+    # replica i is completion index i
+    for p in pods:
+        ann = p["metadata"]["annotations"]
+        assert p["metadata"]["labels"][L.REPLICA] == ann["batch.kubernetes.io/job-completion-index"]
+    assert {r for r, _ in events_on(kube, "sft-indexed")} >= {"GpuqQueued", "GpuqAdmitted"}
+    run_all(kube, pods)
+    settle(d, lambda: job_row(sf, "sft-indexed").status == "running")
+    run_all(kube, pods, "Succeeded")
+    settle(d, lambda: job_row(sf, "sft-indexed").status == "succeeded")
+    assert w.objects[("Job", "gpuq-jobs", "sft-indexed")]["spec"]["suspend"] is False
+    assert job["metadata"]["uid"] in row.idempotency_key
+
+
+def test_jobset_with_two_replicated_jobs_is_one_gang(kube, sf, world):
+    w, c, d = world
+    kube.add_node(article_a100("a100-0"))
+    apply(w, example("jobset.yaml"))
+    settle(d, lambda: len([p for p in pods_of(kube, "pretrain")
+                           if p["spec"].get("nodeName")]) == 4)
+    row = job_row(sf, "pretrain")
+    assert row.status == "admitted" and row.spec["replicas"] == 4
+    pods = pods_of(kube, "pretrain")
+    assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"]
+            for p in pods} == {"driver", "workers"}
+    assert len({p["metadata"]["labels"][L.BIND_ID] for p in pods}) == 1
+    run_all(kube, pods, "Succeeded")
+    settle(d, lambda: job_row(sf, "pretrain").status == "succeeded")
+
+
+def _rest_job(sf, name: str, team: str, gpus: int, priority: str | None = None) -> int:
+    with sf() as s:
+        body = {"name": name, "team": team, "replicas": 1,
+                "resources": {"gpus": gpus, "gpu_types": ["a100-80g"]}}
+        if priority:
+            body["priority"] = priority
+        job_id = submit_job(s, JobSpec.model_validate(body), now=utcnow()).job.id
+        s.commit()
+    return job_id
+
+
+def test_rest_and_workload_share_one_queue_and_quota(kube, sf, world):
+    """A team's REST job and its Job count against one quota: with 80 CU (8 cards)
+    and 4 held by REST, the 8-card Job waits, says why, and runs once they are free."""
+    w, c, d = world
+    from app.store.orm import TeamRow
+
+    with sf() as s:
+        s.get(TeamRow, "nlp").quota_units = 80
+        s.commit()
+    kube.add_node(article_a100("a100-0"))
+    kube.add_node(article_a100("a100-1"))
+    rest = _rest_job(sf, "rest-one", "nlp", 4)
+    d.run_once()
+    apply(w, example("indexed-job.yaml"))
+    settle(d, lambda: (job_row(sf, "sft-indexed") is not None
+                       and w.objects[("Job", "gpuq-jobs", "sft-indexed")]["metadata"]
+                       .get("annotations", {}).get(L.WL_REASON)))
+    row = job_row(sf, "sft-indexed")
+    assert row.status == "pending"
+    ann = w.objects[("Job", "gpuq-jobs", "sft-indexed")]["metadata"]["annotations"]
+    assert ann[L.WL_STATE] == "queued" and "quota" in ann[L.WL_REASON]
+    assert w.objects[("Job", "gpuq-jobs", "sft-indexed")]["spec"]["suspend"] is True
+    assert not pods_of(kube, "sft-indexed")
+    # the REST job ends: the Job is admitted on the same cards
+    for p in kube.gpuq_pods():
+        if p["metadata"]["labels"][L.JOB_ID] == str(rest):
+            kube.set_pod_phase(p["metadata"]["namespace"], p["metadata"]["name"], "Succeeded")
+    settle(d, lambda: len([p for p in pods_of(kube, "sft-indexed")
+                           if p["spec"].get("nodeName")]) == 4)
+
+
+def test_preempted_workload_is_suspended_requeued_and_runs_again(kube, sf, world):
+    w, c, d = world
+    kube.add_node(article_a100("a100-0"))
+    low = example("indexed-job.yaml")
+    low["spec"]["template"]["spec"]["priorityClassName"] = "gpuq-p2"
+    apply(w, low)
+    settle(d, lambda: len([p for p in pods_of(kube, "sft-indexed")
+                           if p["spec"].get("nodeName")]) == 4)
+    run_all(kube, pods_of(kube, "sft-indexed"))
+    settle(d, lambda: job_row(sf, "sft-indexed").status == "running")
+    urgent = _rest_job(sf, "urgent", "cv", 8, priority="P0")
+    settle(d, lambda: job_row(sf, "sft-indexed").preemption_count == 1)
+    k8s_job = w.objects[("Job", "gpuq-jobs", "sft-indexed")]
+    assert k8s_job["spec"]["suspend"] is True
+    settle(d, lambda: not pods_of(kube, "sft-indexed"))
+    assert k8s_job["status"].get("failed", 0) == 0  # suspension is not a failure
+    settle(d, lambda: k8s_job["metadata"].get("annotations", {}).get(L.WL_STATE)
+           == "preempted")
+    assert "GpuqPreempted" in {r for r, _ in events_on(kube, "sft-indexed")}
+    for p in kube.gpuq_pods():
+        if p["metadata"]["labels"][L.JOB_ID] == str(urgent):
+            kube.set_pod_phase(p["metadata"]["namespace"], p["metadata"]["name"], "Succeeded")
+    settle(d, lambda: len([p for p in pods_of(kube, "sft-indexed")
+                           if p["spec"].get("nodeName")]) == 4)
+    assert k8s_job["spec"]["suspend"] is False
+
+
+def test_deleting_the_job_frees_its_cards(kube, sf, world):
+    w, c, d = world
+    kube.add_node(article_a100("a100-0"))
+    apply(w, example("indexed-job.yaml"))
+    settle(d, lambda: len([p for p in pods_of(kube, "sft-indexed")
+                           if p["spec"].get("nodeName")]) == 4)
+    waiting = _rest_job(sf, "next", "nlp", 8)
+    d.run_once()
+    with kube.cond:
+        w.remove("Job", "gpuq-jobs", "sft-indexed")  # kubectl delete job
+    settle(d, lambda: job_row(sf, "sft-indexed").status == "cancelled")
+    with sf() as s:
+        assert s.get(JobRow, waiting).status in ("admitted", "running")
+        assert not s.scalars(select(AllocationRow).where(
+            AllocationRow.job_id == job_row(sf, "sft-indexed").id)).all()
+
+
+def test_a_job_gpuq_cannot_place_gets_an_event_with_the_reason(kube, sf, world):
+    w, c, d = world
+    kube.add_node(article_a100("a100-0"))
+    big = example("indexed-job.yaml")
+    big["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {
+        "nvidia.com/gpu": "16"}
+    apply(w, big)
+    settle(d, lambda: any(r in ("GpuqUnschedulable", "GpuqRefused")
+                          or "16" in m for r, m in events_on(kube, "sft-indexed")
+                          if r != "GpuqQueued"))
+    # a template without schedulerName: gpuq is refused with the reason, once
+    other = example("job.yaml")
+    del other["spec"]["template"]["spec"]["schedulerName"]
+    apply(w, other)
+    settle(d, lambda: any(r == "GpuqRefused" for r, _ in events_on(kube, "eval-sweep")))
+    d.run_once()
+    refused = [m for r, m in events_on(kube, "eval-sweep") if r == "GpuqRefused"]
+    assert len(refused) == 1 and "schedulerName: gpuq" in refused[0]
+    ann = w.objects[("Job", "gpuq-jobs", "eval-sweep")]["metadata"]["annotations"]
+    assert ann[L.WL_STATE] == "refused" and "schedulerName" in ann[L.WL_REASON]
+    assert job_row(sf, "eval-sweep") is None
