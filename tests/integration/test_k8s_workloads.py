@@ -122,7 +122,11 @@ def test_indexed_job_is_one_gang_bound_whole(kube, sf, world):
     for p in pods:
         ann = p["metadata"]["annotations"]
         assert p["metadata"]["labels"][L.REPLICA] == ann["batch.kubernetes.io/job-completion-index"]
-    assert {r for r, _ in events_on(kube, "sft-indexed")} >= {"GpuqQueued", "GpuqAdmitted"}
+    # the next pass tells the Job's story: kubectl describe shows queued, admitted
+    settle(d, lambda: {r for r, _ in events_on(kube, "sft-indexed")} >= {"GpuqQueued",
+                                                                        "GpuqAdmitted"})
+    assert w.objects[("Job", "gpuq-jobs", "sft-indexed")]["metadata"]["annotations"][
+        L.WL_STATE] == "admitted"
     run_all(kube, pods)
     settle(d, lambda: job_row(sf, "sft-indexed").status == "running")
     run_all(kube, pods, "Succeeded")
