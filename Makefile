@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench docs clean docs-assets traces kube-bin
+.PHONY: run test lint bench bench-kube docs clean docs-assets traces kube-bin
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -24,6 +24,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/core.py
+
+# Pods/s bound by kube-scheduler and by gpuq on a real control plane (docs/benchmarks.md);
+# needs `make kube-bin` and TEST_DATABASE_URL
+bench-kube: $(STAMP)
+	nice -n 10 $(BIN)/python -m bench.throughput_kube --nodes 250 --pods 2000 --gangs 100
 
 # Regenerate docs/configuration.md and docs/api.md from the code (tests/unit/test_docs.py
 # fails when they are stale).

@@ -98,6 +98,12 @@ class ControlPlane:
     bins: dict[str, Path] = field(default_factory=lambda: {**find_binaries(OPTIONAL, need=False),
                                                              **find_binaries()})
     admin_token: str = "gpuq-test-admin"
+    #: kwok's node lease; the node-loss tests need it short, a benchmark with 1,000 Nodes
+    #: long (every renewal is a write the control plane pays for)
+    node_lease_s: int = 4
+    node_grace_s: int = NODE_MONITOR_GRACE_S
+    #: kube-scheduler's client rate limit (0: its defaults, 50 QPS / burst 100)
+    scheduler_qps: int = 0
     url: str = ""
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
@@ -185,7 +191,7 @@ class ControlPlane:
             "node-lifecycle-controller,taint-eviction-controller,serviceaccount-controller,"
             "namespace-controller,garbage-collector-controller,disruption-controller",
             "--node-monitor-period", "1s",
-            "--node-monitor-grace-period", f"{NODE_MONITOR_GRACE_S}s",
+            "--node-monitor-grace-period", f"{self.node_grace_s}s",
             "--terminated-pod-gc-threshold", "50",
             "--concurrent-gc-syncs", "2", "--v", "1",
         ])
@@ -198,12 +204,14 @@ class ControlPlane:
                 "--kubeconfig", str(kubeconfig), "--authentication-kubeconfig", str(kubeconfig),
                 "--authorization-kubeconfig", str(kubeconfig), "--leader-elect=false",
                 "--bind-address", "127.0.0.1", "--secure-port", str(free_port()), "--v", "1",
+                *([f"--kube-api-qps={self.scheduler_qps}",
+                   f"--kube-api-burst={self.scheduler_qps}"] if self.scheduler_qps else []),
             ])
         self._spawn("kwok", [
             "--kubeconfig", str(kubeconfig), "--config", str(STAGES),
             "--manage-nodes-with-label-selector", f"{KWOK_NODE_LABEL}=true",
             "--server-address", f"127.0.0.1:{free_port()}",
-            "--node-lease-duration-seconds", "4",
+            "--node-lease-duration-seconds", str(self.node_lease_s),
             "--cidr", "10.244.0.0/16", "--node-ip", "10.0.0.1",
         ])
         time.sleep(0.5)
@@ -224,6 +232,17 @@ class ControlPlane:
                 proc.kill()
                 proc.wait(5)
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """User + system CPU seconds each component has used so far (/proc/PID/stat),
+        so a benchmark can report what the control plane itself cost."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for name, proc in self.procs.items():
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[name] = (int(fields[11]) + int(fields[12])) / tick
+        return out
+
     def check_alive(self) -> None:
         """Every component still running (a test's failure should say which one died)."""
         for name, proc in self.procs.items():
@@ -232,9 +251,10 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def running_control_plane() -> Iterator[ControlPlane]:
+def running_control_plane(**options: int) -> Iterator[ControlPlane]:
+    """A started :class:`ControlPlane` (``options``: its lease fields), stopped after."""
     workdir = Path(tempfile.mkdtemp(prefix="gpuq-realkube-"))
-    cp = ControlPlane(workdir)
+    cp = ControlPlane(workdir, **options)
     atexit.register(cp.stop)  # the processes run in sessions of their own: never orphaned
     try:
         cp.start()
