@@ -79,6 +79,12 @@ class GpuTypeConfig(BaseModel):
     mig_profiles: dict[str, MigProfileConfig] = Field(
         default_factory=dict, description="the MIG profiles its cards can be cut into, by name"
     )
+    speed: float = Field(
+        default=1.0, gt=0, le=1000,
+        description="relative throughput of one card on a typical job (any unit: only ratios "
+        "count; measure it by running the same training step on each type, "
+        "docs/operations.md). Placement prefers the faster type; 1.0 everywhere = no preference",
+    )
     shareable: bool = Field(
         default=False, description="may one card be shared by several jobs (gpu_share)"
     )

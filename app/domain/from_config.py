@@ -40,6 +40,7 @@ def gpu_type_from_config(t: GpuTypeConfig) -> GpuType:
         },
         shareable=t.shareable,
         resource_name=t.resource_name,
+        speed=t.speed,
     )
 
 

@@ -49,5 +49,6 @@ def request_from_spec(
         duration_estimate_s=spec.duration_estimate_s,
         preemption_count=preemption_count,
         longest_attempt_s=longest_attempt_s,
-        speed=tuple(sorted(spec.speed.items())),
+        # not the scenario's per-job ``speed`` (the simulator's truth, which the live
+        # gpuq never has): placement reads the operator's GpuType.speed
     )

@@ -49,6 +49,9 @@ class PlacementContext:
     max_memory_gb: float = 0.0
     # comparative advantage of GPU types (speed-aware placement); None = plain speed gain
     prices: TypePrices | None = None
+    # the GPU types do not all run at the same speed (GpuType.speed): speed-aware placement
+    # applies to jobs without their own table too
+    typed_speeds: bool = False
     _pref: dict[tuple[str, str | None], float] = field(default_factory=dict)
     # (request shape, node state) -> score; valid while mix, config and pools are (see
     # placement._state_candidates). Placement fills it; nobody else should.
@@ -83,6 +86,7 @@ class PlacementContext:
             mix=mix,
             now=snap.now,
             prices=prices,
+            typed_speeds=len({t.speed for t in snap.gpu_types.values()}) > 1,
         )
 
     def type_preference(self, pool: str, gpu_type: str | None) -> float:

@@ -32,6 +32,9 @@ class GpuType:
     mig_profiles: Mapping[str, MigProfile] = field(default_factory=dict)
     shareable: bool = False
     resource_name: str = "nvidia.com/gpu"
+    # relative throughput of one card on a typical job (the operator's measurement,
+    # docs/operations.md); placement prefers faster types when jobs carry no table
+    speed: float = 1.0
 
 
 @dataclass(slots=True)
@@ -135,7 +138,8 @@ class JobRequest:
     # (preempted or reclaimed): it needs more than that, so it is never lent
     # a lease that ends sooner (app/scheduling/leases.runtime_lower_bound).
     longest_attempt_s: float | None = None
-    # Relative speed of the job per GPU type ((type, speed), ...; a scenario's
+    # Relative speed of the job per GPU type ((type, speed), ...), overriding the
+    # types' own ``GpuType.speed`` (the operator's table) for this job; a scenario's
     # ``speed`` table): placement prefers the type where the job runs fastest
     # (``w_speed``). Empty: every type alike, the term is off.
     speed: tuple[tuple[str, float], ...] = ()

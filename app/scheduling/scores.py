@@ -8,6 +8,7 @@ thing whichever term they tune.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from app.scheduling.capacity_index import NodeCapacity
 from app.scheduling.context import PlacementContext
@@ -37,17 +38,27 @@ def memory_waste(job: JobRequest, demand: Demand, ctx: PlacementContext) -> floa
     return max(0.0, demand.memory_gb - job.min_gpu_memory_gb) / ctx.max_memory_gb
 
 
-def speed_gain(job: JobRequest, gpu_type: str) -> float:
+def speed_gain(job: JobRequest, gpu_type: str,
+               gpu_types: Mapping[str, GpuType] | None = None) -> float:
     """The job's speed on ``gpu_type`` over its best speed (1.0: its fastest type).
 
-    A type missing from the job's table runs at speed 1 (the simulator's rule);
-    a job without a table gains nothing anywhere (0.0: the term is off).
+    The job's own table when it has one (a type missing from it runs at speed 1,
+    the simulator's rule), else the operator's speed per type (``GpuType.speed``,
+    the same for every job: known to the live gpuq and to every baseline). When
+    every type runs at the same speed, nothing is gained anywhere (0.0: the term
+    is off).
     """
-    if not job.speed:
+    if job.speed:
+        best = max(1.0, *(v for _, v in job.speed))
+        own = next((v for t, v in job.speed if t == gpu_type), 1.0)
+        return own / best
+    if not gpu_types:
         return 0.0
-    best = max(1.0, *(v for _, v in job.speed))
-    own = next((v for t, v in job.speed if t == gpu_type), 1.0)
-    return own / best
+    best = max(t.speed for t in gpu_types.values())
+    gt = gpu_types.get(gpu_type)
+    if gt is None or best <= 0 or all(t.speed == best for t in gpu_types.values()):
+        return 0.0
+    return gt.speed / best
 
 
 def stranded_cards(free_cards: int, cpu_free: float, mem_free: float, ctx: PlacementContext) -> int:
@@ -103,8 +114,8 @@ def score(
     s -= cfg.w_memory_waste * memory_waste(job, demand, ctx)
     if demand.gpu_type is not None:
         s += cfg.w_type_preference * ctx.type_preference(job.pool, demand.gpu_type)
-        if cfg.w_speed and job.speed:
-            gain = speed_gain(job, demand.gpu_type)
+        if cfg.w_speed and (job.speed or ctx.typed_speeds):
+            gain = speed_gain(job, demand.gpu_type, ctx.gpu_types)
             if ctx.prices is not None:
                 gain = ctx.prices.advantage(job, demand.gpu_type, gain)
             s += cfg.w_speed * gain

@@ -88,7 +88,9 @@ def build_timed_scenario(
         }).model_dump(exclude_none=True))
     teams = sorted({s["team"] for s in specs})
     return {
-        "gpu_types": [t.model_dump() for t in gpu_type_configs(set(speed))],
+        # the operator's speed per type (GpuType.speed) = the jobs' own table
+        "gpu_types": [{**t.model_dump(), "speed": types.get(t.name, 1.0)}
+                      for t in gpu_type_configs(set(speed))],
         "nodes": [n.model_dump(exclude_none=True) for n in node_configs(kept)],
         "pools": [{"name": "shared"}],
         "teams": [{"name": t, "pool": "shared"} for t in teams],

@@ -148,7 +148,9 @@ def build_scenario(
     ]
     teams = sorted({s["team"] for s in specs})
     return {
-        "gpu_types": TYPES,
+        # the operator's measured speed per type (GpuType.speed), the same table the
+        # jobs' own (the simulator's truth) carry: every policy may read it
+        "gpu_types": [{**t, "speed": SPEED[t["name"]]} for t in TYPES],
         "nodes": nodes,
         "pools": [{"name": "shared", "gpu_types": [t["name"] for t in TYPES]}],
         "teams": [{"name": t, "pool": "shared"} for t in teams],

@@ -88,6 +88,7 @@ def gpu_type_dict(r: GpuTypeRow) -> dict[str, Any]:
         "resource_name": r.resource_name,
         "mig_profiles": dict(r.mig_profiles or {}),
         "shareable": r.shareable,
+        "speed": r.speed,
     }
 
 

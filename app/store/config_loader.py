@@ -55,6 +55,7 @@ def gpu_type_values(t: GpuTypeConfig) -> dict[str, Any]:
         "resource_name": t.resource_name,
         "mig_profiles": {k: v.model_dump() for k, v in t.mig_profiles.items()},
         "shareable": t.shareable,
+        "speed": t.speed,
     }
 
 

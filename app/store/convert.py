@@ -40,6 +40,7 @@ def gpu_type_info(r: GpuTypeRow) -> GpuType:
         },
         shareable=r.shareable,
         resource_name=r.resource_name,
+        speed=r.speed,
     )
 
 

@@ -83,6 +83,7 @@ class GpuTypeRow(ManagedBy, Timestamps, Base):
     resource_name: Mapped[str] = mapped_column(String(255), default="nvidia.com/gpu")
     mig_profiles: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
     shareable: Mapped[bool] = mapped_column(Boolean, default=False)
+    speed: Mapped[float] = mapped_column(Float, default=1.0, server_default="1.0")
 
 
 class NodeRow(ManagedBy, Timestamps, Base):

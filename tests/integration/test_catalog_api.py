@@ -36,6 +36,11 @@ def test_gpu_types_crud(client, admin, team_token):
     assert client.post("/v1/gpu-types", json=body, headers=admin).status_code == 409
     r = client.patch("/v1/gpu-types/h100-80g", json={"weight": 18}, headers=admin)
     assert r.status_code == 200 and r.json()["weight"] == 18
+    assert r.json()["speed"] == 1.0  # the operator's speed per type: 1.0 unless measured
+    r = client.patch("/v1/gpu-types/h100-80g", json={"speed": 3.1}, headers=admin)
+    assert r.status_code == 200 and r.json()["speed"] == 3.1
+    r = client.patch("/v1/gpu-types/h100-80g", json={"speed": 0}, headers=admin)
+    assert r.status_code == 422 and r.json()["detail"].startswith("speed")
     r = client.patch("/v1/gpu-types/h100-80g", json={"name": "x"}, headers=admin)
     assert r.status_code == 422 and r.json()["detail"].startswith("name")
     r = client.patch("/v1/gpu-types/h100-80g", json={"weight": -1}, headers=admin)

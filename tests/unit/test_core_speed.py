@@ -49,3 +49,28 @@ def test_w_speed_zero_turns_the_term_off() -> None:
     with_table = schedule(snap(NODES, [job("j", speed=SPEED)], running=[BUSY], config=off))
     without = schedule(snap(NODES, [job("j")], running=[BUSY]))
     assert _type_of(with_table, "j") == _type_of(without, "j") == "v100-16g"
+
+
+def test_the_operators_speed_per_type_applies_to_jobs_without_a_table() -> None:
+    # GpuType.speed (config/API): the live gpuq knows it; a job with no table of its own
+    # goes where the operator measured the type fastest
+    from dataclasses import replace
+
+    from tests.unit.core_fixtures import TYPES
+    types = {**TYPES, "a100-80g": replace(TYPES["a100-80g"], speed=2.0)}
+    assert speed_gain(job("k"), "a100-80g", types) == 1.0
+    assert speed_gain(job("k"), "v100-16g", types) == 0.5
+    assert speed_gain(job("k"), "a100-80g", TYPES) == 0.0  # every type alike: no preference
+    res = schedule(snap(NODES, [job("j")], running=[BUSY], types=types))
+    assert _type_of(res, "j") == "a100-80g"
+    # without speeds the half-full V100 node wins (binpack)
+    assert _type_of(schedule(snap(NODES, [job("j")], running=[BUSY])), "j") == "v100-16g"
+
+
+def test_speed_in_the_config_reaches_the_core() -> None:
+    from app.domain.config import load_config_text
+    from app.domain.from_config import gpu_type_from_config
+    cfg = load_config_text(
+        "gpu_types: [{name: a100-80g, memory_gb: 80, weight: 10, speed: 2.5}]\n"
+        "nodes: []\npools: [{name: p}]\nteams: [{name: t, pool: p}]\n")
+    assert gpu_type_from_config(cfg.gpu_types[0]).speed == 2.5
