@@ -15,8 +15,9 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Path, Query
-from pydantic import BaseModel, create_model
+from pydantic import BaseModel, Field, create_model
 
+from app.domain.owner import owner_of
 from app.domain.people import Rounded, UtcTime
 from app.domain.spec import DNS_LABEL_PATTERN, PRIORITY_NAME_PATTERN
 from app.store.convert import ALLOCATION_AS_IS, LEASE_AS_IS, copied
@@ -129,6 +130,24 @@ class LeaseOut(BaseModel):
     ended_at: UtcTime | None = None
 
 
+class OwnerOut(BaseModel):
+    """The Kubernetes workload a job came from (the Kubernetes front door)."""
+
+    api_version: str = Field(description="`batch/v1`, `jobset.x-k8s.io/v1alpha2`")
+    kind: str = Field(description="`Job`, `JobSet`")
+    namespace: str
+    name: str
+    uid: str
+
+
+def owner_out(submitted_by: str | None, idempotency_key: str | None) -> OwnerOut | None:
+    o = owner_of(submitted_by, idempotency_key)
+    if o is None:
+        return None
+    return OwnerOut(api_version=o.api_version, kind=o.kind, namespace=o.namespace,
+                    name=o.name, uid=o.uid)
+
+
 class JobOut(BaseModel):
     id: str
     name: str
@@ -153,6 +172,8 @@ class JobOut(BaseModel):
     # pending jobs: when the core, replayed forward from now, would start it (None: not
     # within the replay's bounds, or not pending)
     estimated_start: UtcTime | None = None
+    # a job queued from a Kubernetes workload (Job, JobSet): which one; None for REST jobs
+    owner: OwnerOut | None = None
 
 
 class JobPage(BaseModel):
@@ -284,6 +305,7 @@ def job_out(
         spec=job.spec,
         queue_position=job.queue_position,
         submitted_by=job.submitted_by,
+        owner=owner_out(job.submitted_by, job.idempotency_key),
     )
 
 

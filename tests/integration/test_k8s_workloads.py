@@ -133,6 +133,14 @@ def test_indexed_job_is_one_gang_bound_whole(kube, sf, world):
     settle(d, lambda: job_row(sf, "sft-indexed").status == "succeeded")
     assert w.objects[("Job", "gpuq-jobs", "sft-indexed")]["spec"]["suspend"] is False
     assert job["metadata"]["uid"] in row.idempotency_key
+    # the REST API shows the job with its owner
+    from app.api.schemas import job_out
+
+    with sf() as s:
+        out = job_out(s.get(JobRow, row.id), utcnow(), None)
+    assert out.owner is not None and (out.owner.kind, out.owner.namespace, out.owner.name,
+                                      out.owner.uid) == ("Job", "gpuq-jobs", "sft-indexed",
+                                                         job["metadata"]["uid"])
 
 
 def test_jobset_with_two_replicated_jobs_is_one_gang(kube, sf, world):
