@@ -22,7 +22,6 @@ Families (all documented in README "Observability"):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
@@ -30,35 +29,39 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from app.reports.alerts import Alert
 from app.reports.utilization import TypeUtilization
+from app.scheduling.verdicts import ReasonCode, code_of
 
-__all__ = ["CONTENT_TYPE", "GpuqMetrics", "reason_category"]
+__all__ = ["CONTENT_TYPE", "REASON_LABELS", "GpuqMetrics", "reason_category"]
 
 # waits and JCT span seconds to days
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
 JCT_BUCKETS = (30, 60, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, 259200)
 CYCLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
-# free-text reasons -> a small fixed set of label values (labels must stay low-cardinality)
-_REASON_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("team_quota", re.compile(r"\bteam\b.*\bquota\b|\bquota\b.*\bteam\b", re.I)),
-    ("pool_quota", re.compile(r"\bpool\b.*(quota|guarantee|borrow|lend)", re.I)),
-    ("reservation", re.compile(r"^waiting for reservation|reserved for", re.I)),
-    ("gpu_memory", re.compile(r"(GPU|card|slice)[^;]*>= ?[\d.]+ ?GB|>= ?[\d.]+ ?GB memory", re.I)),
-    ("host_resources", re.compile(r"CPU and [\d.]+ GB memory", re.I)),
-    ("gpu_type", re.compile(r"no GPU type is allowed|shareable|MIG profile", re.I)),
-    ("capacity", re.compile(r"free|capacity|largest|no node|fit", re.I)),
-    ("admission_limit", re.compile(r"admission limit", re.I)),
-)
+# reason codes -> label values (labels must stay low-cardinality; several codes may share one)
+REASON_LABELS: Mapping[ReasonCode, str] = {
+    ReasonCode.NEVER_FITS: "unschedulable",
+    ReasonCode.CORDONED: "cordoned",
+    ReasonCode.ADMISSION_LIMIT: "admission_limit",
+    ReasonCode.TEAM_QUOTA: "team_quota",
+    ReasonCode.CAPACITY: "capacity",
+    ReasonCode.HOST_RESOURCES: "host_resources",
+    ReasonCode.RESERVED: "reservation",
+    ReasonCode.RESERVATION: "reservation",
+    ReasonCode.POOL_QUOTA: "pool_quota",
+    ReasonCode.PREEMPTED: "priority",
+    ReasonCode.PREEMPTED_FAIR_SHARE: "fair_share",
+    ReasonCode.RECLAIMED: "lease_expired",
+    ReasonCode.MOVED: "defragment",
+    ReasonCode.OTHER: "other",
+}
 
 
 def reason_category(reason: str | None) -> str:
-    """Map a reason a person reads to a label value a dashboard can group by."""
-    if not reason:
-        return "unknown"
-    for name, pattern in _REASON_RULES:
-        if pattern.search(reason):
-            return name
-    return "other"
+    """The label value of a reason: its code's (``other`` for a baseline's plain text,
+    ``unknown`` for none). Read from the code, never the words."""
+    code = code_of(reason)
+    return "unknown" if code is None else REASON_LABELS[code]
 
 
 class GpuqMetrics:

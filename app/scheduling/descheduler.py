@@ -41,6 +41,7 @@ from app.scheduling.pool_steps import charge
 from app.scheduling.preemption import lost_work
 from app.scheduling.quota import units_by_type
 from app.scheduling.state import EPS
+from app.scheduling.verdicts import Reason, ReasonCode
 
 
 def plan(cycle: Cycle) -> CycleResult:
@@ -76,10 +77,14 @@ def p0_room(c: Cycle) -> None:
         first = len(c.result.preemptions)
         if c.try_preempt(job):
             c.result.preemptions[first:] = [
-                Preemption(p.job_id, f"descheduler (room for P0): {p.reason}",
+                Preemption(p.job_id, _prefixed("descheduler (room for P0): ", p.reason),
                            p.by_job, p.kind)
                 for p in c.result.preemptions[first:]
             ]
+
+
+def _prefixed(head: str, reason: str) -> str:
+    return reason.prefix(head) if isinstance(reason, Reason) else head + reason
 
 
 def _whole_node_jobs(c: Cycle) -> list[tuple[JobRequest, list[str]]]:
@@ -176,7 +181,9 @@ def _try_move(c: Cycle, job: JobRequest, node: str, movers: list[RunningJob]) ->
     for m in movers:
         c.result.preemptions.append(Preemption(
             m.request.id,
-            f"descheduler: moved off node {node} so job {job.id} can have the whole node",
+            Reason(ReasonCode.MOVED,
+                   f"descheduler: moved off node {node} so job {job.id} can have the whole node",
+                   {"node": node, "by_job": job.id}),
             by_job=job.id, kind="preempt",
         ))
     c.result.admissions.extend(done)

@@ -58,8 +58,10 @@ from app.scheduling.reasons import (
 )
 from app.scheduling.reservations import add_holds, reserve_for
 from app.scheduling.state import ClusterState
+from app.scheduling.verdicts import Reason, ReasonCode, code_of
 
 EPS = 1e-9
+ADMISSION_LIMIT = Reason(ReasonCode.ADMISSION_LIMIT, "cycle admission limit reached; next cycle")
 
 
 def shape_key(job: JobRequest) -> tuple:
@@ -187,7 +189,7 @@ class Cycle:
                 res.reasons[job.id] = blocked
                 return
         if self.admitted >= self.max_admissions:
-            res.reasons[job.id] = "cycle admission limit reached; next cycle"
+            res.reasons[job.id] = ADMISSION_LIMIT
             return
         if job.team in self.capped_teams:
             quota_pre = self._quota_precheck(job, key)
@@ -209,7 +211,7 @@ class Cycle:
             if preempted:
                 return
             reason = self._held_reason(job) or capacity_reason(job, self.state.index, self.ctx)
-            reason += self._protected_note(job)
+            reason = reason.extend(self._protected_note(job))
             self.fail_memo[fkey] = (self.state.release_epoch, reason)
             res.reasons[job.id] = reason
             self._maybe_reserve(job)
@@ -222,7 +224,7 @@ class Cycle:
         adm = charge(job, placed.placements, self.pools, self.snap)  # 4b pool quota
         if isinstance(adm, str):
             if not self.try_preempt(job):
-                res.reasons[job.id] = adm + self._protected_note(job)
+                res.reasons[job.id] = adm.extend(self._protected_note(job))
             return
         for p in placed.placements:
             self.state.reserve(p)
@@ -314,7 +316,7 @@ class Cycle:
             f"({cfg.min_run_time_s:g} s): may be preempted for it in {wait:.0f} s"
         )
 
-    def _quota_precheck(self, job: JobRequest, key: tuple) -> str | None:
+    def _quota_precheck(self, job: JobRequest, key: tuple) -> Reason | None:
         """Reject without placing when even the cheapest option breaks the team's total quota."""
         room = self.ledger.headroom(job.team)
         if room is None:
@@ -326,18 +328,24 @@ class Cycle:
         if least > room + EPS:
             info = self.ledger.teams[job.team]
             used = self.ledger.team_total[job.team]
+            fields = {"team": job.team, "used": used, "quota": info.quota_units,
+                      "need": least}
             if info.quota_units is not None and least > info.quota_units + EPS:
-                return (
+                return Reason(
+                    ReasonCode.TEAM_QUOTA,
                     f"job needs at least {least:g} CU but team {job.team}'s quota is "
-                    f"{info.quota_units:g} CU: it runs only if the quota is raised"
+                    f"{info.quota_units:g} CU: it runs only if the quota is raised",
+                    {**fields, "above_quota": True},
                 )
-            return (
+            return Reason(
+                ReasonCode.TEAM_QUOTA,
                 f"team {job.team} at quota {used:g}/{info.quota_units:g} CU "
-                f"(job needs at least {least:g} CU)"
+                f"(job needs at least {least:g} CU)",
+                fields,
             )
         return None
 
-    def _held_reason(self, job: JobRequest) -> str | None:
+    def _held_reason(self, job: JobRequest) -> Reason | None:
         """If only reservations stand in the way, say whose and how to backfill."""
         holds = self.ctx.holds
         if not holds:
@@ -352,10 +360,12 @@ class Cycle:
         first = min(holds.values(), key=lambda h: h.start)
         wait = max(0.0, first.start - self.snap.now)
         owners = sorted({h.job_id for h in holds.values()})
-        return (
+        return Reason(
+            ReasonCode.RESERVED,
             f"free capacity is held for job(s) {', '.join(owners[:3])} (reservation, expected "
             f"start in {wait:.0f}s); a job whose duration_estimate_s ends before then may "
-            "use it"
+            "use it",
+            {"holders": tuple(owners), "start_in_s": wait},
         )
 
     def _hold_class(self, job: JobRequest) -> int:
@@ -380,11 +390,17 @@ class Cycle:
         self.reservations += 1
         add_holds(self.ctx, r)
         wait = max(0.0, r.start - self.snap.now)
-        self.result.reasons[job.id] = (
-            f"waiting for reservation: capacity held on {len(r.holds)} node(s) "
-            f"({', '.join(sorted(r.holds)[:4])}), expected start in {wait:.0f}s; "
-            f"{self.result.reasons.get(job.id, '')}"
-        ).rstrip("; ")
+        before = self.result.reasons.get(job.id)
+        self.result.reasons[job.id] = Reason(
+            ReasonCode.RESERVATION,
+            (
+                f"waiting for reservation: capacity held on {len(r.holds)} node(s) "
+                f"({', '.join(sorted(r.holds)[:4])}), expected start in {wait:.0f}s; "
+                f"{before or ''}"
+            ).rstrip("; "),
+            {"nodes": tuple(sorted(r.holds)), "start_in_s": wait,
+             "meanwhile": code_of(before)},
+        )
 
     # -- the cycle ----------------------------------------------------------
     def run(self) -> CycleResult:

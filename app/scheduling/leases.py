@@ -29,6 +29,7 @@ from app.scheduling.model import (
     Snapshot,
 )
 from app.scheduling.state import EPS
+from app.scheduling.verdicts import Reason, ReasonCode
 
 DEFAULT_MAX_BORROW_S = 1800.0
 
@@ -109,7 +110,9 @@ def reclaim_at_expiry(snap: Snapshot) -> list[Preemption]:
         out.append(
             Preemption(
                 job_id=r.request.id,
-                reason=f"reclaimed: {lease_text(x)} expired (reclaim: always)",
+                reason=Reason(ReasonCode.RECLAIMED,
+                              f"reclaimed: {lease_text(x)} expired (reclaim: always)",
+                              {"lease": x.id}),
                 by_job=None,
                 kind="reclaim",
             )

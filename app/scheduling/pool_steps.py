@@ -44,6 +44,7 @@ from app.scheduling.preemption import (
 )
 from app.scheduling.quota import units_by_type
 from app.scheduling.state import EPS, ClusterState
+from app.scheduling.verdicts import Reason
 
 AcceptFn = Callable[[Sequence[ReplicaPlacement]], bool]
 StopFn = Callable[[RunningJob], None]
@@ -122,7 +123,7 @@ def reclaim_expired(snap: Snapshot, stop: StopFn) -> list[Preemption]:
 
 def charge(
     job: JobRequest, placed: Sequence[ReplicaPlacement], pools: PoolLedger, snap: Snapshot
-) -> Admission | str:
+) -> Admission | Reason:
     """Step 4b: pay for a placement from the job's pool, or say why it cannot.
     On success the pool ledger holds the charge and the admission carries
     the leases (and a note when the job is expected to outlast them)."""

@@ -38,6 +38,7 @@ from app.scheduling.model import (
 )
 from app.scheduling.quota import units_by_type
 from app.scheduling.state import EPS
+from app.scheduling.verdicts import Reason, ReasonCode
 
 
 def capacity_by_type(snap: Snapshot) -> dict[str, float]:
@@ -322,11 +323,13 @@ class PoolLedger:
             if rest > EPS:
                 short = self._short_leases(pool, t, bound) if can_borrow else None
                 if short is not None:  # ("needs > 1800 s" alone left people guessing)
-                    return (
+                    return Reason(
+                        ReasonCode.POOL_QUOTA,
                         f"needs {bound:.0f} s or more (a run was stopped unfinished after "
                         f"{job.longest_attempt_s or 0.0:.0f} s) but leases last {short:g} s: "
                         f"waits for pool {pool}'s own guarantee "
-                        f"({o:g} CU of {t} free of {u:g} needed)"
+                        f"({o:g} CU of {t} free of {u:g} needed)",
+                        {"pool": pool, "gpu_type": t, "need": u, "own": o, "lease_s": short},
                     )
                 borrowable = (
                     0.0
@@ -342,9 +345,12 @@ class PoolLedger:
                     else f" (its lease was reclaimed: it may borrow again in {borrow_wait_s:.0f} s)"
                     if borrow_wait_s > 0 else " (its lease was reclaimed recently)"
                 )
-                return (
+                return Reason(
+                    ReasonCode.POOL_QUOTA,
                     f"pool {pool} cannot cover {u:g} CU of {t}: {o:g} left of its guarantee, "
-                    f"{s:g} of shared capacity, {borrowable:g} borrowable{why}"
+                    f"{s:g} of shared capacity, {borrowable:g} borrowable{why}",
+                    {"pool": pool, "gpu_type": t, "need": u, "own": o, "shared": s,
+                     "borrowable": borrowable},
                 )
             own[t], shared[t] = o, s
             leases.extend(grants)

@@ -43,6 +43,7 @@ from app.scheduling.model import (
 from app.scheduling.pools import Charge, PoolLedger
 from app.scheduling.quota import units_by_type
 from app.scheduling.state import ClusterState
+from app.scheduling.verdicts import Reason, ReasonCode
 
 # Where a job would go on the state, leaving the state unchanged (None: no fit),
 # the contract of placement.place_job.
@@ -65,22 +66,32 @@ class Candidate:
         return self.job.request.id
 
     @property
-    def reason(self) -> str:
+    def reason(self) -> Reason:
         """The whole sentence the victim's event and pending reason show (the one
         place it is composed; callers prefix only who decided, e.g. the
         descheduler). Built only for the chosen victims (there may be thousands
         of candidates)."""
         by = self.by
         x = self.lease
+        by_id = {"by_job": by.id} if by is not None else {}
         if self.kind == "reclaim" and x is not None:
             who = f" for job {by.id} of pool {by.pool}" if by is not None else ""
-            return f"reclaimed{who}: {lease_text(x)} expired"
+            return Reason(ReasonCode.RECLAIMED, f"reclaimed{who}: {lease_text(x)} expired",
+                          {**by_id, "lease": x.id})
         if by is None:
-            return "preempted"
+            return Reason(ReasonCode.PREEMPTED, "preempted")
         if self.fair:
-            return (f"preempted by job {by.id} for fair share: team {self.job.request.team} "
-                    f"would still hold more of the cluster than team {by.team}")
-        return f"preempted by job {by.id} ({by.priority} > {self.job.request.priority})"
+            return Reason(
+                ReasonCode.PREEMPTED_FAIR_SHARE,
+                f"preempted by job {by.id} for fair share: team {self.job.request.team} "
+                f"would still hold more of the cluster than team {by.team}",
+                {**by_id, "team": self.job.request.team, "by_team": by.team},
+            )
+        return Reason(
+            ReasonCode.PREEMPTED,
+            f"preempted by job {by.id} ({by.priority} > {self.job.request.priority})",
+            {**by_id, "priority": self.job.request.priority, "by_priority": by.priority},
+        )
 
     def sort_key(self) -> tuple[int, int, float, str]:
         return (
@@ -92,12 +103,14 @@ class Candidate:
 
 
 def stop_sentence(p: Preemption) -> str:
-    """What the victim's event and pending reason say: the policy's reason as is
-    when it already says what happened (it starts with "preempted"/"reclaimed"
-    or names the preemptor, as every reason of this core does), else with the
+    """What the victim's event and pending reason say: the core's reason as is
+    (a :class:`Reason`, which says what happened and who did it), else with the
     verb and the preemptor put in front (a baseline's "kueue: fair sharing ...").
     Prefixing always once wrote "preempted by job 9: preempted by job 9 (P0 > P1)"."""
     verb = "reclaimed" if p.kind == "reclaim" else "preempted"
+    if isinstance(p.reason, Reason):
+        return p.reason
+    # a baseline's plain text: as is when it already says what happened
     names = p.by_job is not None and re.search(rf"\bjob {re.escape(p.by_job)}\b", p.reason)
     if p.reason.startswith(verb) or names:
         return p.reason

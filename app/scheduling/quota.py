@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from app.scheduling.model import JobRequest, PoolInfo, ReplicaPlacement, Snapshot, TeamInfo
+from app.scheduling.verdicts import Reason, ReasonCode
 
 EPS = 1e-9
 
@@ -43,7 +44,7 @@ class QuotaLedger:
         return ledger
 
     # -- questions ------------------------------------------------------------
-    def check(self, job: JobRequest, by_type: Mapping[str, float]) -> str | None:
+    def check(self, job: JobRequest, by_type: Mapping[str, float]) -> Reason | None:
         """Why admitting ``by_type`` CU for ``job`` would break its team's quota, or None."""
         team = self.teams.get(job.team)
         if team is None:
@@ -51,9 +52,11 @@ class QuotaLedger:
         total = sum(by_type.values())
         used = self.team_total[job.team]
         if team.quota_units is not None and used + total > team.quota_units + EPS:
-            return (
+            return Reason(
+                ReasonCode.TEAM_QUOTA,
                 f"team {job.team} at quota {used:g}/{team.quota_units:g} CU "
-                f"(job needs {total:g} CU)"
+                f"(job needs {total:g} CU)",
+                {"team": job.team, "used": used, "quota": team.quota_units, "need": total},
             )
         for t, u in by_type.items():
             cap = team.quota_by_type.get(t)
@@ -61,9 +64,11 @@ class QuotaLedger:
                 continue
             used_t = self.team_by_type[job.team][t]
             if used_t + u > cap + EPS:
-                return (
+                return Reason(
+                    ReasonCode.TEAM_QUOTA,
                     f"team {job.team} at {t} quota {used_t:g}/{cap:g} CU "
-                    f"(job needs {u:g} CU of {t})"
+                    f"(job needs {u:g} CU of {t})",
+                    {"team": job.team, "gpu_type": t, "used": used_t, "quota": cap, "need": u},
                 )
         return None
 

@@ -24,6 +24,7 @@ from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
 from app.scheduling.filters import FAST_NETWORKS, allowed_type_names, allowed_types
 from app.scheduling.model import GpuType, JobRequest, Node, Snapshot
+from app.scheduling.verdicts import Reason, ReasonCode
 
 EPS = 1e-9
 
@@ -87,8 +88,16 @@ def _types_text(job: JobRequest, names: Sequence[str]) -> str:
     return "|".join(names) if names else "none"
 
 
-def never_fits(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) -> str | None:
-    """Why no cluster state could ever run this job (None if some could)."""
+def never_fits(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) -> Reason | None:
+    """Why no cluster state could ever run this job (None if some could): a
+    ``NEVER_FITS`` reason."""
+    why = _never_text(job, static, ctx)
+    if why is None:
+        return None
+    return Reason(ReasonCode.NEVER_FITS, why, {"mode": job.mode, "pool": job.pool})
+
+
+def _never_text(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) -> str | None:
     if job.cpu > static.max_cpu + EPS or job.memory_gb > static.max_memory_gb + EPS:
         return (
             f"no node has {job.cpu:g} CPU and {job.memory_gb:g} GB memory per replica "
@@ -219,21 +228,18 @@ def _holders(caps: Sequence[tuple[str, int, int, float, float]], slots: dict[str
     return "; ".join(parts)
 
 
-def cordoned_reason(job: JobRequest, why: str, static: StaticCapacity) -> str:
+def cordoned_reason(job: JobRequest, why: str, static: StaticCapacity) -> Reason:
     """A request that fits the full inventory but not its schedulable part waits
     for the nodes that are cordoned or not ready (``why``: what the schedulable
     nodes lack)."""
     names = ", ".join(static.unschedulable[:6])
     more = f" and {len(static.unschedulable) - 6} more" if len(static.unschedulable) > 6 else ""
-    return (
+    return Reason(
+        ReasonCode.CORDONED,
         f"waits for nodes that are cordoned or not ready ({names}{more}): "
-        f"the schedulable ones cannot hold it ({why})"
+        f"the schedulable ones cannot hold it ({why})",
+        {"nodes": static.unschedulable},
     )
-
-
-def _host_ok(job: JobRequest, static: StaticCapacity, t: GpuType) -> bool:
-    tc = static.by_type[t.name]
-    return tc.max_cpu + EPS >= job.cpu and tc.max_memory_gb + EPS >= job.memory_gb
 
 
 _TOPOLOGY_WHERE = {
@@ -270,8 +276,15 @@ def _gang_blocks(
     return text + (" (spread: one replica per node)" if spread else "")
 
 
-def capacity_reason(job: JobRequest, index: CapacityIndex, ctx: PlacementContext) -> str:
-    """What is missing now, from the index (cheap: no node scan)."""
+def capacity_reason(job: JobRequest, index: CapacityIndex, ctx: PlacementContext) -> Reason:
+    """What is missing now, from the index (cheap: no node scan): ``CAPACITY``
+    (``HOST_RESOURCES`` for a job without GPUs)."""
+    code = (ReasonCode.HOST_RESOURCES if job.mode == "gpus" and not job.gpus
+            else ReasonCode.CAPACITY)
+    return Reason(code, _capacity_text(job, index, ctx), {"mode": job.mode, "pool": job.pool})
+
+
+def _capacity_text(job: JobRequest, index: CapacityIndex, ctx: PlacementContext) -> str:
     types = allowed_types(job, ctx.gpu_types, ctx.pools)
     mem = f" (>= {job.min_gpu_memory_gb:g} GB)" if job.min_gpu_memory_gb else ""
     gang = f"{job.min_available} replicas x " if job.min_available > 1 else ""
@@ -324,7 +337,7 @@ def capacity_reason(job: JobRequest, index: CapacityIndex, ctx: PlacementContext
     )
 
 
-def could_fit(jobs: Sequence[JobRequest], snap: Snapshot) -> dict[str, str | None]:
+def could_fit(jobs: Sequence[JobRequest], snap: Snapshot) -> dict[str, Reason | None]:
     """Job id -> why it still can never fit (None: it could now), judged on the
     snapshot's full inventory: the re-check of ``unschedulable`` jobs when the
     cluster changed (a node added, uncordoned, relabelled, its MIG layout cut
