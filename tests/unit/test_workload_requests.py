@@ -1,0 +1,100 @@
+"""The workload adaptors and the request read from a Pod template (pure)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.cluster.workloads.base import Unhonourable
+from app.cluster.workloads.job import JobAdaptor
+from app.cluster.workloads.jobset import JobSetAdaptor
+from app.cluster.workloads.requests import job_spec
+from app.domain.spec import JobSpec
+from tests.fakekube.objects import GPU_TYPES
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "k8s" / "examples"
+PRIOS = ["P0", "P1", "P2"]
+
+
+def ex(name: str) -> dict:
+    return yaml.safe_load((EXAMPLES / name).read_text())
+
+
+def spec_of(obj: dict, adaptor=None) -> dict:
+    a = adaptor or (JobSetAdaptor() if obj["kind"] == "JobSet" else JobAdaptor())
+    body = job_spec(obj, a, team="nlp", gpu_types=GPU_TYPES, priorities=PRIOS)
+    JobSpec.model_validate(body)  # what the front door submits is a valid job spec
+    return body
+
+
+def test_examples_read_as_one_gang_each():
+    idx = spec_of(ex("indexed-job.yaml"))
+    assert idx["replicas"] == 4 and idx["resources"]["gpus"] == 2
+    assert idx["resources"]["gpu_types"] == ["a100-80g"] and idx["duration_estimate_s"] == 3600
+    assert "schedulerName" not in idx["pod_template"]["spec"]
+    assert "limits" not in idx["pod_template"]["spec"]["containers"][0]["resources"]
+    plain = spec_of(ex("job.yaml"))
+    # node affinity on the product -> the type; PriorityClass gpuq-p2 -> P2
+    assert plain["resources"]["gpu_types"] == ["a100-80g"] and plain["priority"] == "P2"
+    assert plain["resources"]["min_gpu_memory_gb"] == 40 and plain["replicas"] == 2
+    js = spec_of(ex("jobset.yaml"))
+    assert js["replicas"] == 4 and js["resources"]["gpus"] == 2
+
+
+def test_mig_and_other_vendors():
+    job = ex("job.yaml")
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    c["resources"]["limits"] = {"nvidia.com/mig-1g.10gb": "1"}
+    assert spec_of(job)["resources"]["mig"] == "1g.10gb"
+    c["resources"]["limits"] = {"huawei.com/Ascend910": "4"}
+    del job["spec"]["template"]["spec"]["affinity"]
+    r = spec_of(job)["resources"]
+    assert r["gpus"] == 4 and r["gpu_types"] == ["ascend910"]
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda j: j["spec"].update(completions=8), "completions (8) exceed parallelism (2)"),
+    (lambda j: j["spec"]["template"]["spec"].pop("schedulerName"), "schedulerName: gpuq"),
+    (lambda j: j["metadata"]["annotations"].update({"gpuq.io/gpu-types": "h200"}),
+     "unknown GPU type(s) h200"),
+    (lambda j: j["spec"]["template"]["spec"].update(priorityClassName="high"),
+     "priorityClassName 'high'"),
+    (lambda j: j["metadata"]["annotations"].update({"gpuq.io/min-gpu-memory-gb": "lots"}),
+     "is not a number"),
+    (lambda j: j["spec"]["template"]["spec"]["containers"][0]["resources"].update(
+        limits={"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"}), "one MIG slice"),
+])
+def test_what_gpuq_cannot_honour_is_refused_with_the_reason(edit, says):
+    job = copy.deepcopy(ex("job.yaml"))
+    edit(job)
+    with pytest.raises(Unhonourable, match=None) as e:
+        spec_of(job)
+    assert says in str(e.value)
+
+
+def test_jobset_pod_sets_of_different_shapes_are_refused():
+    js = ex("jobset.yaml")
+    js["spec"]["replicatedJobs"][1]["template"]["spec"]["template"] = copy.deepcopy(
+        js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"])
+    w = js["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
+    w["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "4"}
+    with pytest.raises(Unhonourable, match="different resources"):
+        spec_of(js)
+
+
+def test_admit_and_suspend_patches():
+    a = JobAdaptor()
+    job = ex("indexed-job.yaml")
+    p = a.admit_patch(job, {"gpuq.io/job-id": "7"})
+    assert p["spec"]["suspend"] is False
+    assert p["spec"]["template"]["metadata"]["labels"] == {"gpuq.io/job-id": "7"}
+    assert a.suspend_patch(job) == {"spec": {"suspend": True}}
+    js = ex("jobset.yaml")
+    p = JobSetAdaptor().admit_patch(js, {"gpuq.io/job-id": "8"})
+    assert all(rj["template"]["spec"]["template"]["metadata"]["labels"]["gpuq.io/job-id"] == "8"
+               for rj in p["spec"]["replicatedJobs"])
+    assert "labels" not in (js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+                            .get("metadata") or {})  # the object itself is left alone
