@@ -8,29 +8,54 @@ from __future__ import annotations
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="gpuq: a fair GPU batch queue for Kubernetes")
-db_app = typer.Typer(no_args_is_help=True, help="Database commands")
+# Plain click help (rich_markup_mode=None): options read "--file FILE", "--token TOKEN",
+# flags show no type; typer's rich panels printed "<bool>" beside every flag and --help.
+PLAIN = {"rich_markup_mode": None}
+app = typer.Typer(no_args_is_help=True, help="gpuq: a fair GPU batch queue for Kubernetes",
+                  **PLAIN)  # type: ignore[arg-type]
+db_app = typer.Typer(no_args_is_help=True, help="Database commands", **PLAIN)  # type: ignore[arg-type]
 app.add_typer(db_app, name="db")
-config_app = typer.Typer(no_args_is_help=True, help="The config file (one source of admin truth)")
+config_app = typer.Typer(no_args_is_help=True, help="The config file (one source of admin truth)",
+                         **PLAIN)  # type: ignore[arg-type]
 app.add_typer(config_app, name="config")
+
+
+#: the policy names of ``--policy`` (kept equal to app.simulate.policies.POLICY_NAMES and
+#: app.simulate.fill.FILL_POLICIES by tests/unit/test_cli_help.py; not imported, so
+#: ``gpuq --help`` does not load the simulator)
+SIM_POLICIES = "gpuq, fifo-count, fifo-typed, random, bestfit, kueue, volcano, slurm"
+FILL_POLICIES = "random, bestfit, fgd, gpuq"
 
 
 @app.command()
 def simulate(
-    scenario: str = typer.Argument(..., help="scenario YAML (config + jobs or trace)"),
-    policy: str = typer.Option("gpuq", help="scheduling policy by name"),
-    seed: int = typer.Option(42, help="random seed"),
-    out: str | None = typer.Option(None, help="write the result JSON here"),
-    report: str | None = typer.Option(None, help="write a Markdown report and plots here"),
-    protocol: str | None = typer.Option(None, help="'fill' for the FGD fill protocol"),
-    inflate: float = typer.Option(1.3, help="fill protocol: arrive up to this share of capacity"),
-    seeds: str | None = typer.Option(None, help="fill protocol: seeds, e.g. 42..51 or 1,2,3"),
+    scenario: str = typer.Argument(..., metavar="SCENARIO",
+                                   help="scenario YAML (config + jobs or trace)"),
+    policy: str = typer.Option("gpuq", metavar="POLICY", help=f"one of: {SIM_POLICIES}; "
+                               f"with --protocol fill: {FILL_POLICIES}"),
+    seed: int = typer.Option(42, metavar="N", help="random seed"),
+    out: str | None = typer.Option(None, metavar="FILE", help="write the result JSON here"),
+    report: str | None = typer.Option(None, metavar="DIR",
+                                      help="write a Markdown report and plots here"),
+    protocol: str | None = typer.Option(None, metavar="fill",
+                                        help="'fill' for the FGD fill protocol"),
+    inflate: float = typer.Option(1.3, metavar="X",
+                                  help="fill protocol: arrive up to this share of capacity"),
+    seeds: str | None = typer.Option(None, metavar="SEEDS",
+                                     help="fill protocol: seeds, e.g. 42..51 or 1,2,3"),
     trace_dir: str | None = typer.Option(
-        None, "--trace-dir", envvar="GPUQ_TRACE_DIR",
+        None, "--trace-dir", envvar="GPUQ_TRACE_DIR", metavar="DIR",
         help="folder holding the traces, for trace paths not found beside the scenario",
     ),
 ) -> None:
-    """Replay a scenario through the scheduling core in virtual time."""
+    """Replay a scenario through the scheduling core in virtual time.
+
+    \b
+    Examples:
+      make traces      # the evaluation's public traces into eval/traces/
+      gpuq simulate eval/philly-day.yaml --policy kueue --out kueue.json
+      gpuq simulate eval/openb-default.yaml --protocol fill --seeds 42..44 --policy fgd
+    """
     from app.simulate.command import run_simulate
 
     raise typer.Exit(
@@ -116,36 +141,85 @@ def config_apply(
 
 # -- client commands (talk to a running gpuq over REST; see app/client_cli.py) ---------------
 
-_URL = typer.Option(None, "--url", envvar="GPUQ_URL", help="gpuq server URL")
-_TOKEN = typer.Option(None, "--token", envvar="GPUQ_TOKEN", help="API token")
+_URL = typer.Option(None, "--url", envvar="GPUQ_URL", metavar="URL",
+                    help="gpuq server URL (default http://127.0.0.1:8000)")
+_TOKEN = typer.Option(None, "--token", envvar="GPUQ_TOKEN", metavar="TOKEN",
+                      help="API token (a team's, or the admin token)")
+_OUT = typer.Option("table", "-o", "--output", metavar="FORMAT", help="table, json or yaml")
+_ID = typer.Argument(..., metavar="JOB_ID", help="job id (gpuq jobs)")
+
+JOB_FIELDS = """\b
+Job file fields (docs/api.md, POST /v1/jobs):
+  name        a DNS label; names the job's Pods
+  team        your team
+  pool        optional: one of the team's pools (default: the team's pool)
+  priority    optional: P0 (never preempted), P1, P2 (default: the team's)
+  replicas, min_available   a gang: N replicas, start when min_available fit
+  resources   gpus | gpu_units | mig | gpu_share (one of them), min_gpu_memory_gb,
+              gpu_types, avoid_gpu_types, cpu, memory_gb (per replica)
+  placement, topology       binpack | spread; none | same_node | same_rack | fast_network
+  duration_estimate_s       expected run time (better estimates, shorter waits)
+  pod_template              optional Pod template (validated; docs/security.md)
+"""
 
 
-@app.command()
+@app.command(epilog=JOB_FIELDS)
 def submit(
-    file: str = typer.Option(..., "-f", "--file", help="job spec YAML/JSON ('-' for stdin)"),
-    idempotency_key: str | None = typer.Option(None, help="Idempotency-Key header"),
+    file: str = typer.Option(..., "-f", "--file", metavar="FILE",
+                             help="job spec YAML/JSON: one job or a list ('-' for stdin)"),
+    idempotency_key: str | None = typer.Option(
+        None, metavar="KEY", help="Idempotency-Key (default: a hash of the team and the job)"),
+    new: bool = typer.Option(False, "--new", help="submit another copy even if this exact "
+                             "job was submitted before (sends no Idempotency-Key)"),
+    wait: bool = typer.Option(False, "--wait", help="wait until the job runs or ends "
+                              "(exit 0 running/succeeded, 1 failed/unschedulable, 3 timeout)"),
+    timeout: float | None = typer.Option(None, metavar="SECONDS", help="with --wait: give up "
+                                         "after this long"),
+    interval: float = typer.Option(2.0, metavar="SECONDS", help="with --wait: poll interval"),
+    output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
-    """Submit a job (or a list of jobs) from a file."""
+    """Submit a job (or a list of jobs) from a file.
+
+    Submitting the same file twice returns the first job ("already submitted"): the
+    Idempotency-Key is a hash of the team and the job. Use --new for another copy.
+
+    \b
+    Examples:
+      gpuq submit -f k8s/examples/job-pod-template.yaml
+      gpuq submit -f train.yaml --wait --timeout 600
+      gpuq submit -f train.yaml --new -o json
+    """
     from app import client_cli as c
 
-    raise typer.Exit(c.run(c.cmd_submit, file, idempotency_key, url=url, token=token))
+    raise typer.Exit(c.run(c.cmd_submit, file, idempotency_key, url=url, token=token, new=new,
+                           wait=wait, timeout_s=timeout, poll_s=interval, output=output))
 
 
 @app.command()
 def jobs(
-    team: str | None = typer.Option(None, help="only this team"),
-    pool: str | None = typer.Option(None, help="only this pool"),
-    status: str | None = typer.Option(None, help="only this status"),
-    priority: str | None = typer.Option(None, help="only this priority"),
-    limit: int = typer.Option(50, help="at most this many"),
-    cursor: str | None = typer.Option(None, help="the next page (printed after a full page)"),
-    output: str = typer.Option("table", "-o", "--output", help="table or json"),
+    team: str | None = typer.Option(None, metavar="TEAM", help="only this team"),
+    pool: str | None = typer.Option(None, metavar="POOL", help="only this pool"),
+    status: str | None = typer.Option(
+        None, metavar="STATUS", help="only this status: pending, admitted, running, "
+        "succeeded, failed, cancelled, unschedulable"),
+    priority: str | None = typer.Option(None, metavar="PRIORITY", help="only this priority"),
+    limit: int = typer.Option(50, metavar="N", help="at most this many"),
+    cursor: str | None = typer.Option(None, metavar="CURSOR",
+                                      help="the next page (printed after a full page)"),
+    output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
-    """List jobs, newest first, a page at a time."""
+    """List jobs, newest first, a page at a time (an unknown team, pool or priority is
+    an error, exit 1).
+
+    \b
+    Examples:
+      gpuq jobs --team nlp --status pending
+      gpuq jobs -o yaml --limit 5
+    """
     from app import client_cli as c
 
     raise typer.Exit(
@@ -166,99 +240,149 @@ def jobs(
 
 @app.command()
 def job(
-    job_id: str = typer.Argument(..., help="job id"),
-    output: str = typer.Option("table", "-o", "--output", help="table or json"),
+    job_id: str = _ID,
+    events: bool = typer.Option(False, "--events", help="also list the job's events"),
+    follow: bool = typer.Option(False, "--follow", help="print events as they happen until "
+                                "the job ends (exit 0 succeeded, 1 otherwise)"),
+    timeout: float | None = typer.Option(None, metavar="SECONDS",
+                                         help="with --follow: give up after this long"),
+    interval: float = typer.Option(2.0, metavar="SECONDS", help="with --follow: poll interval"),
+    output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
-    """Show one job: status, reason, times, allocations, lease."""
+    """Show one job: what it asked for, status, reason, times, allocations, lease.
+
+    \b
+    Examples:
+      gpuq job 12 --events
+      gpuq job 12 --follow
+    """
     from app import client_cli as c
 
-    raise typer.Exit(c.run(c.cmd_job, job_id, output, url=url, token=token))
+    raise typer.Exit(c.run(c.cmd_job, job_id, output, url=url, token=token, events=events,
+                           follow=follow, poll_s=interval, timeout_s=timeout))
 
 
 @app.command()
 def queue(
-    pool: str | None = typer.Option(None, help="only this pool"),
-    team: str | None = typer.Option(None, help="only this team"),
-    limit: int | None = typer.Option(None, help="at most this many (server default 100)"),
-    cursor: str | None = typer.Option(None, help="the next page (printed after a full page)"),
+    pool: str | None = typer.Option(None, metavar="POOL", help="only this pool"),
+    team: str | None = typer.Option(None, metavar="TEAM", help="only this team"),
+    limit: int | None = typer.Option(None, metavar="N",
+                                     help="at most this many (server default 100)"),
+    cursor: str | None = typer.Option(None, metavar="CURSOR",
+                                      help="the next page (printed after a full page)"),
+    watch: bool = typer.Option(False, "--watch", help="redraw every --interval seconds"),
+    interval: float = typer.Option(2.0, metavar="SECONDS", help="with --watch: redraw interval"),
+    count: int = typer.Option(0, metavar="N", help="with --watch: stop after N draws (0: never)"),
+    output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
-    """Pending jobs in dispatch order, with why each waits and the estimated start."""
+    """Pending jobs in dispatch order, with why each waits and the estimated start.
+
+    \b
+    Examples:
+      gpuq queue --team nlp
+      gpuq queue --watch --interval 5
+    """
     from app import client_cli as c
 
     raise typer.Exit(c.run(c.cmd_queue, url=url, token=token, pool=pool, team=team,
-                           limit=limit, cursor=cursor))
+                           limit=limit, cursor=cursor, output=output, watch=watch,
+                           interval_s=interval, count=count))
 
 
 @app.command()
 def cancel(
-    job_id: str = typer.Argument(..., help="job id"),
+    job_id: str = _ID,
+    output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
-    """Cancel a job."""
+    """Cancel a job (pending, admitted, running or unschedulable)."""
     from app import client_cli as c
 
-    raise typer.Exit(c.run(c.cmd_cancel, job_id, url=url, token=token))
+    raise typer.Exit(c.run(c.cmd_cancel, job_id, output, url=url, token=token))
 
 
 @app.command()
 def usage(
-    team: str | None = typer.Option(None, help="a team's usage against its quota"),
-    pool: str | None = typer.Option(None, help="a pool's guaranteed/used/borrowed/lent"),
+    team: str | None = typer.Option(None, metavar="TEAM",
+                                    help="a team's usage against its quota, per GPU type"),
+    pool: str | None = typer.Option(None, metavar="POOL",
+                                    help="a pool's guaranteed/used/borrowed/lent"),
+    output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
-    """Per GPU type allocation (or one team's / pool's usage)."""
+    """Per GPU type allocation (or one team's / pool's usage).
+
+    \b
+    Examples:
+      gpuq usage
+      gpuq usage --team nlp
+      gpuq usage --pool training -o json
+    """
     from app import client_cli as c
 
-    raise typer.Exit(c.run(c.cmd_usage, url=url, token=token, team=team, pool=pool))
+    raise typer.Exit(c.run(c.cmd_usage, url=url, token=token, team=team, pool=pool,
+                           output=output))
 
 
-tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (admin)")
+tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (admin)", **PLAIN)  # type: ignore[arg-type]
 app.add_typer(tokens_app, name="tokens")
+_TOKEN_ID = typer.Argument(..., metavar="TOKEN_ID", help="token id (gpuq tokens list)")
 
 
 @tokens_app.command("list")
 def tokens_list(
-    team: str | None = typer.Option(None, help="only this team's"),
+    team: str | None = typer.Option(None, metavar="TEAM", help="only this team's"),
+    output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
     """Every token (never its value): name, scope, state, expiry."""
     from app import client_cli as c
 
-    raise typer.Exit(c.run(c.cmd_tokens_list, url=url, token=token, team=team))
+    raise typer.Exit(c.run(c.cmd_tokens_list, url=url, token=token, team=team, output=output))
 
 
 @tokens_app.command("create")
 def tokens_create(
-    scope: str = typer.Argument(..., help="admin, team:<name> or team:<name>:read"),
-    name: str | None = typer.Option(None, help="who or what uses it (recorded as submitted_by)"),
-    expires_in: float | None = typer.Option(None, help="seconds until it stops working"),
+    scope: str = typer.Argument(..., metavar="SCOPE",
+                                help="admin, team:<name> or team:<name>:read"),
+    name: str | None = typer.Option(None, metavar="NAME",
+                                    help="who or what uses it (recorded as submitted_by)"),
+    expires_in: float | None = typer.Option(None, metavar="SECONDS",
+                                            help="seconds until it stops working"),
+    output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
-    """A new token; its value is printed once."""
+    """A new token; its value is printed once.
+
+    \b
+    Example:
+      gpuq tokens create team:nlp --name ci-runner --expires-in 2592000
+    """
     from app import client_cli as c
 
     raise typer.Exit(c.run(c.cmd_tokens_create, scope, url=url, token=token, name=name,
-                           expires_in_s=expires_in))
+                           expires_in_s=expires_in, output=output))
 
 
 @tokens_app.command("revoke")
 def tokens_revoke(
-    token_id: int = typer.Argument(..., help="token id (gpuq tokens list)"),
+    token_id: int = _TOKEN_ID,
+    output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
     """Revoke a token: 401 from now on, on every API replica."""
     from app import client_cli as c
 
-    raise typer.Exit(c.run(c.cmd_tokens_revoke, token_id, url=url, token=token))
+    raise typer.Exit(c.run(c.cmd_tokens_revoke, token_id, output, url=url, token=token))
 
 
 @tokens_app.command("reset-admin")
@@ -275,8 +399,10 @@ def tokens_reset_admin() -> None:
 
 @tokens_app.command("rotate")
 def tokens_rotate(
-    token_id: int = typer.Argument(..., help="token id (gpuq tokens list)"),
-    expires_in: float | None = typer.Option(None, help="seconds until the new one expires"),
+    token_id: int = _TOKEN_ID,
+    expires_in: float | None = typer.Option(None, metavar="SECONDS",
+                                            help="seconds until the new one expires"),
+    output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
@@ -284,7 +410,7 @@ def tokens_rotate(
     from app import client_cli as c
 
     raise typer.Exit(c.run(c.cmd_tokens_rotate, token_id, url=url, token=token,
-                           expires_in_s=expires_in))
+                           expires_in_s=expires_in, output=output))
 
 
 def main(argv: list[str] | None = None) -> None:

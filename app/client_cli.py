@@ -12,10 +12,13 @@ all-or-nothing ``POST /v1/jobs:batch``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +77,10 @@ class Client:
             r = self.http.request(method, path, **kw)
         except httpx.TransportError as e:
             raise ClientError(f"cannot reach gpuq at {self.url}: {e}", code=2) from e
+        if r.status_code == 401 and not self.token:
+            raise ClientError(
+                "no API token: set GPUQ_TOKEN or pass --token TOKEN (a team's token from "
+                "`gpuq tokens create team:NAME`, or the admin token gpuq printed at start)")
         if r.status_code >= 400:
             raise ClientError(f"{r.status_code} {r.reason_phrase}: {_detail(r)}")
         return r
@@ -186,27 +193,94 @@ def jobs_table(items: Iterable[Mapping[str, Any]], title: str = "jobs") -> Table
 # -- commands (each returns an exit code) ----------------------------------------------------
 
 
+OUTPUTS = ("table", "json", "yaml")
+#: a job that left the queue for good (``--wait``/``--follow`` stop there)
+ENDED = frozenset({"succeeded", "failed", "cancelled", "unschedulable"})
+
+
+def emit(console: Console, output: str, body: Any) -> bool:
+    """Print ``body`` as JSON or YAML when asked (True), else leave it to the table."""
+    if output not in OUTPUTS:
+        raise ClientError(f"unknown output format {output!r} (use {', '.join(OUTPUTS)})", 2)
+    if output == "json":
+        console.print_json(json.dumps(body))
+        return True
+    if output == "yaml":
+        console.print(yaml.safe_dump(body, sort_keys=False).rstrip(), highlight=False,
+                      soft_wrap=True, markup=False)
+        return True
+    return False
+
+
+def submit_key(job: Mapping[str, Any]) -> str:
+    """The default ``Idempotency-Key`` of ``gpuq submit``: a hash of the team and the
+    job's content, so running the same command twice returns the first job instead of
+    queueing a second identical one (the server keeps keys per team)."""
+    text = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
+    digest = hashlib.sha256(f"{job.get('team')}\n{text}".encode()).hexdigest()
+    return f"gpuq-cli-{digest[:40]}"
+
+
+def wait_for(client: Client, console: Console, job_id: str, *, until: frozenset[str],
+             timeout_s: float | None, poll_s: float, quiet: bool = False) -> dict[str, Any]:
+    """Poll the job until its status is in ``until`` (printing each change); a
+    ClientError with code 3 when ``timeout_s`` passes first."""
+    start = time.monotonic()
+    seen = None
+    while True:
+        job = client.get(f"/v1/jobs/{job_id}")
+        status = job.get("status")
+        if status != seen and not quiet:
+            extra = job.get("reason") if status in ("pending", "unschedulable") else None
+            console.print(f"job [bold]{job_id}[/]: {status_text(status)}"
+                          + (f" ({extra})" if extra else ""), highlight=False)
+            seen = status
+        if status in until:
+            return job
+        if timeout_s is not None and time.monotonic() - start >= timeout_s:
+            raise ClientError(f"job {job_id} still {status} after {timeout_s:g} s", code=3)
+        time.sleep(poll_s)
+
+
 def cmd_submit(
-    client: Client, console: Console, file: str, idempotency_key: str | None = None
+    client: Client, console: Console, file: str, idempotency_key: str | None = None,
+    *, new: bool = False, wait: bool = False, timeout_s: float | None = None,
+    poll_s: float = 2.0, output: str = "table",
 ) -> int:
-    """One job: ``POST /v1/jobs`` (with ``Idempotency-Key`` if given). A list: ONE
-    ``POST /v1/jobs:batch``, all or nothing, so a retry after an error never doubles a
-    part of it; that route takes no key, so a key with a list is refused."""
+    """One job: ``POST /v1/jobs`` with an ``Idempotency-Key`` (by default
+    :func:`submit_key`; ``--new`` sends none, so the server makes another job). A list:
+    ONE ``POST /v1/jobs:batch``, all or nothing, so a retry after an error never doubles
+    a part of it; that route takes no key. ``--wait``: until the job starts or ends
+    (exit 0 running/succeeded, 1 failed/cancelled/unschedulable, 3 timeout)."""
     jobs = load_job_file(file)
     if len(jobs) == 1:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        job = client.post("/v1/jobs", jobs[0], headers)
-        console.print(
-            f"submitted job [bold]{job.get('id')}[/] {job.get('name')} "
-            f"(team {job.get('team')}, pool {job.get('pool')}, {job.get('priority')}): "
-            f"{status_text(job.get('status'))}"
-        )
+        key = None if new else (idempotency_key or submit_key(jobs[0]))
+        headers = {"Idempotency-Key": key} if key else {}
+        r = client.send("POST", "/v1/jobs", json=jobs[0], headers=headers)
+        job = client._json(r, "/v1/jobs")
+        if not emit(console, output, job):
+            again = r.status_code == 200
+            console.print(
+                f"{'already submitted: job' if again else 'submitted job'} "
+                f"[bold]{job.get('id')}[/] {job.get('name')} "
+                f"(team {job.get('team')}, pool {job.get('pool')}, {job.get('priority')}): "
+                f"{status_text(job.get('status'))}"
+                + (" [dim](same team and file, Idempotency-Key "
+                   f"{key}; --new submits another)[/]" if again else "")
+            )
+        if wait:
+            got = wait_for(client, console, str(job.get("id")),
+                           until=ENDED | {"running"}, timeout_s=timeout_s, poll_s=poll_s)
+            return 0 if got.get("status") in ("running", "succeeded") else 1
         return 0
-    if idempotency_key:
+    if idempotency_key or wait:
         raise ClientError(
-            f"{file}: --idempotency-key applies to one job; a list of {len(jobs)} is submitted "
-            "as one all-or-nothing batch (POST /v1/jobs:batch), which takes no key", code=2)
+            f"{file}: --idempotency-key and --wait apply to one job; a list of {len(jobs)} is "
+            "submitted as one all-or-nothing batch (POST /v1/jobs:batch), which takes no key",
+            code=2)
     body = client.post("/v1/jobs:batch", {"jobs": jobs})
+    if emit(console, output, body):
+        return 0
     for item, spec in zip(body.get("items", []), jobs, strict=False):
         console.print(
             f"submitted job [bold]{item.get('id')}[/] {item.get('name')} "
@@ -240,8 +314,7 @@ def cmd_jobs(
         cursor=cursor,
     )
     items = body.get("items", []) if isinstance(body, dict) else body
-    if output == "json":
-        console.print_json(json.dumps(body))
+    if emit(console, output, body):
         return 0
     console.print(jobs_table(items, title=f"jobs ({len(items)})"))
     more_line(console, "gpuq jobs" + _flags(team=team, pool=pool, status=status,
@@ -253,10 +326,63 @@ def _flags(**kw: Any) -> str:
     return "".join(f" --{k} {v}" for k, v in kw.items() if v is not None)
 
 
-def cmd_job(client: Client, console: Console, job_id: str, output: str = "table") -> int:
+def lease_text(lease: Mapping[str, Any]) -> str:
+    """A lease with its state: an ended one says so and when (it read as current)."""
+    state = lease.get("state") or "active"
+    base = (f"{lease.get('borrower')} <- {lease.get('lender')} {fmt_num(lease.get('units'))} CU "
+            f"of {lease.get('gpu_type')}")
+    if state == "active":
+        return f"{base}, active until {fmt_when(lease.get('expires_at'))}"
+    return f"{base}, {state} at {fmt_when(lease.get('ended_at') or lease.get('expires_at'))}"
+
+
+def request_text(spec: Mapping[str, Any] | None) -> str:
+    """What the job asked for, in one line (replicas x GPUs of types, memory, CPU)."""
+    if not spec:
+        return "-"
+    r = spec.get("resources") or {}
+    n = spec.get("replicas") or 1
+    if r.get("gpu_units") is not None:
+        what = f"{fmt_num(r['gpu_units'])} CU"
+    elif r.get("mig"):
+        what = f"MIG {r['mig']}"
+    elif r.get("gpu_share") is not None:
+        what = f"{fmt_num(r['gpu_share'])} of a GPU"
+    else:
+        what = f"{fmt_num(r.get('gpus', 0))} GPU(s)"
+    types = ", ".join(r.get("gpu_types") or []) or "any type"
+    mem = f", >= {fmt_num(r['min_gpu_memory_gb'])} GB/card" if r.get("min_gpu_memory_gb") else ""
+    return (f"{n} x {what} ({types}{mem}), {fmt_num(r.get('cpu', 1))} CPU, "
+            f"{fmt_num(r.get('memory_gb', 1))} GB per replica")
+
+
+def events_table(events: Iterable[Mapping[str, Any]], title: str = "events") -> Table:
+    t = Table(title=title, header_style="bold")
+    for col in ("at", "type", "from", "to", "reason"):
+        t.add_column(col, overflow="fold")
+    for e in events:
+        t.add_row(fmt_when(e.get("at")), str(e.get("type")), str(e.get("from_status") or "-"),
+                  str(e.get("to_status") or "-"), str(e.get("reason") or "-"))
+    return t
+
+
+def _event_line(e: Mapping[str, Any]) -> str:
+    move = (f" {e.get('from_status') or '-'} -> {e.get('to_status')}" if e.get("to_status")
+            else "")
+    return f"{fmt_when(e.get('at'))} {e.get('type')}{move}" + (
+        f": {e['reason']}" if e.get("reason") else "")
+
+
+def cmd_job(client: Client, console: Console, job_id: str, output: str = "table",
+            *, events: bool = False, follow: bool = False, poll_s: float = 2.0,
+            timeout_s: float | None = None) -> int:
+    """One job; ``--events`` adds its history; ``--follow`` prints events as they happen
+    until the job ends (exit 0 succeeded, 1 otherwise, 3 timeout)."""
     job = client.get(f"/v1/jobs/{job_id}")
-    if output == "json":
-        console.print_json(json.dumps(job))
+    evs = client.get(f"/v1/jobs/{job_id}/events") if events or follow else None
+    if follow:
+        return _follow(client, console, job_id, evs or [], poll_s, timeout_s)
+    if emit(console, output, {**job, "events": evs} if evs is not None else job):
         return 0
     t = Table(title=f"job {job.get('id')} {job.get('name')}", show_header=False)
     t.add_column("field", style="bold")
@@ -265,6 +391,7 @@ def cmd_job(client: Client, console: Console, job_id: str, output: str = "table"
         t.add_row(key, str(job.get(key)))
     t.add_row("status", status_text(job.get("status")))
     t.add_row("reason", str(job.get("reason") or "-"))
+    t.add_row("request", request_text(job.get("spec")))
     for key in ("submitted_at", "admitted_at", "started_at", "finished_at", "estimated_start"):
         t.add_row(key, fmt_when(job.get(key)))
     t.add_row("wait", fmt_s(job.get("wait_seconds")))
@@ -272,11 +399,7 @@ def cmd_job(client: Client, console: Console, job_id: str, output: str = "table"
     t.add_row("CU", fmt_num(job.get("units")))
     lease = job.get("lease")
     if lease:
-        t.add_row(
-            "lease",
-            f"{lease.get('borrower')} <- {lease.get('lender')} {fmt_num(lease.get('units'))} CU "
-            f"of {lease.get('gpu_type')} until {fmt_when(lease.get('expires_at'))}",
-        )
+        t.add_row("lease", lease_text(lease))
     console.print(t)
     allocs = job.get("allocations") or []
     if allocs:
@@ -293,7 +416,27 @@ def cmd_job(client: Client, console: Console, job_id: str, output: str = "table"
                 fmt_num(x.get("units")),
             )
         console.print(a)
+    if evs is not None:
+        console.print(events_table(evs))
     return 0
+
+
+def _follow(client: Client, console: Console, job_id: str, evs: list[dict[str, Any]],
+            poll_s: float, timeout_s: float | None) -> int:
+    start = time.monotonic()
+    shown: set[str] = set()
+    while True:
+        for e in evs:
+            if str(e.get("id")) not in shown:
+                shown.add(str(e.get("id")))
+                console.print(_event_line(e), highlight=False, soft_wrap=True, markup=False)
+        status = client.get(f"/v1/jobs/{job_id}").get("status")
+        if status in ENDED:
+            return 0 if status == "succeeded" else 1
+        if timeout_s is not None and time.monotonic() - start >= timeout_s:
+            raise ClientError(f"job {job_id} still {status} after {timeout_s:g} s", code=3)
+        time.sleep(poll_s)
+        evs = client.get(f"/v1/jobs/{job_id}/events")
 
 
 def cmd_queue(
@@ -304,10 +447,31 @@ def cmd_queue(
     team: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
+    output: str = "table",
+    watch: bool = False,
+    interval_s: float = 2.0,
+    count: int = 0,
 ) -> int:
-    body, nxt = client.page("/v1/queue", pool=pool, team=team, limit=limit, cursor=cursor)
+    """The queue; ``--watch`` redraws it every ``interval_s`` (``count`` times, 0 = until
+    interrupted)."""
+    n = 0
+    while True:
+        body, nxt = client.page("/v1/queue", pool=pool, team=team, limit=limit, cursor=cursor)
+        if watch and output == "table" and console.is_terminal:
+            console.clear()
+        _print_queue(console, body, nxt, output, pool, team, limit)
+        n += 1
+        if not watch or (count and n >= count):
+            return 0
+        time.sleep(interval_s)
+
+
+def _print_queue(console: Console, body: Any, nxt: str | None, output: str,
+                 pool: str | None, team: str | None, limit: int | None) -> None:
+    if emit(console, output, body):
+        return
     items = body.get("items", body) if isinstance(body, dict) else body
-    t = Table(title=f"queue ({len(items)} pending)", header_style="bold")
+    t = Table(title=f"queue ({len(items)} pending, {fmt_when(_utcnow())})", header_style="bold")
     for col in ("pos", "id", "name", "team", "pool", "prio", "waited", "est. start", "reason"):
         t.add_column(col, overflow="fold")
     for q in items:
@@ -324,18 +488,26 @@ def cmd_queue(
         )
     console.print(t)
     more_line(console, "gpuq queue" + _flags(pool=pool, team=team, limit=limit), nxt)
-    return 0
 
 
-def cmd_cancel(client: Client, console: Console, job_id: str) -> int:
+def _utcnow() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def cmd_cancel(client: Client, console: Console, job_id: str, output: str = "table") -> int:
     job = client.post(f"/v1/jobs/{job_id}/cancel")
+    if emit(console, output, job):
+        return 0
     status = job.get("status") if isinstance(job, dict) else "cancelled"
     console.print(f"job [bold]{job_id}[/]: {status_text(status)}")
     return 0
 
 
-def cmd_tokens_list(client: Client, console: Console, team: str | None = None) -> int:
+def cmd_tokens_list(client: Client, console: Console, team: str | None = None,
+                    output: str = "table") -> int:
     rows = client.get("/v1/tokens", **({"team": team} if team else {}))
+    if emit(console, output, rows):
+        return 0
     t = Table(title="tokens")
     for col in ("id", "name", "scope", "prefix", "state", "expires", "created by"):
         t.add_column(col)
@@ -346,7 +518,9 @@ def cmd_tokens_list(client: Client, console: Console, team: str | None = None) -
     return 0
 
 
-def _print_new_token(console: Console, body: Mapping[str, Any]) -> None:
+def _print_new_token(console: Console, body: Mapping[str, Any], output: str = "table") -> None:
+    if emit(console, output, body):
+        return
     console.print(f"token [bold]{body['id']}[/] {body['name']} ({body['scope']}), shown once:")
     console.print(body["token"], highlight=False, soft_wrap=True)
 
@@ -357,27 +531,32 @@ def cmd_tokens_create(
     scope: str,
     name: str | None = None,
     expires_in_s: float | None = None,
+    output: str = "table",
 ) -> int:
     body: dict[str, Any] = {"scope": scope}
     if name:
         body["name"] = name
     if expires_in_s:
         body["expires_in_s"] = expires_in_s
-    _print_new_token(console, client.post("/v1/tokens", body))
+    _print_new_token(console, client.post("/v1/tokens", body), output)
     return 0
 
 
-def cmd_tokens_revoke(client: Client, console: Console, token_id: int) -> int:
+def cmd_tokens_revoke(client: Client, console: Console, token_id: int,
+                      output: str = "table") -> int:
     r = client.post(f"/v1/tokens/{token_id}/revoke")
+    if emit(console, output, r):
+        return 0
     console.print(f"token [bold]{r['id']}[/] {r['name']}: {r['state']}")
     return 0
 
 
 def cmd_tokens_rotate(
-    client: Client, console: Console, token_id: int, expires_in_s: float | None = None
+    client: Client, console: Console, token_id: int, expires_in_s: float | None = None,
+    output: str = "table",
 ) -> int:
     body = {"expires_in_s": expires_in_s} if expires_in_s else {}
-    _print_new_token(console, client.post(f"/v1/tokens/{token_id}/rotate", body))
+    _print_new_token(console, client.post(f"/v1/tokens/{token_id}/rotate", body), output)
     return 0
 
 
@@ -409,17 +588,48 @@ def _usage_rows(table: Table, body: Mapping[str, Any]) -> None:
         table.caption = "  ".join(f"{k}: {fmt_num(v)}" for k, v in scalars.items())
 
 
+def team_usage_table(body: Mapping[str, Any]) -> Table:
+    """A team's use against its quota: one row per GPU type it uses or has a quota for,
+    and a total row against ``quota_units`` ("unlimited" when unset), jobs as a caption."""
+    used = body.get("used_by_type") or {}
+    quota = body.get("quota_by_type") or {}
+    t = Table(title=f"team {body.get('team')} usage (CU)", header_style="bold")
+    for col, justify in (("gpu_type", "left"), ("used", "right"), ("quota", "right"),
+                         ("left", "right")):
+        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for g in sorted(set(used) | set(quota)):
+        q = quota.get(g)
+        t.add_row(g, fmt_num(used.get(g, 0)), fmt_num(q) if q is not None else "total only",
+                  fmt_num(max(0.0, q - used.get(g, 0))) if q is not None else "-")
+    total_q = body.get("quota_units")
+    total_u = body.get("used_units") or 0
+    t.add_row("[bold]all types[/]", fmt_num(total_u),
+              "unlimited" if total_q is None else fmt_num(total_q),
+              "-" if total_q is None else fmt_num(max(0.0, total_q - total_u)))
+    t.caption = (f"jobs: {body.get('pending', 0)} pending, {body.get('admitted', 0)} admitted, "
+                 f"{body.get('running', 0)} running")
+    return t
+
+
 def cmd_usage(
-    client: Client, console: Console, *, team: str | None = None, pool: str | None = None
+    client: Client, console: Console, *, team: str | None = None, pool: str | None = None,
+    output: str = "table",
 ) -> int:
     if team or pool:
         kind, name = ("teams", team) if team else ("pools", pool)
         body = client.get(f"/v1/{kind}/{name}/usage")
+        if emit(console, output, body):
+            return 0
+        if team:
+            console.print(team_usage_table(body))
+            return 0
         t = Table(title=f"{kind[:-1]} {name} usage (CU)", header_style="bold")
         _usage_rows(t, body)
         console.print(t)
         return 0
     body = client.get("/v1/reports/utilization")
+    if emit(console, output, body):
+        return 0
     t = Table(title="GPU types", header_style="bold")
     t.add_column("type", no_wrap=True)
     for col in (

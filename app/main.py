@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
 from app.api.db_errors import install_db_error_handlers
+from app.api.input_hints import hint
 from app.api.oidc import OidcVerifier
 from app.api.openapi import AllowMethods, install_truthful_openapi
 from app.api.routes import (
@@ -44,6 +45,7 @@ from app.domain.errors import GpuqError
 from app.metrics import GpuqMetrics
 from app.runtime import Services, open_services
 from app.settings import Settings, get_settings
+from app.store.catalog_cache import CatalogView, cached_catalog
 from app.store.deadline import request_budget
 from app.store.tokens import PrincipalCache
 from app.ui import routes as ui_routes
@@ -80,15 +82,21 @@ def install_services(app: FastAPI, services: Services) -> None:
     app.state.metrics = services.metrics
 
 
-def validation_detail(errors: list[dict]) -> str:
-    """'resources.gpus: Input should be greater than or equal to 0' from pydantic errors."""
+def _cached_catalog(request: Request) -> CatalogView | None:
+    engine = getattr(request.app.state, "engine", None)
+    return cached_catalog(engine) if engine is not None else None
+
+
+def validation_detail(errors: list[dict], catalog: CatalogView | None = None) -> str:
+    """'resources.gpus: Input should be greater than or equal to 0' from pydantic errors;
+    misspelt fields and invalid names get the fix (:mod:`app.api.input_hints`)."""
     parts = []
     for err in errors[:3]:
         loc = [str(x) for x in err.get("loc", ())]
         if loc and loc[0] in ("body", "query", "path", "header"):
             loc = loc[1:]  # the detail starts with the field's name
         field = ".".join(loc) or "body"
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        msg = hint(err, catalog) or str(err.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{field}: {msg}")
     return "; ".join(parts)
 
@@ -251,7 +259,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         errors = list(exc.errors())
         return JSONResponse(
             {
-                "detail": validation_detail(errors),
+                "detail": validation_detail(errors, _cached_catalog(request)),
                 "errors": jsonable_encoder(
                     [{k: e[k] for k in ("loc", "msg", "type") if k in e} for e in errors]
                 ),

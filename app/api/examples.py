@@ -29,7 +29,7 @@ MIG_SLICE = {
     "name": "notebook",
     "team": "recsys",
     "pool": "mixed",
-    "resources": {"mig": "1g.10gb", "gpu_types": ["a100-80g"]},
+    "resources": {"mig": "2g.20gb", "gpu_types": ["a100-80g"]},
 }
 SHARE = {
     "name": "embed-serve",

@@ -6,6 +6,9 @@ Store and domain code raise these; the API turns them into a 4xx whose
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 from app.domain.pod_policy import Violation, describe
 
 
@@ -43,6 +46,18 @@ class PodPolicyError(InputError):
     def __init__(self, violations: list[Violation]) -> None:
         self.violations = list(violations)
         super().__init__(describe(self.violations))
+
+
+def unknown(kind: str, name: str, known: Iterable[str]) -> str:
+    """``unknown GPU type 'a100-80gb' (did you mean a100-80g? known: a100-80g, v100-16g)``:
+    the valid values and the nearest one, so the fix is in the message (names are
+    compared case-insensitively for the suggestion: ``NLP`` -> ``nlp``)."""
+    names = sorted(known)
+    by_lower = {n.lower(): n for n in names}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    hint = f"did you mean {by_lower[close[0]]}? " if close else ""
+    listed = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    return f"unknown {kind} {name!r} ({hint}known: {listed or 'none'})"
 
 
 def error_line(detail: object) -> str:

@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import Connection, func, select, text
 from sqlalchemy.orm import Session, selectinload
 
-from app.domain.errors import Conflict, InputError, NotFound, PodPolicyError
+from app.domain.errors import Conflict, InputError, NotFound, PodPolicyError, unknown
 from app.domain.pod_policy import InstallPolicy, check_template
 from app.domain.spec import JobSpec
 from app.domain.states import CANCELLABLE, STATUSES, TERMINAL
@@ -27,6 +27,7 @@ from app.store.catalog_cache import (
     current_catalog,
     current_catalog_of,
 )
+from app.store.feasibility import check_feasible
 from app.store.orm import (
     AllocationRow,
     JobEventRow,
@@ -75,7 +76,7 @@ def resolve_references(
     cat = catalog or current_catalog(_session(session))
     team = cat.teams.get(spec.team)
     if team is None:
-        raise InputError(f"unknown team {spec.team!r}", "team")
+        raise InputError(unknown("team", spec.team, cat.teams), "team")
     if spec.pod_template:
         violations = check_template(
             spec.pod_template, cat.pod_policy(team, install or InstallPolicy())
@@ -85,7 +86,7 @@ def resolve_references(
     pool_name = spec.pool or team.pool
     pool = cat.pools.get(pool_name)
     if pool is None:
-        raise InputError(f"unknown pool {pool_name!r}", "pool")
+        raise InputError(unknown("pool", pool_name, cat.pools), "pool")
     if pool_name != team.pool and pool_name not in team.allowed_pools:
         allowed = ", ".join([team.pool, *team.allowed_pools])
         raise InputError(
@@ -94,7 +95,7 @@ def resolve_references(
     prio_name = spec.priority or team.default_priority
     prio = cat.priorities.get(prio_name)
     if prio is None:
-        raise InputError(f"unknown priority class {prio_name!r}", "priority")
+        raise InputError(unknown("priority class", prio_name, cat.priorities), "priority")
     r = spec.resources
     types = cat.types
     for fld, names in (
@@ -103,7 +104,7 @@ def resolve_references(
     ):
         for n in names:
             if n not in types:
-                raise InputError(f"unknown GPU type {n!r}", fld)
+                raise InputError(unknown("GPU type", n, types), fld)
     if r.mig is not None and r.mig != "auto":
         profiles = {p for t in types.values() for p in (t.mig_profiles or {})}
         if r.mig not in profiles:
@@ -248,6 +249,12 @@ def insert_job(
                 return None
             catalog, fresh = current_catalog_of(conn), True  # refused by a stale cache?
             continue
+        try:
+            check_feasible(conn, spec, catalog, team, pool.name, prio.name, now)
+        except InputError:
+            if at_revision is not None:
+                return None  # the fresh path gives the 422 (after 401/403, as ever)
+            raise
         units = requested_units(None, spec, catalog)
         row = conn.execute(
             _INSERT_ONE,
@@ -333,6 +340,7 @@ def submit_jobs(
     for i, spec in enumerate(specs):
         try:
             team, pool, prio = resolve_references(None, spec, catalog, install)
+            check_feasible(conn, spec, catalog, team, pool.name, prio.name, now)
         except InputError as e:
             msg = e.detail.split(": ", 1)[1] if e.field else e.detail
             raise InputError(msg, f"jobs[{i}].{e.field}" if e.field else f"jobs[{i}]") from None

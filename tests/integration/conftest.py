@@ -110,3 +110,28 @@ def job_body(name: str = "train", team: str = "nlp", **kw) -> dict:
     }
     body.update(kw)
     return body
+
+
+def submit_before_shrink(client, admin, body: dict, gpu_type: str = "a100-80g") -> str:
+    """Submit a job no node of today's cluster could hold, the way it happens live: the
+    job is accepted while a large node exists (submit-time feasibility refuses it
+    otherwise), then the node goes away, so the dispatcher's ``unschedulable`` path is
+    what the test sees."""
+    node = {"name": "tmp-huge", "gpu_type": gpu_type, "gpus": 64, "cpu": 10000,
+            "memory_gb": 100000}
+    r = client.post("/v1/nodes", json=node, headers=admin)
+    assert r.status_code == 201, r.text
+    mem = (body.get("resources") or {}).get("min_gpu_memory_gb")
+    old = client.get(f"/v1/gpu-types/{gpu_type}", headers=admin).json()["memory_gb"]
+    if mem and mem > old:
+        r = client.patch(f"/v1/gpu-types/{gpu_type}", json={"memory_gb": mem}, headers=admin)
+        assert r.status_code == 200, r.text
+    r = client.post("/v1/jobs", json=body, headers=admin)
+    assert r.status_code == 201, r.text
+    jid = r.json()["id"]
+    if mem and mem > old:
+        r = client.patch(f"/v1/gpu-types/{gpu_type}", json={"memory_gb": old}, headers=admin)
+        assert r.status_code == 200, r.text
+    r = client.delete("/v1/nodes/tmp-huge", headers=admin)
+    assert r.status_code in (200, 204), r.text
+    return jid

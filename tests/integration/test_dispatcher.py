@@ -23,7 +23,7 @@ from app.scheduling.model import (
 )
 from app.simulate import policies
 from app.store.orm import AllocationRow, JobRow, LeaseRow
-from tests.integration.conftest import job_body
+from tests.integration.conftest import job_body, submit_before_shrink
 
 
 def _submit(client, admin, **kw) -> str:
@@ -105,7 +105,7 @@ def test_injected_failure_ends_failed_and_frees_capacity(
     ],
 )
 def test_job_no_node_could_ever_hold_is_unschedulable(client, admin, dispatcher, resources, words):
-    jid = _submit(client, admin, resources=resources)
+    jid = submit_before_shrink(client, admin, job_body(resources=resources))
     dispatcher.run_once()
     j = _job(client, admin, jid)
     assert j["status"] == "unschedulable"

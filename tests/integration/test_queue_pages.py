@@ -12,8 +12,10 @@ from tests.integration.obs_env import AUTH, job, seeded_env
 @pytest.fixture(scope="module")
 def env():
     with seeded_env() as e:
-        for i in range(60):  # 4 cards each on two 4-card nodes: most wait
-            e.submit(job(f"a{i}", ("nlp", "cv")[i % 2], 4, ("a100", "v100")[i % 3 == 0]))
+        for i in range(60):  # a node's worth each (a100-0: 3 whole + a MIG-cut card): most wait
+            team = ("nlp", "cv")[i % 2]
+            kind = "v100" if team == "cv" else ("a100", "v100")[i % 3 == 0]
+            e.submit(job(f"a{i}", team, 3 if kind == "a100" else 4, kind))
             e.advance(1)
         e.dispatch()  # ranks the queue (queue_order)
         for i in range(15):  # submitted after the cycle: not ranked yet

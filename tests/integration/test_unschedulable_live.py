@@ -5,7 +5,7 @@ simulated cluster's backend, the nodes table (``PATCH /v1/nodes/{name}``)."""
 
 from __future__ import annotations
 
-from tests.integration.conftest import job_body
+from tests.integration.conftest import job_body, submit_before_shrink
 
 A100 = {"gpu_types": ["a100-80g"]}
 
@@ -46,8 +46,9 @@ def test_job_waits_for_cordoned_nodes_then_runs(client, admin, dispatcher):
 
 
 def test_demo_gang_is_unschedulable_with_a_true_reason(client, admin, dispatcher):
-    jid = submit(client, admin, "two-nodes", team="recsys", priority="P0", replicas=2,
-                 min_available=2, resources={"gpus": 8, **A100})
+    jid = submit_before_shrink(client, admin, job_body(
+        "two-nodes", team="recsys", priority="P0", replicas=2, min_available=2,
+        resources={"gpus": 8, **A100}))
     dispatcher.run_once()
     j = job(client, admin, jid)
     assert j["status"] == "unschedulable"
@@ -57,7 +58,7 @@ def test_demo_gang_is_unschedulable_with_a_true_reason(client, admin, dispatcher
 
 def test_unschedulable_job_requeued_when_the_cluster_grows(client, admin, dispatcher):
     # 10 whole cards on one node: more than any demo node has (100 CU: within nlp's quota)
-    jid = submit(client, admin, "needs-10", resources={"gpus": 10, **A100})
+    jid = submit_before_shrink(client, admin, job_body("needs-10", resources={"gpus": 10, **A100}))
     dispatcher.run_once()
     assert job(client, admin, jid)["status"] == "unschedulable"
     dispatcher.run_once()  # nothing changed: it stays
@@ -78,9 +79,9 @@ def test_relabelled_mig_layout_requeues(client, admin, dispatcher):
     """A MIG-cut card counts as its slices: 8 whole cards on a100-0 exist only
     once its MIG layout is removed."""
     cordon(client, admin, "a100-1")  # out of the picture for this test
+    jid = submit(client, admin, "eight-whole", resources={"gpus": 8, **A100})
     r = client.patch("/v1/nodes/a100-1", json={"gpus": 4}, headers=admin)
     assert r.status_code == 200, r.text
-    jid = submit(client, admin, "eight-whole", resources={"gpus": 8, **A100})
     dispatcher.run_once()
     j = job(client, admin, jid)
     assert j["status"] == "unschedulable"
@@ -93,7 +94,7 @@ def test_relabelled_mig_layout_requeues(client, admin, dispatcher):
 
 
 def test_admin_requeue(client, admin, dispatcher, team_token):
-    jid = submit(client, admin, "needs-16", resources={"gpus": 16, **A100})
+    jid = submit_before_shrink(client, admin, job_body("needs-16", resources={"gpus": 16, **A100}))
     dispatcher.run_once()
     assert job(client, admin, jid)["status"] == "unschedulable"
     nlp = team_token("nlp")

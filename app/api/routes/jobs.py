@@ -34,11 +34,12 @@ from app.api.schemas import (
     job_out,
     new_job_out,
 )
-from app.domain.errors import InputError
+from app.domain.errors import InputError, unknown
 from app.domain.spec import JobSpec
 from app.domain.states import JobStatus
 from app.store import jobs as job_store
 from app.store import requeue
+from app.store.catalog_cache import current_catalog
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -185,6 +186,7 @@ def list_jobs(
     session: SessionDep,
     principal: PrincipalDep,
     now: NowDep,
+    estimator: EstimatorDep,
     team: NameQuery = None,
     pool: NameQuery = None,
     status: JobStatus | None = None,
@@ -192,10 +194,17 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=job_store.MAX_LIMIT)] = 50,
     cursor: CursorQuery = None,
 ) -> JobPage:
+    """Jobs newest first. A filter naming a team, pool or priority class that does not
+    exist is a 422 with the valid names (an empty page read as "no jobs" before)."""
     if not principal.is_admin:
         if team is not None and team != principal.team:
             principal.require_team(team)
         team = principal.team
+    cat = current_catalog(session)
+    for kind, name, known in (("team", team, cat.teams), ("pool", pool, cat.pools),
+                              ("priority class", priority, cat.priorities)):
+        if name is not None and name not in known:
+            raise InputError(unknown(kind, name, known), kind.split()[0])
     rows, next_cursor = job_store.list_jobs(
         session,
         team=team,
@@ -206,7 +215,13 @@ def list_jobs(
         cursor=cursor,
     )
     leases = job_store.leases_for(session, rows)
-    return JobPage(items=[job_out(r, now, leases.get(r.id)) for r in rows], next_cursor=next_cursor)
+    items = [job_out(r, now, leases.get(r.id)) for r in rows]
+    if any(o.status == "pending" for o in items):
+        start = estimator.starts(now)  # as on GET /v1/jobs/{id}: one estimate per page
+        for o in items:
+            if o.status == "pending":
+                o.estimated_start = start(o.id)
+    return JobPage(items=items, next_cursor=next_cursor)
 
 
 @router.get("/{job_id}")

@@ -1,0 +1,142 @@
+"""The CLI for daily work against a real server (issue 29): idempotent submit, exit codes
+scripts can trust, --wait / --watch / --follow, -o json|yaml, the team usage view, leases
+with their state, and the no-token message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from tests.integration.obs_env import ADMIN, seeded_env, serving
+from tests.integration.test_cli_client import GPUQ, gpuq
+
+
+@pytest.fixture(scope="module")
+def server():
+    with seeded_env() as env, serving(env.client.app) as url:
+        yield env, url
+
+
+def _file(tmp_path, name: str, text: str):
+    f = tmp_path / name
+    f.write_text(text)
+    return str(f)
+
+
+ONE = "name: {n}\nteam: nlp\nresources: {{gpus: 1, gpu_types: [v100]}}\nduration_estimate_s: 60\n"
+
+
+def test_submitting_the_same_file_twice_returns_the_first_job(server, tmp_path):
+    _env, url = server
+    f = _file(tmp_path, "j.yaml", ONE.format(n="idem"))
+    a = gpuq(url, "submit", "-f", f, "-o", "json")
+    assert a.returncode == 0, a.stderr
+    b = gpuq(url, "submit", "-f", f)
+    assert b.returncode == 0, b.stderr
+    first = json.loads(a.stdout)["id"]
+    assert f"already submitted: job {first}" in b.stdout and "--new" in b.stdout
+    c = gpuq(url, "submit", "-f", f, "--new", "-o", "json")
+    assert c.returncode == 0 and json.loads(c.stdout)["id"] != first
+    # a changed file is another job
+    f2 = _file(tmp_path, "j2.yaml", ONE.format(n="idem") + "priority: P2\n")
+    d = gpuq(url, "submit", "-f", f2, "-o", "json")
+    assert d.returncode == 0 and json.loads(d.stdout)["id"] not in (first,)
+
+
+def test_unknown_filters_exit_non_zero_with_the_valid_names(server):
+    _env, url = server
+    r = gpuq(url, "jobs", "--team", "vision")
+    assert r.returncode == 1 and "unknown team 'vision'" in r.stderr
+    assert "known: cv, nlp" in r.stderr
+    r = gpuq(url, "jobs", "--team", "NLP")
+    assert r.returncode == 1 and "did you mean nlp?" in r.stderr
+    r = gpuq(url, "jobs", "--pool", "trainin")
+    assert r.returncode == 1 and "did you mean training?" in r.stderr
+
+
+def test_no_token_says_how_to_give_one(server):
+    _env, url = server
+    r = gpuq(url, "queue", token=None)
+    assert r.returncode == 1 and "set GPUQ_TOKEN or pass --token" in r.stderr
+
+
+def test_submit_wait_returns_when_the_job_runs(server, tmp_path):
+    env, url = server
+    f = _file(tmp_path, "w.yaml", ONE.format(n="waiter"))
+    p = subprocess.Popen([*GPUQ, "submit", "-f", f, "--wait", "--interval", "0.2",
+                          "--timeout", "30", "--url", url, "--token", ADMIN],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        assert p.poll() is None  # still waiting: nothing ran a cycle
+        env.dispatch()
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert "pending" in out and "running" in out.splitlines()[-1]
+
+
+def test_wait_times_out_with_code_3(server, tmp_path):
+    _env, url = server
+    f = _file(tmp_path, "t.yaml", ONE.format(n="slowpoke"))
+    r = gpuq(url, "submit", "-f", f, "--wait", "--timeout", "0.5", "--interval", "0.2")
+    assert r.returncode == 3 and "still pending" in r.stderr
+
+
+def test_queue_watch_redraws(server, tmp_path):
+    _env, url = server
+    r = gpuq(url, "queue", "--watch", "--count", "2", "--interval", "0.1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("queue (") == 2
+
+
+def test_job_events_and_follow(server, tmp_path):
+    _env, url = server
+    f = _file(tmp_path, "e.yaml", ONE.format(n="followed"))
+    jid = json.loads(gpuq(url, "submit", "-f", f, "-o", "json").stdout)["id"]
+    r = gpuq(url, "job", jid, "--events")
+    assert r.returncode == 0 and "submitted" in r.stdout and "1 x 1 GPU(s) (v100" in r.stdout
+    p = subprocess.Popen([*GPUQ, "job", jid, "--follow", "--interval", "0.2", "--timeout", "30",
+                          "--url", url, "--token", ADMIN],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        assert gpuq(url, "cancel", jid).returncode == 0
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 1, err  # it ended, and not by succeeding
+    assert "submitted" in out and "cancelled" in out
+
+
+def test_every_client_command_speaks_json_and_yaml(server, tmp_path):
+    _env, url = server
+    for args in (("jobs",), ("queue",), ("usage",), ("usage", "--team", "nlp"),
+                 ("usage", "--pool", "training"), ("tokens", "list")):
+        for fmt, parse in (("json", json.loads), ("yaml", yaml.safe_load)):
+            r = gpuq(url, *args, "-o", fmt)
+            assert r.returncode == 0, (args, r.stderr)
+            assert parse(r.stdout) is not None, (args, fmt, r.stdout[:200])
+    r = gpuq(url, "jobs", "-o", "xml")
+    assert r.returncode == 2 and "table, json, yaml" in r.stderr
+
+
+def test_team_usage_shows_quota_per_type_and_in_total(server):
+    _env, url = server
+    r = gpuq(url, "usage", "--team", "nlp")
+    assert r.returncode == 0, r.stderr
+    assert "all types" in r.stdout and "1,000" in r.stdout or "1000" in r.stdout
+    assert "pending" in r.stdout and "running" in r.stdout
+
+
+def test_help_has_metavars_examples_and_fields():
+    out = subprocess.run([*GPUQ, "submit", "--help"], capture_output=True, text=True).stdout
+    assert "<bool>" not in out and "<str>" not in out
+    assert "--file FILE" in out and "Examples:" in out and "min_gpu_memory_gb" in out
+    out = subprocess.run([*GPUQ, "simulate", "--help"], capture_output=True, text=True).stdout
+    assert "kueue" in out and "fgd" in out

@@ -1,0 +1,30 @@
+"""Errors that say how to fix them (issue 29): a misspelt field gets "did you mean", a
+name that is not a valid name is answered as an unknown name with the valid ones."""
+
+from __future__ import annotations
+
+from tests.integration.conftest import job_body
+
+
+def _detail(client, admin, body) -> str:
+    r = client.post("/v1/jobs", json=body, headers=admin)
+    assert r.status_code == 422, r.text
+    return r.json()["detail"]
+
+
+def test_misspelt_field_suggests_the_right_one(client, admin):
+    d = _detail(client, admin, job_body(resources={"gpu": 2}))
+    assert d == "resources.gpu: unknown field (did you mean gpus?)", d
+
+
+def test_unknown_type_lists_the_types_and_the_nearest(client, admin):
+    d = _detail(client, admin, job_body(resources={"gpus": 1, "gpu_types": ["a100-80gb"]}))
+    assert "unknown GPU type 'a100-80gb' (did you mean a100-80g?" in d, d
+    assert "rtx4090-24g" in d and "v100-16g" in d
+
+
+def test_unknown_pool_and_priority(client, admin):
+    d = _detail(client, admin, job_body(pool="trainig"))
+    assert "unknown pool 'trainig' (did you mean training?" in d, d
+    d = _detail(client, admin, job_body(priority="P9"))
+    assert "unknown priority class 'P9'" in d and "P0, P1, P2" in d, d

@@ -1,0 +1,11 @@
+"""The policy names `gpuq simulate --help` lists are the simulator's (cli.py keeps them as
+text so `gpuq --help` does not import the simulator)."""
+
+from app import cli
+from app.simulate.fill import FILL_POLICIES
+from app.simulate.policies import POLICY_NAMES
+
+
+def test_listed_policies_are_the_real_ones():
+    assert tuple(cli.SIM_POLICIES.split(", ")) == POLICY_NAMES
+    assert tuple(cli.FILL_POLICIES.split(", ")) == FILL_POLICIES
