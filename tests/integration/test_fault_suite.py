@@ -40,6 +40,11 @@ from tests.invariants import check_cluster, check_database, sim_pods
 
 DONE = (*TERMINAL, "unschedulable")  # nothing left to do for the dispatcher
 TEAMS = [("nlp", "training"), ("recsys", "inference"), ("research", "mixed")]
+# the GPU types of each pool in the demo config: a job names only types its pool has
+# (anything else is a 422 at submit, app/store/feasibility.py)
+POOL_TYPES = {"training": ["a100-80g", "v100-16g"],
+              "inference": ["a100-80g", "v100-16g", "rtx4090-24g"],
+              "mixed": ["a100-80g", "v100-16g", "rtx4090-24g"]}
 
 
 @dataclass
@@ -62,8 +67,7 @@ def _spec(rng: random.Random, i: int) -> JobSpec:
     team, pool = rng.choice(TEAMS)
     kind = rng.random()
     if kind < 0.5:
-        res = {"gpus": rng.choice([1, 1, 2, 4]), "gpu_types": [rng.choice(
-            ["a100-80g", "v100-16g", "rtx4090-24g"])]}
+        res = {"gpus": rng.choice([1, 1, 2, 4]), "gpu_types": [rng.choice(POOL_TYPES[pool])]}
     elif kind < 0.65:
         res = {"mig": "auto", "min_gpu_memory_gb": rng.choice([10, 20, 40])}
     elif kind < 0.8:

@@ -40,7 +40,9 @@ schema = schemathesis.openapi.from_dict(
 ALL_CHECKS = [c for c in CHECKS.get_all() if not is_check_class(c)]
 
 # objects of the demo config (app/config/demo.yaml) that positive cases name
-TEAM, POOL_OF_TEAM, TYPE, MIG = "nlp", "training", "a100-80g", "1g.10gb"
+TEAM, POOL_OF_TEAM, TYPE, MIG = "nlp", "training", "a100-80g", "2g.20gb"
+QUERY_NAMES = {"team": TEAM, "pool": POOL_OF_TEAM, "priority": "P1", "gpu_type": TYPE}
+FITS = {"cpu": 32, "memory_gb": 128, "gpus": 8, "gpu_units": 40, "min_gpu_memory_gb": 16}
 
 
 def _job(spec: object) -> None:
@@ -54,15 +56,24 @@ def _job(spec: object) -> None:
     spec.pop("priority", None)
     spec["pod_template"] = {}
     spec.pop("min_available", None)
+    if isinstance(spec.get("replicas"), int):
+        spec["replicas"] = min(spec["replicas"], 2)
     res = spec.get("resources")
     if isinstance(res, dict):
+        # sizes the demo cluster can hold (a request no node could ever run is a 422 at
+        # submit, app/store/feasibility.py): host CPU/memory of its smallest nodes, one
+        # node's cards, card memory every type has
+        for key, most in FITS.items():
+            if isinstance(res.get(key), int | float) and not isinstance(res[key], bool):
+                res[key] = min(res[key], most)
         res.pop("gpu_types", None)
         res.pop("avoid_gpu_types", None)
         if res.get("mig") is not None:
             res["mig"] = MIG
             res["gpu_types"] = [TYPE]
-        if res.get("gpu_share") is not None:
+        if res.get("gpu_share") is not None:  # 4090s are shareable; nlp reaches them in mixed
             res["gpu_types"] = ["rtx4090-24g"]
+            spec["pool"] = "mixed"
 
 
 def _refs(body: dict, **fixed: object) -> None:
@@ -133,6 +144,9 @@ def map_case(ctx, case):  # noqa: ANN001
         fix(case.body)
     if isinstance(case.query, dict):
         case.query.pop("cursor", None)
+        for key, value in QUERY_NAMES.items():  # list filters name objects that exist
+            if key in case.query:
+                case.query[key] = value
     return case
 
 
