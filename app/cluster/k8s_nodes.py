@@ -232,7 +232,11 @@ def node_view(
     pods_on_node: Iterable[Mapping],
     types: Sequence[GpuTypeConfig],
     ks: KubeSettings,
+    foreign: Mapping[str, Decimal] | None = None,
 ) -> NodeView:
+    """``pods_on_node``: gpuq's Pods there (and any others, summed like ``foreign``);
+    ``foreign``: the summed requests of the Pods gpuq does not manage that hold
+    resources there (:class:`app.cluster.k8s_usage.NodeUsage`)."""
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
     status = node.get("status") or {}
@@ -274,10 +278,7 @@ def node_view(
         reasons.append("tainted " + ", ".join(f"{k}:{e}" for k, _v, e in taints))
 
     # --- usage by Pods gpuq does not manage
-    cpu_used = Decimal(0)
-    mem_used = Decimal(0)
-    ext_whole = 0
-    ext_mig: Counter[str] = Counter()
+    used: dict[str, Decimal] = defaultdict(Decimal, foreign or {})
     gpuq_devices: set[int] = set()
     gpuq_slices: set[tuple[int, int]] = set()
     gpuq_mig: list[tuple[int, int, str]] = []
@@ -293,15 +294,18 @@ def node_view(
                     gpuq_slices.add((int(d), int(sl)))
                     gpuq_mig.append((int(d), int(sl), prof))
             continue
-        req = pod_requests(pod)
-        cpu_used += req.get("cpu", Decimal(0))
-        mem_used += req.get("memory", Decimal(0))
-        if gpu_type is not None:
-            ext_whole += int(req.get(gpu_type.resource_name, 0))
-            prefix = mig_prefix(gpu_type.resource_name)
-            for r, q in req.items():
-                if r.startswith(prefix):
-                    ext_mig[r[len(prefix) :]] += int(q)
+        for r, q in pod_requests(pod).items():
+            used[r] += q
+    cpu_used = used.get("cpu", Decimal(0))
+    mem_used = used.get("memory", Decimal(0))
+    ext_whole = 0
+    ext_mig: Counter[str] = Counter()
+    if gpu_type is not None:
+        ext_whole = int(used.get(gpu_type.resource_name, 0))
+        prefix = mig_prefix(gpu_type.resource_name)
+        for r, q in used.items():
+            if r.startswith(prefix):
+                ext_mig[r[len(prefix) :]] += int(q)
     if gpu_type is not None:
         _keep_held(devices, gpuq_devices, gpuq_mig)
     # External cards: highest index first and never one gpuq's own Pods hold,
@@ -344,13 +348,19 @@ def node_views(
     pods: Iterable[Mapping],
     types: Sequence[GpuTypeConfig],
     ks: KubeSettings,
+    foreign: Mapping[str, Mapping[str, Decimal]] | None = None,
 ) -> list[NodeView]:
+    """Every node's view. ``foreign``: node -> summed requests of the Pods gpuq does
+    not manage, kept per event (so a pass costs O(nodes + gpuq's Pods), not O(all
+    Pods)); ``pods`` are read one by one, gpuq's and any others given."""
     by_node: dict[str, list[Mapping]] = defaultdict(list)
     for p in pods:
         n = (p.get("spec") or {}).get("nodeName")
         if n:
             by_node[n].append(p)
-    return [
-        node_view(n, by_node.get((n.get("metadata") or {}).get("name", ""), ()), types, ks)
-        for n in nodes
-    ]
+    out = []
+    for n in nodes:
+        name = (n.get("metadata") or {}).get("name", "")
+        out.append(node_view(n, by_node.get(name, ()), types, ks,
+                             (foreign or {}).get(name)))
+    return out

@@ -47,6 +47,8 @@ class KubeSettings(BaseSettings):
     default_image: str = "busybox:1.36"
     # Watch requests end server-side after this long and are resumed.
     watch_timeout_s: int = Field(default=300, ge=1)
+    # Objects per page when an informer lists (limit/continue; client-go's pager uses 500).
+    list_page_size: int = Field(default=500, ge=1, le=10000)
     # delete a victim's Pod when an eviction is refused (PodDisruptionBudget, 429)
     eviction_fallback_delete: bool = True
     # A job whose Pod fails is requeued this many times before it ends `failed`.

@@ -5,6 +5,14 @@ protocol: list to get a ``resourceVersion``, watch from it, keep resuming
 from the last version seen (bookmarks included), and relist when the
 server says 410 Gone (history compacted). A relist is diffed against the
 cache so a Pod deleted while the watch was down still produces DELETED.
+
+What it costs on a large cluster is bounded the way client-go's reflector
+bounds it (k8s.io/client-go/tools/cache/reflector.go and tools/pager/pager.go):
+the server filters (``label_selector``, ``field_selector``, on the list and the
+watch alike), lists come in pages of ``page_size`` (``limit``/``continue``; a
+token that expired mid-list, 410, restarts the list in one piece, the pager's
+``FullListIfExpired``), and ``transform`` shrinks each object before it is
+cached (client-go's ``SetTransform``), so only what the caller reads is kept.
 """
 
 from __future__ import annotations
@@ -24,6 +32,20 @@ from app.cluster.k8s_metrics import WATCH_RELISTS
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, dict, dict | None], None]  # (type, object, previous)
+Transform = Callable[[dict], dict]
+
+#: client-go's pager default (tools/pager/pager.go defaultPageSize)
+DEFAULT_PAGE_SIZE = 500
+
+
+def strip_managed_fields(obj: dict) -> dict:
+    """Drop ``metadata.managedFields`` (server-side apply's bookkeeping: often half
+    an object's size, read by nobody here), the transform client-go's informers
+    are commonly given."""
+    meta = obj.get("metadata")
+    if meta:
+        meta.pop("managedFields", None)
+    return obj
 
 
 def object_key(obj: dict) -> str:
@@ -56,6 +78,9 @@ class Informer:
         handler: Handler | None = None,
         *,
         label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int | None = DEFAULT_PAGE_SIZE,
+        transform: Transform | None = strip_managed_fields,
         timeout_s: int = 300,
         backoff_s: float = 1.0,
     ) -> None:
@@ -63,6 +88,9 @@ class Informer:
         self.list_fn = list_fn
         self.handler = handler
         self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.page_size = page_size
+        self.transform = transform
         self.timeout_s = timeout_s
         self.backoff_s = backoff_s
         self.cache: dict[str, dict] = {}
@@ -85,17 +113,47 @@ class Informer:
         kw: dict[str, Any] = {"_preload_content": False}
         if self.label_selector:
             kw["label_selector"] = self.label_selector
+        if self.field_selector:
+            kw["field_selector"] = self.field_selector
         return kw
+
+    def _list_pages(self, page_size: int | None) -> tuple[dict[str, dict], str | None]:
+        """Every page of one consistent list: (objects by key, the list's version)."""
+        fresh: dict[str, dict] = {}
+        token: str | None = None
+        rv: str | None = None
+        while True:
+            kw = self._kwargs()
+            if page_size:
+                kw["limit"] = page_size
+            if token:
+                kw["_continue"] = token
+            resp = _check(self.list_fn(**kw, _request_timeout=60))
+            data = json.loads(resp.data)
+            del resp
+            for o in data.get("items") or []:
+                if self.transform is not None:
+                    o = self.transform(o)
+                fresh[object_key(o)] = o
+            meta = data.get("metadata") or {}
+            rv = rv or meta.get("resourceVersion")
+            token = meta.get("continue")
+            if not token:
+                return fresh, rv
 
     def relist(self) -> None:
         """Replace the cache by a fresh list, reporting the differences."""
-        resp = _check(self.list_fn(**self._kwargs(), _request_timeout=60))
-        data = json.loads(resp.data)
-        fresh = {object_key(o): o for o in data.get("items") or []}
+        try:
+            fresh, rv = self._list_pages(self.page_size)
+        except ApiException as e:
+            if e.status != 410 or not self.page_size:
+                raise
+            log.info("%s: list continuation expired; listing in one piece", self.name)
+            fresh, rv = self._list_pages(None)
         with self.lock:
             old = self.cache
             self.cache = fresh
-            self.resource_version = (data.get("metadata") or {}).get("resourceVersion")
+            self.resource_version = rv
             self.relists += 1
         WATCH_RELISTS.labels(resource=self.name).inc()
         if self.handler:
@@ -113,6 +171,8 @@ class Informer:
         self.synced.set()
 
     def apply(self, type_: str, obj: dict) -> None:
+        if self.transform is not None:
+            obj = self.transform(obj)
         key = object_key(obj)
         with self.lock:
             prev = self.cache.get(key)

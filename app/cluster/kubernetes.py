@@ -1,7 +1,10 @@
 """The real cluster: Nodes and Pods through the Kubernetes API.
 
-* Node sync: informers (list + watch) on Nodes and Pods keep a local cache;
-  :meth:`list_nodes` turns it into the core's nodes (:mod:`k8s_nodes`).
+* Node sync: informers (list + watch) keep a local cache of the Nodes, of gpuq's
+  own Pods (by label) and of the bound, running Pods of other workloads (by label
+  and field selector, slimmed to their requests and summed per node as events
+  arrive, :mod:`k8s_usage`); :meth:`list_nodes` turns them into the core's nodes
+  (:mod:`k8s_nodes`). Lists are paged (``list_page_size``).
 * Admission: :meth:`bind` creates every replica's Pod (``schedulerName:
   gpuq``) and only then binds each with the Binding subresource; if any
   create or bind fails, every Pod of the attempt is deleted and
@@ -53,6 +56,13 @@ from app.cluster.k8s_pods import (
     pod_placement_key,
 )
 from app.cluster.k8s_settings import KubeSettings
+from app.cluster.k8s_usage import (
+    FOREIGN_PODS_FIELDS,
+    FOREIGN_PODS_LABELS,
+    OWN_PODS_LABELS,
+    NodeUsage,
+    slim_pod,
+)
 from app.cluster.k8s_watch import Informer
 from app.cluster.workloads.client import WorkloadClient
 from app.cluster.workloads.pods import WorkloadPods
@@ -136,17 +146,33 @@ class KubernetesCluster:
         self._reported_unmatched: set[tuple[str, str]] = set()
         self._by_job: dict[str, dict[str, dict]] = {}  # job id -> pod key -> Pod
         self.unmatched: dict[str, str] = {}  # node -> product, from the last list_nodes
-        self.nodes = Informer("nodes", self.api.list_node, None, timeout_s=self.ks.watch_timeout_s)
+        self.nodes = Informer("nodes", self.api.list_node, None, timeout_s=self.ks.watch_timeout_s,
+                              page_size=self.ks.list_page_size)
         # The team's Pod policy at bind time (wired by app.runtime to the catalog);
         # without it, the restricted default of the install.
         self.pod_policy_for: Callable[[str], PodPolicy | None] | None = None
         # Kubernetes-native workloads: started, stopped, their Pods bound
         self.workloads = WorkloadPods(WorkloadClient(api_client, list(self.ks.workload_kinds)))
+        # gpuq's own Pods, whole (less managedFields): their outcomes are the jobs'
         self.pods = Informer(
             "pods",
             self.api.list_pod_for_all_namespaces,
             self._on_pod,
+            label_selector=OWN_PODS_LABELS,
             timeout_s=self.ks.watch_timeout_s,
+            page_size=self.ks.list_page_size,
+        )
+        # everybody else's, only while bound and not finished, only their requests
+        self.usage = NodeUsage()
+        self.other_pods = Informer(
+            "other-pods",
+            self.api.list_pod_for_all_namespaces,
+            self.usage.on_event,
+            label_selector=FOREIGN_PODS_LABELS,
+            field_selector=FOREIGN_PODS_FIELDS,
+            transform=slim_pod,
+            timeout_s=self.ks.watch_timeout_s,
+            page_size=self.ks.list_page_size,
         )
 
     @classmethod
@@ -174,23 +200,28 @@ class KubernetesCluster:
     # ---------------------------------------------------------------- lifecycle
     def start(self, wait_s: float = 30.0) -> None:
         """Start the informers and wait for the first full lists."""
-        self.nodes.start()
-        self.pods.start()
-        if not (self.nodes.synced.wait(wait_s) and self.pods.synced.wait(wait_s)):
+        for inf in self.informers:
+            inf.start()
+        if not all(inf.synced.wait(wait_s) for inf in self.informers):
             raise TimeoutError("Kubernetes API: initial node/pod list did not complete")
+
+    @property
+    def informers(self) -> tuple[Informer, ...]:
+        return (self.nodes, self.pods, self.other_pods)
 
     def sync(self) -> None:
         """One list/watch round of each informer (tests drive this by hand)."""
-        self.nodes.step()
-        self.pods.step()
+        for inf in self.informers:
+            inf.step()
 
     def close(self) -> None:
-        self.nodes.stop()
-        self.pods.stop()
+        for inf in self.informers:
+            inf.stop()
 
     # ---------------------------------------------------------------- nodes
     def node_views(self) -> list[NodeView]:
-        return node_views(self.nodes.items(), self.pods.items(), self.type_configs, self.ks)
+        return node_views(self.nodes.items(), self.pods.items(), self.type_configs, self.ks,
+                          self.usage.by_node())
 
     def list_nodes(self) -> list[Node]:
         views = self.node_views()
@@ -646,7 +677,7 @@ class KubernetesCluster:
     def wait_synced(self, timeout_s: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.nodes.synced.is_set() and self.pods.synced.is_set():
+            if all(inf.synced.is_set() for inf in self.informers):
                 return True
             time.sleep(0.01)
         return False

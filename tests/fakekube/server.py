@@ -4,8 +4,10 @@ Enough of the core/v1 API for gpuq's backend, driven by the official
 ``kubernetes`` client over real HTTP:
 
 * ``GET /api/v1/nodes`` and ``GET /api/v1/pods`` (lists with
-  ``metadata.resourceVersion``; ``?watch=1`` streams ``{"type", "object"}``
-  lines from ``resourceVersion``, ADDED for everything when none is given;
+  ``metadata.resourceVersion``, ``labelSelector``, ``fieldSelector`` and pages of
+  ``limit`` with ``continue`` tokens, as tests/fakekube/selectors.py models them;
+  ``?watch=1`` streams ``{"type", "object"}`` lines from ``resourceVersion``,
+  filtered by the same selectors, ADDED for everything when none is given;
   a compacted version gets an ``ERROR`` event carrying a 410 ``Status``).
 * ``POST /api/v1/namespaces/{ns}/pods`` (409 ``AlreadyExists``),
   ``GET``/``DELETE`` one Pod (404 ``NotFound``).
@@ -35,6 +37,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tests.fakekube.selectors import (
+    Matcher,
+    SelectorError,
+    decode_continue,
+    encode_continue,
+    parse_labels,
+    watch_event,
+)
+
 POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/(binding|eviction))?$")
 EVENTS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 SERVICE_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")
@@ -54,24 +65,8 @@ def status(code: int, reason: str, message: str, **details: Any) -> dict:
 
 
 def _match_labels(selector: str | None, labels: dict[str, str]) -> bool:
-    if not selector:
-        return True
-    for term in selector.split(","):
-        term = term.strip()
-        if "!=" in term:
-            k, v = term.split("!=", 1)
-            if labels.get(k) == v:
-                return False
-        elif "=" in term:
-            k, v = term.replace("==", "=").split("=", 1)
-            if labels.get(k) != v:
-                return False
-        elif term.startswith("!"):
-            if term[1:] in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
+    """``labelSelector`` over one object's labels (selectors.py has the grammar)."""
+    return parse_labels(selector)(labels)
 
 
 class FakeKube:
@@ -84,7 +79,11 @@ class FakeKube:
         self.nodes: dict[str, dict] = {}
         self.pods: dict[tuple[str, str], dict] = {}
         self.services: dict[tuple[str, str], dict] = {}
-        self.log: list[tuple[int, str, str, dict]] = []  # (rv, kind, type, object)
+        # (rv, kind, type, object, the object as the previous event left it)
+        self.log: list[tuple[int, str, str, dict, dict | None]] = []
+        self._last: dict[tuple[str, str | None, str], dict] = {}
+        # list snapshots that continue tokens read from: (kind, rv) -> [(key, object)]
+        self._snapshots: dict[tuple[str, int], list[tuple[str, dict]]] = {}
         self.k8s_events: list[dict] = []
         self.requests: list[tuple[str, str]] = []
         self.bindings: list[tuple[str, str, str]] = []  # (ns, pod, node)
@@ -142,7 +141,12 @@ class FakeKube:
         """Caller holds the lock."""
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
-        self.log.append((self.rv, kind, type_, copy.deepcopy(obj)))
+        key = (kind, obj["metadata"].get("namespace"), obj["metadata"].get("name"))
+        now = copy.deepcopy(obj)
+        prev = self._last.pop(key, None) if type_ == "DELETED" else self._last.get(key)
+        if type_ != "DELETED":
+            self._last[key] = now
+        self.log.append((self.rv, kind, type_, now, prev))
         self.cond.notify_all()
 
     @staticmethod
@@ -216,21 +220,50 @@ class FakeKube:
             ]
 
     # ------------------------------------------------------------ API verbs
-    def list(self, kind: str, selector: str | None) -> dict:
+    def list(self, kind: str, selector: str | None = None, field_selector: str | None = None,
+             limit: int | None = None, cont: str | None = None,
+             namespace: str | None = None) -> dict:
+        """A list as the apiserver answers it (selectors.py: selectors, pages);
+        raises SelectorError (400) or ListExpired (410)."""
+        match = Matcher(kind, selector, field_selector)
         with self.cond:
-            self.list_calls[kind] += 1
-            src = self.nodes.values() if kind == "nodes" else self.pods.values()
-            items = [
-                copy.deepcopy(o)
-                for o in src
-                if _match_labels(selector, o["metadata"].get("labels", {}))
-            ]
-            return {
-                "kind": "NodeList" if kind == "nodes" else "PodList",
-                "apiVersion": "v1",
-                "metadata": {"resourceVersion": str(self.rv)},
-                "items": items,
-            }
+            self.list_calls[kind] = self.list_calls.get(kind, 0) + 1
+            if cont:
+                rv, start = decode_continue(cont)
+                snap = self._snapshots.get((kind, rv))
+                if snap is None or rv <= self.compacted_rv:
+                    raise ListExpired(rv)
+            else:
+                rv, start = self.rv, ""
+                src = self.nodes if kind == "nodes" else self.pods
+                snap = sorted(((o["metadata"].get("namespace", "") + "/"
+                                + o["metadata"]["name"]).lstrip("/"), copy.deepcopy(o))
+                              for o in src.values())
+                if limit:
+                    self._snapshots[(kind, rv)] = snap
+                    while len(self._snapshots) > 8:  # the oldest are "compacted"
+                        del self._snapshots[next(iter(self._snapshots))]
+        items, next_key = [], None
+        for key, obj in snap:
+            if key < start:
+                continue
+            if namespace is not None and obj["metadata"].get("namespace") != namespace:
+                continue
+            if not match(obj):
+                continue
+            if limit and len(items) == limit:
+                next_key = key
+                break
+            items.append(copy.deepcopy(obj) if cont or limit else obj)
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if next_key is not None:
+            meta["continue"] = encode_continue(rv, next_key)
+        return {
+            "kind": "NodeList" if kind == "nodes" else "PodList",
+            "apiVersion": "v1",
+            "metadata": meta,
+            "items": items,
+        }
 
     def create_pod(self, ns: str, body: dict) -> tuple[int, dict]:
         name = body.get("metadata", {}).get("name")
@@ -361,16 +394,18 @@ class FakeKube:
             return done
 
     def watch_events(self, kind: str, since: str | None, selector: str | None, handler: Any,
-                     timeout_s: float) -> None:
-        """Stream events newer than ``since`` until the timeout or shutdown."""
+                     timeout_s: float, field_selector: str | None = None) -> None:
+        """Stream events newer than ``since`` until the timeout or shutdown, filtered by
+        the selectors the way the watch cache filters them (selectors.watch_event)."""
         deadline = time.monotonic() + timeout_s
+        match = Matcher(kind, selector, field_selector)
         with self.cond:
             if since in (None, "", "0"):
                 src = self.nodes.values() if kind == "nodes" else self.pods.values()
                 initial = [copy.deepcopy(o) for o in src]
                 pos = self.rv
                 for o in initial:
-                    if _match_labels(selector, o["metadata"].get("labels", {})):
+                    if match(o):
                         handler.send_event("ADDED", o)
             else:
                 pos = int(since)
@@ -391,15 +426,23 @@ class FakeKube:
                     self.cond.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
                 if self._closing or time.monotonic() >= deadline:
                     return
-                batch = [(rv, t, o) for rv, k, t, o in self.log if rv > pos and k == kind]
-            for rv, t, o in batch:
+                batch = [(rv, t, o, p) for rv, k, t, o, p in self.log if rv > pos and k == kind]
+            for rv, t, o, p in batch:
                 pos = rv
-                labels = o["metadata"].get("labels", {})
-                if _match_labels(selector, labels) and not handler.send_event(t, o):
+                sent = watch_event(t, o, p, match)
+                if sent is not None and not handler.send_event(sent, o):
                     return
 
     def _has_after(self, kind: str, pos: int) -> bool:
-        return any(rv > pos and k == kind for rv, k, _t, _o in self.log)
+        return any(rv > pos and k == kind for rv, k, _t, _o, _p in self.log)
+
+
+class ListExpired(Exception):
+    """A continue token whose snapshot is gone (etcd compacted it): 410."""
+
+    def __init__(self, rv: int) -> None:
+        super().__init__(rv)
+        self.rv = rv
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -477,14 +520,17 @@ class _Handler(BaseHTTPRequestHandler):
                     else:
                         self._send(200, copy.deepcopy(pod))
                     return
-                data = self.kube.list("pods", q.get("labelSelector"))
-                data["items"] = [i for i in data["items"] if i["metadata"]["namespace"] == ns]
-                self._send(200, data)
+                self._list("pods", q, namespace=ns)
                 return
             self._send(404, status(404, "NotFound", f"no route {url.path}"))
             return
         if q.get("watch") in ("1", "true", "True"):
             since = q.get("resourceVersion")
+            try:  # a bad selector is a 400 before the stream starts
+                Matcher(kind, q.get("labelSelector"), q.get("fieldSelector"))
+            except SelectorError as e:
+                self._send(400, status(400, "BadRequest", str(e)))
+                return
             if self.kube.gone_as_http and since and int(since) <= self.kube.compacted_rv:
                 self._send(410, status(410, "Expired", f"too old resource version: {since}"))
                 return
@@ -495,13 +541,29 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             timeout = min(float(q.get("timeoutSeconds", self.kube.watch_timeout_s)),
                           self.kube.watch_timeout_s)
-            self.kube.watch_events(kind, q.get("resourceVersion"), q.get("labelSelector"), self,
-                                   timeout)
+            self.kube.watch_events(kind, since, q.get("labelSelector"), self, timeout,
+                                   field_selector=q.get("fieldSelector"))
             with contextlib.suppress(OSError):
                 self.wfile.write(b"0\r\n\r\n")
             self.close_connection = True
             return
-        self._send(200, self.kube.list(kind, q.get("labelSelector")))
+        self._list(kind, q)
+
+    def _list(self, kind: str, q: dict[str, str], namespace: str | None = None) -> None:
+        try:
+            limit = int(q["limit"]) if q.get("limit") else None
+            self._send(200, self.kube.list(kind, q.get("labelSelector"), q.get("fieldSelector"),
+                                           limit, q.get("continue"), namespace))
+        except SelectorError as e:
+            self._send(400, status(400, "BadRequest", str(e)))
+        except ValueError as e:
+            self._send(400, status(400, "BadRequest", f"limit: {e}"))
+        except ListExpired:
+            # etcd3/store.go: the snapshot of a continue token was compacted
+            self._send(410, status(
+                410, "Expired", "The provided continue parameter is too old to display a "
+                "consistent list result. You can start a new list without the continue "
+                "parameter."))
 
     def do_POST(self) -> None:
         url = urlparse(self.path)
