@@ -134,7 +134,7 @@ class OwnerOut(BaseModel):
     """The Kubernetes workload a job came from (the Kubernetes front door)."""
 
     api_version: str = Field(description="`batch/v1`, `jobset.x-k8s.io/v1alpha2`")
-    kind: str = Field(description="`Job`, `JobSet`")
+    kind: str = Field(description="`Job`, `JobSet`, `PyTorchJob`")
     namespace: str
     name: str
     uid: str
@@ -172,7 +172,7 @@ class JobOut(BaseModel):
     # pending jobs: when the core, replayed forward from now, would start it (None: not
     # within the replay's bounds, or not pending)
     estimated_start: UtcTime | None = None
-    # a job queued from a Kubernetes workload (Job, JobSet): which one; None for REST jobs
+    # a job queued from a Kubernetes workload (Job, JobSet, PyTorchJob); None for REST jobs
     owner: OwnerOut | None = None
 
 

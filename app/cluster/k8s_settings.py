@@ -12,6 +12,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.cluster.workloads import ADAPTORS
 from app.domain.pod_policy import DEFAULT_KUBERNETES_VERSION, InstallPolicy
 
 Csv = Annotated[list[str], NoDecode]
@@ -70,8 +71,10 @@ class KubeSettings(BaseSettings):
         )
 
     # Kubernetes workload kinds queued by the front door (docs/operations.md): a
-    # suspended one labelled gpuq.io/queue, or in a team's namespace, becomes a job.
-    workload_kinds: Csv = Field(default_factory=lambda: ["Job", "JobSet"])
+    # suspended one labelled gpuq.io/queue, or in a team's namespace, becomes a job. A kind
+    # whose API the cluster does not serve (no CRD) is skipped with one log line, as
+    # Kueue's default integrations include the Kubeflow jobs.
+    workload_kinds: Csv = Field(default_factory=lambda: ["Job", "JobSet", "PyTorchJob"])
 
     # Port of MASTER_ADDR (torchrun's c10d rendezvous) on a multi-replica job's Service.
     rendezvous_port: int = Field(default=29500, ge=1, le=65535)
@@ -81,3 +84,13 @@ class KubeSettings(BaseSettings):
     @classmethod
     def _csv(cls, v: object) -> object:
         return _split(v)
+
+    @field_validator("workload_kinds")
+    @classmethod
+    def _known_kinds(cls, v: list[str]) -> list[str]:
+        """A kind with no adaptor would never be queued: say so at start, not never."""
+        unknown = [k for k in v if k not in ADAPTORS]
+        if unknown:
+            raise ValueError(f"unknown workload kind(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(ADAPTORS)})")
+        return v

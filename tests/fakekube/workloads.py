@@ -1,4 +1,5 @@
-"""Workload APIs and controllers in the fake API server: batch/v1 Jobs and JobSets.
+"""Workload APIs and controllers in the fake API server: batch/v1 Jobs, JobSets and
+Kubeflow PyTorchJobs.
 
 Every body a client sends is validated with kubernetes-validate (a JobSet's
 replicated jobs as the batch/v1 Jobs its controller makes of them), and every Pod
@@ -21,7 +22,20 @@ change of the fake's state, like the real ones on their informers:
   template's labels carried down to the children while resuming
   (``resumeJobsIfNecessary``); ``Completed`` when every child completes, ``Failed``
   when one fails (the default failure policy, no restarts).
-* Deleting a Job or JobSet deletes what it owns (background propagation of
+* :class:`PyTorchJobController` models the Kubeflow training operator
+  (``pkg/controller.v1/pytorch/pytorchjob_controller.go`` with the shared
+  ``pkg/controller.v1/common/job.go`` and ``pod.go``): Pods ``<job>-<type>-<index>``
+  (``GenGeneralName``) labelled ``training.kubeflow.org/{job-name,replica-type,
+  replica-index,operator-name}`` (``job-role: master`` on the master), the ``pytorch``
+  container given ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/
+  ``PYTHONUNBUFFERED`` (``pytorch/envvar.go``), restart policy from the replica spec
+  (``ExitCode`` as ``Never``); ``runPolicy.suspend`` deletes the Pods and sets
+  ``Suspended``; ``Succeeded`` when the master (with no master: worker 0) succeeds,
+  ``Failed`` when a Pod of a ``Never`` replica fails. The validating webhook's rules
+  (``pkg/webhooks/pytorch/pytorchjob_webhook.go``): only ``Master``/``Worker``, at most
+  one master, a container named ``pytorch`` in each template. The per-replica
+  Services the operator also creates are not modelled (gpuq does not read them).
+* Deleting a Job, JobSet or PyTorchJob deletes what it owns (background propagation of
   kubernetes ``pkg/controller/garbagecollector/garbagecollector.go``).
 """
 
@@ -44,8 +58,11 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 KINDS = {  # (group/version, plural) -> (kind, apiVersion)
     ("batch/v1", "jobs"): ("Job", "batch/v1"),
     ("jobset.x-k8s.io/v1alpha2", "jobsets"): ("JobSet", "jobset.x-k8s.io/v1alpha2"),
+    ("kubeflow.org/v1", "pytorchjobs"): ("PyTorchJob", "kubeflow.org/v1"),
 }
-PATH = re.compile(r"^/apis/([^/]+/[^/]+)(?:/namespaces/([^/]+))?/(jobs|jobsets)(?:/([^/]+))?$")
+PATH = re.compile(r"^/apis/([^/]+/[^/]+)(?:/namespaces/([^/]+))?/(jobs|jobsets|pytorchjobs)"
+                  r"(?:/([^/]+))?$")
+PT_TYPES = ("Master", "Worker")
 POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 
 
@@ -81,10 +98,37 @@ def validate(obj: dict) -> str | None:
                     {"apiVersion": "batch/v1", "kind": "Job",
                      "metadata": {**(t.get("metadata") or {}), "name": "x"},
                      "spec": t.get("spec") or {}}, VERSION, strict=True)
+        elif obj.get("kind") == "PyTorchJob":
+            return _validate_pytorchjob(obj)
         else:
             kubernetes_validate.validate(obj, VERSION, strict=True)
     except kubernetes_validate.ValidationError as e:
         return f"{'.'.join(str(p) for p in e.path)}: {e.message}"
+    return None
+
+
+def _validate_pytorchjob(obj: dict) -> str | None:
+    """The training operator's webhook rules, then each replica's Pod template as a Pod."""
+    specs = (obj.get("spec") or {}).get("pytorchReplicaSpecs")
+    if not isinstance(specs, dict) or not specs:
+        return "spec.pytorchReplicaSpecs: Required value"
+    for rtype, rs in specs.items():
+        where = f"spec.pytorchReplicaSpecs[{rtype}]"
+        if rtype not in PT_TYPES:
+            return f"{where}: Unsupported value (supported: Master, Worker)"
+        if rtype == "Master" and rs.get("replicas", 1) != 1:
+            return f"{where}.replicas: must be 1"
+        t = rs.get("template") or {}
+        names = [c.get("name") for c in (t.get("spec") or {}).get("containers") or []]
+        if "pytorch" not in names:
+            return f"{where}.template: there is no container named pytorch"
+        try:
+            kubernetes_validate.validate(
+                {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {**(t.get("metadata") or {}), "name": "x"},
+                 "spec": t.get("spec") or {}}, VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            return f"{where}.template.{'.'.join(str(p) for p in e.path)}: {e.message}"
     return None
 
 
@@ -127,6 +171,7 @@ class Workloads:
         self.refused: list[str] = []  # validation messages of bodies refused
         self.job = JobController(self)
         self.jobset = JobSetController(self)
+        self.pytorchjob = PyTorchJobController(self)
         self._stop = False
         self._thread = threading.Thread(target=self._run, daemon=True)
         kube.extensions.append(self.handle)
@@ -158,6 +203,8 @@ class Workloads:
                 continue
             if key[0] == "JobSet":
                 self.jobset.sync(obj)
+            elif key[0] == "PyTorchJob":
+                self.pytorchjob.sync(obj)
         for key in list(self.objects):
             obj = self.objects.get(key)
             if obj is not None and key[0] == "Job":
@@ -180,6 +227,12 @@ class Workloads:
             spec.setdefault("suspend", False)
             if spec.get("completions") is None and spec["completionMode"] == "Indexed":
                 spec["completions"] = spec["parallelism"]
+        elif obj["kind"] == "PyTorchJob":  # pytorch_defaults.go: replicas 1, OnFailure
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("runPolicy", {}).setdefault("suspend", False)
+            for rs in spec.get("pytorchReplicaSpecs", {}).values():
+                rs.setdefault("replicas", 1)
+                rs.setdefault("restartPolicy", "OnFailure")
         self.objects[(obj["kind"], ns, name)] = obj
         self.emit(obj, "ADDED")
         return obj
@@ -450,3 +503,92 @@ class JobSetController:
                 c["spec"]["suspend"] = True
             _set_cond(js, "Failed", True, "FailedJobs", "jobset failed: a child Job failed")
             self.w.emit(js)
+
+
+class PyTorchJobController:
+    """The Kubeflow training operator's PyTorchJob reconcile (see the module docstring)."""
+
+    MASTER_PORT = 23456  # pytorch_defaults.go: the default port of the pytorchjob-port
+
+    def __init__(self, w: Workloads) -> None:
+        self.w = w
+
+    def sync(self, job: dict) -> None:
+        if _cond(job, "Succeeded") or _cond(job, "Failed"):
+            return
+        meta, spec = job["metadata"], job["spec"]
+        specs = spec.get("pytorchReplicaSpecs") or {}
+        pods = [p for p in self.w.kube.pods.values() if _owned_by(p, job)]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        if (spec.get("runPolicy") or {}).get("suspend"):
+            for p in live:
+                self.w.kube._remove(p["metadata"]["namespace"], p["metadata"]["name"], None)
+            if not _cond(job, "Suspended"):
+                _set_cond(job, "Suspended", True, "PyTorchJobSuspended",
+                          "PyTorchJob is suspended")
+                self.w.emit(job)
+            return
+        if _cond(job, "Suspended"):
+            _set_cond(job, "Suspended", False, "PyTorchJobResumed", "PyTorchJob is resumed")
+            self.w.emit(job)
+        by_name = {p["metadata"]["name"]: p for p in live}
+        world = sum(rs.get("replicas", 1) for rs in specs.values())
+        for rtype in PT_TYPES:
+            rs = specs.get(rtype)
+            for i in range((rs or {}).get("replicas", 0)):
+                name = f"{meta['name']}-{rtype.lower()}-{i}"
+                pod = by_name.get(name)
+                if pod is None:
+                    rank = i if rtype == "Master" or "Master" not in specs else i + 1
+                    self._create(job, rtype, i, rank, world)
+                elif pod["status"].get("phase") == "Failed" and rs.get(
+                        "restartPolicy") in ("Never", "ExitCode"):
+                    for p in live:
+                        self.w.kube._remove(p["metadata"]["namespace"],
+                                            p["metadata"]["name"], None)
+                    _set_cond(job, "Failed", True, "PyTorchJobFailed",
+                              f"PyTorchJob {meta['name']} is failed because 1 {rtype} "
+                              "replica(s) failed.")
+                    self.w.emit(job)
+                    return
+        chief = f"{meta['name']}-master-0" if "Master" in specs else f"{meta['name']}-worker-0"
+        if (by_name.get(chief) or {}).get("status", {}).get("phase") == "Succeeded":
+            _set_cond(job, "Succeeded", True, "PyTorchJobSucceeded",
+                      f"PyTorchJob {meta['name']} is successfully completed.")
+            self.w.emit(job)
+        elif not _cond(job, "Running") and any(
+                p["status"].get("phase") == "Running" for p in live):
+            _set_cond(job, "Running", True, "PyTorchJobRunning",
+                      f"PyTorchJob {meta['name']} is running.")
+            self.w.emit(job)
+
+    def _create(self, job: dict, rtype: str, index: int, rank: int, world: int) -> None:
+        meta = job["metadata"]
+        rs = job["spec"]["pytorchReplicaSpecs"][rtype]
+        tmpl = copy.deepcopy(rs.get("template") or {})
+        pmeta, pspec = tmpl.get("metadata") or {}, tmpl.get("spec") or {}
+        labels = {**(pmeta.get("labels") or {}),
+                  "training.kubeflow.org/job-name": meta["name"],
+                  "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                  "training.kubeflow.org/replica-type": rtype.lower(),
+                  "training.kubeflow.org/replica-index": str(index)}
+        if rtype == "Master":
+            labels["training.kubeflow.org/job-role"] = "master"
+        restart = rs.get("restartPolicy", "OnFailure")
+        pspec["restartPolicy"] = "Never" if restart == "ExitCode" else restart
+        master = f"{meta['name']}-master-0" if "Master" in job["spec"][
+            "pytorchReplicaSpecs"] else "localhost"
+        for c in pspec.get("containers") or []:
+            if c.get("name") == "pytorch":
+                c.setdefault("env", []).extend([
+                    {"name": "MASTER_PORT", "value": str(self.MASTER_PORT)},
+                    {"name": "MASTER_ADDR", "value": master},
+                    {"name": "WORLD_SIZE", "value": str(world)},
+                    {"name": "RANK", "value": str(rank)},
+                    {"name": "PYTHONUNBUFFERED", "value": "1"},
+                ])
+        pod = {"metadata": {"name": f"{meta['name']}-{rtype.lower()}-{index}",
+                            "namespace": meta["namespace"], "labels": labels,
+                            "annotations": dict(pmeta.get("annotations") or {})},
+               "spec": pspec}
+        self.w.create_pod(job, pod)

@@ -1,5 +1,5 @@
-"""Kubernetes-native workloads on the fake API server with its Job and JobSet
-controllers (tests/fakekube/workloads.py) and real PostgreSQL: the examples of
+"""Kubernetes-native workloads on the fake API server with its Job, JobSet and
+PyTorchJob controllers (tests/fakekube/workloads.py) and real PostgreSQL: the examples of
 k8s/examples/ applied as kubectl would, queued, admitted as one gang, bound,
 preempted, deleted, refused."""
 
@@ -62,7 +62,7 @@ def apply(w: Workloads, obj: dict) -> dict:
 
     kind = obj["kind"]
     group = obj["apiVersion"]
-    plural = {"Job": "jobs", "JobSet": "jobsets"}[kind]
+    plural = {"Job": "jobs", "JobSet": "jobsets", "PyTorchJob": "pytorchjobs"}[kind]
     url = f"{a.url}/apis/{group}/namespaces/{obj['metadata']['namespace']}/{plural}"
     req = urllib.request.Request(url, json.dumps(obj).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
@@ -266,3 +266,68 @@ def test_a_job_gpuq_cannot_place_gets_an_event_with_the_reason(kube, sf, world):
     ann = w.objects[("Job", "gpuq-jobs", "eval-sweep")]["metadata"]["annotations"]
     assert ann[L.WL_STATE] == "refused" and "schedulerName" in ann[L.WL_REASON]
     assert job_row(sf, "eval-sweep") is None
+
+
+def test_pytorchjob_is_one_gang_master_first_and_suspends_on_preemption(kube, sf, world):
+    """A PyTorchJob (one master, three workers) is one gang of 4: admitted by clearing
+    ``runPolicy.suspend``, the master is replica 0 and bound first, preemption
+    re-suspends it (the operator deletes its Pods) and it runs again, and the master's
+    success ends the job (the training operator's success policy)."""
+    w, c, d = world
+    kube.add_node(article_a100("a100-0"))
+    apply(w, example("pytorchjob.yaml"))
+    settle(d, lambda: len([p for p in pods_of(kube, "ddp-resnet")
+                           if p["spec"].get("nodeName")]) == 4)
+    row = job_row(sf, "ddp-resnet")
+    assert row.status == "admitted" and row.spec["replicas"] == 4
+    assert row.submitted_by == "kubernetes:kubeflow.org/v1/PyTorchJob/gpuq-jobs/ddp-resnet"
+    pods = pods_of(kube, "ddp-resnet")
+    assert len({p["metadata"]["labels"][L.BIND_ID] for p in pods}) == 1
+    by_replica = {int(p["metadata"]["labels"][L.REPLICA]): p["metadata"]["name"] for p in pods}
+    assert by_replica == {0: "ddp-resnet-master-0", 1: "ddp-resnet-worker-0",
+                          2: "ddp-resnet-worker-1", 3: "ddp-resnet-worker-2"}
+    bound = [name for _, name, _ in kube.bindings if name.startswith("ddp-resnet")]
+    assert bound[0] == "ddp-resnet-master-0" and len(bound) == 4
+    cards = [(p["spec"]["nodeName"], dev) for p in pods
+             for dev in p["metadata"]["annotations"][L.ANN_DEVICES].split(",")]
+    assert len(cards) == 8 == len(set(cards))
+    pt = w.objects[("PyTorchJob", "gpuq-jobs", "ddp-resnet")]
+    assert pt["spec"]["runPolicy"]["suspend"] is False
+    run_all(kube, pods)
+    settle(d, lambda: job_row(sf, "ddp-resnet").status == "running")
+    # a P0 job of another team takes the node: the PyTorchJob is suspended, not failed
+    urgent = _rest_job(sf, "urgent", "cv", 8, priority="P0")
+    settle(d, lambda: job_row(sf, "ddp-resnet").preemption_count == 1)
+    assert pt["spec"]["runPolicy"]["suspend"] is True
+    settle(d, lambda: not pods_of(kube, "ddp-resnet"))
+    assert not any(cd["type"] == "Failed" and cd["status"] == "True"
+                   for cd in pt.get("status", {}).get("conditions", []))
+    for p in kube.gpuq_pods():
+        if p["metadata"]["labels"][L.JOB_ID] == str(urgent):
+            kube.set_pod_phase(p["metadata"]["namespace"], p["metadata"]["name"], "Succeeded")
+    settle(d, lambda: len([p for p in pods_of(kube, "ddp-resnet")
+                           if p["spec"].get("nodeName")]) == 4)
+    assert pt["spec"]["runPolicy"]["suspend"] is False
+    pods = pods_of(kube, "ddp-resnet")
+    run_all(kube, pods)
+    settle(d, lambda: job_row(sf, "ddp-resnet").status == "running")
+    kube.set_pod_phase("gpuq-jobs", "ddp-resnet-master-0", "Succeeded")
+    settle(d, lambda: job_row(sf, "ddp-resnet").status == "succeeded")
+    with sf() as s:
+        assert not s.scalars(select(AllocationRow).where(
+            AllocationRow.job_id == row.id)).all()
+
+
+def test_deleting_the_pytorchjob_frees_its_cards(kube, sf, world):
+    w, c, d = world
+    kube.add_node(article_a100("a100-0"))
+    apply(w, example("pytorchjob.yaml"))
+    settle(d, lambda: len([p for p in pods_of(kube, "ddp-resnet")
+                           if p["spec"].get("nodeName")]) == 4)
+    waiting = _rest_job(sf, "next", "nlp", 8)
+    d.run_once()
+    with kube.cond:
+        w.remove("PyTorchJob", "gpuq-jobs", "ddp-resnet")  # kubectl delete pytorchjob
+    settle(d, lambda: job_row(sf, "ddp-resnet").status == "cancelled")
+    with sf() as s:
+        assert s.get(JobRow, waiting).status in ("admitted", "running")

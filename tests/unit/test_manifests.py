@@ -72,6 +72,13 @@ def test_manifest_is_valid_against_the_openapi_schema(path: Path, version: str) 
                     {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": rj["name"]},
                      "spec": rj["template"]["spec"]}, version, strict=True)
             continue
+        if d["kind"] == "PyTorchJob":
+            # a CRD too: each replica type's template is a Pod template
+            for rs in d["spec"]["pytorchReplicaSpecs"].values():
+                kubernetes_validate.validate(
+                    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+                     "spec": rs["template"]["spec"]}, version, strict=True)
+            continue
         kubernetes_validate.validate(d, version, strict=True)
 
 
@@ -339,8 +346,10 @@ def test_front_door_rbac_is_exactly_what_the_integrations_use() -> None:
     rights = {(g, res, verb) for r in role["rules"] for g in r["apiGroups"]
               for res in r["resources"] for verb in r["verbs"]}
     read_patch = {"get", "list", "watch", "patch"}
-    assert rights == {("batch", "jobs", v) for v in read_patch} | {
-        ("jobset.x-k8s.io", "jobsets", v) for v in read_patch} | {
+    from app.cluster.workloads import ADAPTORS
+
+    assert rights == {(a.group, a.plural, v) for a in ADAPTORS.values() for v in read_patch} | {
         ("", "pods", "patch"), ("", "events", "create")}
+    assert {a.kind for a in ADAPTORS.values()} == {"Job", "JobSet", "PyTorchJob"}
     binding = all_objects()[("ClusterRoleBinding", "gpuq-workloads")]
     assert binding["subjects"] == GPUQ_SA

@@ -11,6 +11,7 @@ import yaml
 from app.cluster.workloads.base import Unhonourable
 from app.cluster.workloads.job import JobAdaptor
 from app.cluster.workloads.jobset import JobSetAdaptor
+from app.cluster.workloads.pytorchjob import PyTorchJobAdaptor
 from app.cluster.workloads.requests import job_spec
 from app.domain.spec import JobSpec
 from tests.fakekube.objects import GPU_TYPES
@@ -24,7 +25,8 @@ def ex(name: str) -> dict:
 
 
 def spec_of(obj: dict, adaptor=None) -> dict:
-    a = adaptor or (JobSetAdaptor() if obj["kind"] == "JobSet" else JobAdaptor())
+    a = adaptor or {"JobSet": JobSetAdaptor(), "PyTorchJob": PyTorchJobAdaptor()}.get(
+        obj["kind"], JobAdaptor())
     body = job_spec(obj, a, team="nlp", gpu_types=GPU_TYPES, priorities=PRIOS)
     JobSpec.model_validate(body)  # what the front door submits is a valid job spec
     return body
@@ -98,3 +100,53 @@ def test_admit_and_suspend_patches():
                for rj in p["spec"]["replicatedJobs"])
     assert "labels" not in (js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
                             .get("metadata") or {})  # the object itself is left alone
+
+
+def test_pytorchjob_is_one_gang_master_first():
+    pt = ex("pytorchjob.yaml")
+    body = spec_of(pt)
+    assert body["replicas"] == 4 and body["resources"]["gpus"] == 2
+    assert body["resources"]["gpu_types"] == ["a100-80g"]
+    assert body["duration_estimate_s"] == 1800
+    a = PyTorchJobAdaptor()
+    assert a.suspended(pt) and [(s.name, s.count) for s in a.pod_sets(pt)] == [
+        ("master", 1), ("worker", 3)]
+    patch = a.admit_patch(pt, {"gpuq.io/job-id": "9"})
+    assert patch["spec"]["runPolicy"] == {"suspend": False}
+    for rtype in ("Master", "Worker"):
+        labels = patch["spec"]["pytorchReplicaSpecs"][rtype]["template"]["metadata"]["labels"]
+        assert labels == {"gpuq.io/job-id": "9"}
+    assert a.suspend_patch(pt) == {"spec": {"runPolicy": {"suspend": True}}}
+    pods = [{"metadata": {"name": n, "labels": {
+        "training.kubeflow.org/replica-type": t, "training.kubeflow.org/replica-index": i}}}
+        for n, t, i in [("w1", "worker", "1"), ("m0", "master", "0"), ("w0", "worker", "0")]]
+    assert [p["metadata"]["name"] for p in sorted(pods, key=a.pod_order)] == ["m0", "w0", "w1"]
+    assert a.finished({"status": {"conditions": [
+        {"type": "Succeeded", "status": "True"}]}}) == ("succeeded", "PyTorchJob succeeded")
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda j: j["spec"].update(elasticPolicy={"minReplicas": 1}), "elastic"),
+    (lambda j: j["spec"]["pytorchReplicaSpecs"].update(Chief={}), "unknown replica type"),
+    (lambda j: j["spec"]["pytorchReplicaSpecs"]["Master"].update(replicas=2),
+     "Master replicas must be 1"),
+    (lambda j: j["spec"].update(pytorchReplicaSpecs={}), "needs pytorchReplicaSpecs"),
+])
+def test_pytorchjob_refusals(edit, says):
+    pt = copy.deepcopy(ex("pytorchjob.yaml"))
+    edit(pt)
+    with pytest.raises(Unhonourable, match=says):
+        PyTorchJobAdaptor().pod_sets(pt)
+
+
+def test_an_unknown_workload_kind_is_refused_at_start(monkeypatch) -> None:
+    """A kind with no adaptor would never be queued: the setting names the known ones."""
+    import pydantic
+
+    from app.cluster.k8s_settings import KubeSettings
+
+    monkeypatch.setenv("GPUQ_K8S_WORKLOAD_KINDS", "Job,MPIJob")
+    with pytest.raises(pydantic.ValidationError, match=r"MPIJob.*known: Job, JobSet, PyTorchJob"):
+        KubeSettings()
+    monkeypatch.setenv("GPUQ_K8S_WORKLOAD_KINDS", "Job,PyTorchJob")
+    assert KubeSettings().workload_kinds == ["Job", "PyTorchJob"]
