@@ -1,12 +1,12 @@
 # gpuq image: `docker build -t gpuq:0.1.0 .`
-# One image for every role: `gpuq api`, `gpuq serve` (dispatcher + API), `gpuq db upgrade`.
+# One image for every role: `gpuq api`, `gpuq serve` (dispatcher + API), `gpuq db upgrade`;
+# with the plots extra, so `gpuq simulate --report DIR` draws its figures in the image too.
 FROM python:3.11-slim AS build
 WORKDIR /src
-RUN pip install --no-cache-dir --upgrade pip build
+RUN pip install --no-cache-dir --upgrade pip
 COPY pyproject.toml README.md ./
 COPY app ./app
-RUN python -m build --wheel --outdir /wheels . \
- && pip wheel --no-cache-dir --wheel-dir /wheels /wheels/gpuq-*.whl
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[plots]'
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -16,7 +16,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     GPUQ_PORT=8000 \
     GPUQ_DATA_DIR=/var/lib/gpuq
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links=/wheels gpuq \
+RUN pip install --no-cache-dir --no-index --find-links=/wheels 'gpuq[plots]' \
  && rm -rf /wheels \
  && groupadd --system --gid 10001 gpuq \
  && useradd --system --uid 10001 --gid gpuq --home-dir /var/lib/gpuq --shell /usr/sbin/nologin gpuq \

@@ -6,13 +6,23 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint bench bench-kube docs clean docs-assets traces kube-bin
 
-$(STAMP): pyproject.toml
-	test -d $(VENV) || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,plots,eval]'
+# `make run` installs only what the server needs; `make test` adds the test, plot and
+# evaluation extras. pip shows its progress (a first install takes a minute or two).
+RUN_STAMP := $(VENV)/.installed-run
+
+$(RUN_STAMP): pyproject.toml
+	@test -d $(VENV) || { echo "creating $(VENV)"; $(PY) -m venv $(VENV); }
+	@echo "installing gpuq and what the server needs into $(VENV)"
+	$(BIN)/pip install --progress-bar on --upgrade pip
+	$(BIN)/pip install --progress-bar on -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
+	@echo "installing the test, plot and evaluation extras into $(VENV)"
+	$(BIN)/pip install --progress-bar on -e '.[dev,plots,eval]'
 	touch $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/gpuq serve
 
 test: $(STAMP)

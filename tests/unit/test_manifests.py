@@ -4,6 +4,7 @@ kustomization built with `kubectl kustomize` when kubectl is installed."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -246,7 +247,8 @@ def generated(target: Path) -> int:
 
 
 @KUBECTL
-@pytest.mark.parametrize("target", ["", "migrate", "postgres", "overlays/extra-job-namespace"])
+@pytest.mark.parametrize("target", ["", "migrate", "postgres", "overlays/extra-job-namespace",
+                                    "overlays/ingress-tls"])
 def test_kubectl_kustomize_builds(target: str) -> None:
     built = kustomize(K8S / target)
     expected = generated(K8S / target) + sum(
@@ -353,3 +355,40 @@ def test_front_door_rbac_is_exactly_what_the_integrations_use() -> None:
     assert {a.kind for a in ADAPTORS.values()} == {"Job", "JobSet", "PyTorchJob"}
     binding = all_objects()[("ClusterRoleBinding", "gpuq-workloads")]
     assert binding["subjects"] == GPUQ_SA
+
+
+@KUBECTL
+def test_ingress_overlay_reaches_the_api_over_tls_only() -> None:
+    """The Ingress example routes its TLS host to the API Service's named port (a port
+    name the Service does not have would answer 503 at the edge), and redirects HTTP."""
+    built = by_kind(kustomize(K8S / "overlays" / "ingress-tls"))
+    ing = built[("Ingress", "gpuq")]
+    for version in VERSIONS:
+        kubernetes_validate.validate(ing, version, strict=True)
+    tls_hosts = {h for t in ing["spec"]["tls"] for h in t["hosts"]}
+    assert {r["host"] for r in ing["spec"]["rules"]} <= tls_hosts
+    assert ing["metadata"]["annotations"]["nginx.ingress.kubernetes.io/force-ssl-redirect"] \
+        == "true"
+    services = {(d["metadata"]["namespace"], d["metadata"]["name"]): d
+                for d in kustomize(K8S) if d["kind"] == "Service"}
+    for rule in ing["spec"]["rules"]:
+        for path in rule["http"]["paths"]:
+            svc = services[(ing["metadata"]["namespace"], path["backend"]["service"]["name"])]
+            assert svc["metadata"]["labels"]["app.kubernetes.io/component"] == "api"
+            assert path["backend"]["service"]["port"]["name"] in {
+                p["name"] for p in svc["spec"]["ports"]}
+
+
+def test_compose_keeps_the_database_and_the_data_folder() -> None:
+    """``docker compose down`` / ``up`` must not lose the jobs nor the generated admin
+    token: the database's and GPUQ_DATA_DIR's folders are named volumes."""
+    root = K8S.parent
+    compose = yaml.safe_load((root / "docker-compose.yml").read_text())
+    data_dir = re.search(r"GPUQ_DATA_DIR=(\S+)", (root / "Dockerfile").read_text()).group(1)
+    mounts = {svc: {v.split(":")[1] for v in spec.get("volumes", [])}
+              for svc, spec in compose["services"].items()}
+    assert "/var/lib/postgresql/data" in mounts["postgres"]
+    assert data_dir in mounts["gpuq"]
+    named = {v.split(":")[0] for spec in compose["services"].values()
+             for v in spec.get("volumes", [])}
+    assert named <= set(compose["volumes"])
