@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
+from app.api.busy import ConcurrencyLimit
 from app.api.db_errors import install_db_error_handlers
 from app.api.input_hints import hint
 from app.api.oidc import OidcVerifier
@@ -280,6 +281,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         app.include_router(router)
     install_truthful_openapi(app)
     app.add_middleware(RequestBudget, seconds=settings.request_timeout_s)
+    # outside the budget: a request's database time starts once it has a slot
+    app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
+                       wait_s=settings.busy_wait_s)
     app.add_middleware(AllowMethods, router_app=app)
     ui_routes.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

@@ -169,6 +169,7 @@ class Services:
     loops: list[LoopService] = field(default_factory=list)
     metrics: GpuqMetrics = field(default_factory=GpuqMetrics)
     listener: object | None = None
+    loop_engine: Engine | None = None  # the loops' own pool (GPUQ_LOOP_DB_POOL_SIZE)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def seed_admin_token(self) -> None:
@@ -217,6 +218,8 @@ class Services:
             log.warning("loops still running after %.0f s; closing anyway", timeout_s)
         if self.cluster is not None:
             self.cluster.close()  # stop the Kubernetes informers
+        if self.loop_engine is not None:
+            self.loop_engine.dispose()
         self.engine.dispose()
         if self.embedded is not None:
             self.embedded.stop()
@@ -231,6 +234,7 @@ def open_services(
 ) -> Services:
     """Connect (starting embedded PostgreSQL if needed), check the schema, load config."""
     url, embedded = resolve_database(settings)
+    loop_engine: Engine | None = None
     engine = make_engine(
         url,
         pool_size=settings.db_pool_size,
@@ -255,14 +259,27 @@ def open_services(
         metrics = GpuqMetrics()
         loops: list[LoopService] = []
         if with_loops:
+            loop_sf = session_factory
+            if settings.loop_db_pool_size > 0:
+                # the loops' own connections: 200 API clients cannot make a pass or the
+                # lease reaper wait for (and time out on) the API's pool
+                loop_engine = make_engine(
+                    url,
+                    pool_size=settings.loop_db_pool_size,
+                    max_overflow=0,
+                    pool_timeout_s=max(settings.db_pool_timeout_s, 30.0),
+                    connect_timeout_s=settings.db_connect_timeout_s,
+                    statement_timeout_s=settings.request_timeout_s,
+                )
+                loop_sf = make_session_factory(loop_engine)
             elector = None
             gpu_types: list = []
-            with session_factory() as session:
+            with loop_sf() as session:
                 nodes = [node_info(r) for r in session.scalars(select(NodeRow))]
                 if settings.cluster == "kubernetes":
                     gpu_types = gpu_type_configs(session)
             # the bind-time re-check reads each team's Pod policy from the catalog
-            policies = pod_policy_reader(session_factory, KubeSettings().install_policy())
+            policies = pod_policy_reader(loop_sf, KubeSettings().install_policy())
             cluster = build_cluster(
                 settings, nodes=nodes, clock=clock, gpu_types=gpu_types, pod_policy_for=policies
             )
@@ -272,7 +289,7 @@ def open_services(
                 elector = LeaderElector(url)
                 max_retries = KubeSettings().max_retries
             dispatcher = MeteredDispatcher(
-                session_factory,
+                loop_sf,
                 cluster,
                 clock=clock,
                 interval=settings.dispatch_interval_s,
@@ -287,10 +304,12 @@ def open_services(
             dispatcher.add_step(
                 LeaseReaper(dispatcher, interval=settings.lease_reaper_interval_s)
             )
-            dispatcher.add_step(TunerLoop(session_factory, clock=clock))
+            dispatcher.add_step(TunerLoop(loop_sf, clock=clock))
             loops.append(dispatcher)
     except BaseException:
         engine.dispose()
+        if loop_engine is not None:
+            loop_engine.dispose()
         if embedded is not None:
             embedded.stop()
         raise
@@ -305,4 +324,5 @@ def open_services(
         loops=loops,
         metrics=metrics,
         admin_token_source="GPUQ_ADMIN_TOKEN" if settings.admin_token else "generated",
+        loop_engine=loop_engine,
     )

@@ -99,6 +99,24 @@ class Settings(BaseSettings):
         default=40, ge=1, alias="GPUQ_WORKER_THREADS",
         description="threads serving the API's synchronous routes",
     )
+    max_concurrent_requests: int = Field(
+        default=40, ge=0, alias="GPUQ_MAX_CONCURRENT_REQUESTS",
+        description="API requests in progress at once (one per worker thread by default); "
+        "more wait up to GPUQ_BUSY_WAIT for one to end, then answer 503 with Retry-After. "
+        "/healthz, /readyz and /metrics are not counted. 0 = no limit",
+    )
+    busy_wait_s: float = Field(
+        default=3.0, gt=0, alias="GPUQ_BUSY_WAIT",
+        description="seconds a request beyond GPUQ_MAX_CONCURRENT_REQUESTS waits for a "
+        "slot before a 503 with Retry-After; every request answers within GPUQ_BUSY_WAIT + "
+        "GPUQ_REQUEST_TIMEOUT seconds (plus its CPU time)",
+    )
+    loop_db_pool_size: int = Field(
+        default=4, ge=0, alias="GPUQ_LOOP_DB_POOL_SIZE",
+        description="database connections of the loops (dispatcher, descheduler, lease "
+        "reaper, tuner) in a pool of their own, so API load never makes a pass wait for a "
+        "connection; 0 = the loops share the API's pool",
+    )
     # the dashboard asks for a token unless an operator opens it read-only to everyone
     ui_public: bool = Field(default=False, alias="GPUQ_UI_PUBLIC")
     # estimated start times are recomputed at most this often (a bounded forward replay)
