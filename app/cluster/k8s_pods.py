@@ -267,7 +267,9 @@ def build_pod(
         spec["hostname"] = f"{service_name(req)}-{p.replica}"
         spec["subdomain"] = service_name(req)
     spec.pop("nodeName", None)  # the Binding sets it
-    spec.setdefault("restartPolicy", "Never")
+    # gpuq owns restarts (failure_policy, retries): a kubelet restarting an OOMKilled
+    # container (OnFailure/Always) would keep the job "running" in CrashLoopBackOff
+    spec["restartPolicy"] = "Never"
     spec["priorityClassName"] = ks.priority_class_prefix + req.priority.lower()
     spec.pop("priority", None)  # admission fills it from the class
     if policy is not None and not policy.automount_token:
@@ -304,9 +306,100 @@ def pod_failure_message(pod: Mapping[str, Any]) -> str:
     return st.get("reason") or st.get("message") or "pod failed"
 
 
+# Any ``DisruptionTarget`` Pod condition (pkg/apis/core/types.go, PodReason*: set
+# before the Pod is deleted or failed) is a disruption: kube-scheduler preemption
+# (PreemptionByScheduler), the taint eviction controller (DeletionByTaintManager,
+# pkg/controller/tainteviction), the Eviction API (EvictionByEvictionAPI,
+# pkg/registry/core/pod/storage/eviction.go), PodGC (DeletionByPodGC,
+# pkg/controller/podgc) and the kubelet itself (TerminationByKubelet).
+# ``status.reason`` of a Pod the kubelet failed for the node's sake, not the workload's:
+# node-pressure eviction (pkg/kubelet/eviction/eviction_manager.go, "Evicted"), critical
+# Pod preemption ("Preempting"), graceful node shutdown (pkg/kubelet/nodeshutdown,
+# "Terminated", "NodeShutdown"), and admission rejections
+# (pkg/kubelet/lifecycle/predicate.go: "OutOf<resource>", "NodeAffinity", "NodeName",
+# "NodePorts", "TaintToleration", "InvalidNodeInfo", "UnexpectedAdmissionError" (also the
+# device manager's, after a lost race for devices), "UnknownReason",
+# "UnexpectedPredicateFailureType"), and "NodeLost" of the old node controller.
+KUBELET_DISRUPTION_REASONS = frozenset({
+    "Evicted", "Preempting", "Terminated", "NodeShutdown", "NodeAffinity", "NodeName",
+    "NodePorts", "TaintToleration", "InvalidNodeInfo", "UnexpectedAdmissionError",
+    "UnknownReason", "UnexpectedPredicateFailureType", "NodeLost",
+})
+# Container waiting reasons the kubelet keeps retrying with back-off
+# (pkg/kubelet/images/types.go, pkg/kubelet/kuberuntime/kuberuntime_container.go):
+# the Pod stays Pending and would hold its cards forever; gpuq fails the job with
+# this reason once the Pod has waited longer than the start deadline.
+STUCK_WAITING_REASONS = frozenset({
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+    "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
+})
+
+
+def disruption(pod: Mapping[str, Any]) -> str | None:
+    """Why the infrastructure, not the workload, ended (or is ending) this Pod; None
+    when it did not.
+
+    Since Kubernetes 1.27 every graceful deletion by a component (drain through the
+    Eviction API, scheduler preemption, taint-manager NoExecute on a lost node, PodGC
+    of a deleted node's Pods) first adds the ``DisruptionTarget`` condition, and the
+    kubelet then reports phase Failed (exit 143) before the object goes; the Pod of
+    an unreachable node keeps phase Running with a deletionTimestamp (no kubelet to
+    end it). Node-pressure eviction and admission rejections are ``Failed`` with the
+    kubelet's reason in ``status.reason``. None of these spend the user's retries.
+    """
+    st = pod.get("status") or {}
+    target = next((c for c in st.get("conditions") or []
+                   if c.get("type") == "DisruptionTarget" and c.get("status", "True") == "True"),
+                  None)
+    reason, message = st.get("reason") or "", st.get("message") or ""
+    kubelet = st.get("phase") == "Failed" and (
+        reason in KUBELET_DISRUPTION_REASONS or reason.startswith("OutOf"))
+    parts = []
+    if target is not None:
+        parts.append(target.get("reason") or "DisruptionTarget")
+    if kubelet:
+        parts.append(reason)
+    if parts:
+        text = message or (target or {}).get("message") or ""
+        return "; ".join(parts) + (f": {text}" if text else "")
+    if (pod.get("metadata") or {}).get("deletionTimestamp") and st.get("phase") != "Succeeded":
+        # deleted by someone else without a condition (kubectl delete, a controller's
+        # plain delete; gpuq's own stops are not judged): the kubelet's graceful stop then
+        # ends it Failed with exit 143 (pkg/kubelet/status/status_manager.go), which is
+        # not the workload's failure
+        return "deleted outside gpuq"
+    return None
+
+
+def stuck_reason(pod: Mapping[str, Any]) -> str | None:
+    """The kubelet's waiting reason when a container of this Pod cannot start
+    (image pull, config error); None when it is not stuck that way."""
+    st = pod.get("status") or {}
+    for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+        w = (cs.get("state") or {}).get("waiting") or {}
+        if w.get("reason") in STUCK_WAITING_REASONS:
+            msg = w.get("message") or ""
+            return f"container {cs.get('name')}: {w['reason']}" + (f": {msg}" if msg else "")
+    return None
+
+
 def job_phase(pods: Sequence[Mapping[str, Any]], expected: int) -> tuple[PodPhase, str]:
-    """The job's phase from its Pods: a failed Pod fails the job; all Succeeded
-    (and as many as expected) is success; any Pod running makes it running."""
+    """The job's phase from the Pods of one bind attempt.
+
+    * a disrupted Pod (:func:`disruption`) -> ``gone``: requeued, no retry spent;
+    * a Pod Failed for the workload's own reason (non-zero exit, OOMKilled) -> ``failed``
+      with the kubelet's reason;
+    * every expected Pod Succeeded -> ``succeeded``;
+    * every expected Pod Running (or done) -> ``running``; a gang with one replica
+      still Pending (image pull back-off, say) is not running: its peers wait on it;
+    * else ``pending``. (Stuck containers fail through :func:`stuck_reason` once the
+      start deadline is over: that needs a clock, the caller has it.)
+    """
+    for pod in pods:
+        why = disruption(pod)
+        if why is not None:
+            name = (pod.get("metadata") or {}).get("name")
+            return "gone", f"pod {name} disrupted ({why})"
     phases = [(p.get("status") or {}).get("phase", "Pending") for p in pods]
     for pod, ph in zip(pods, phases, strict=True):
         if ph == "Failed":
@@ -314,7 +407,7 @@ def job_phase(pods: Sequence[Mapping[str, Any]], expected: int) -> tuple[PodPhas
             return "failed", f"pod {name}: {pod_failure_message(pod)}"
     if pods and all(ph == "Succeeded" for ph in phases) and len(pods) >= expected:
         return "succeeded", ""
-    if any(ph in ("Running", "Succeeded") for ph in phases):
+    if len(pods) >= expected and pods and all(ph in ("Running", "Succeeded") for ph in phases):
         return "running", ""
     return "pending", ""
 

@@ -52,6 +52,14 @@ class KubeSettings(BaseSettings):
     list_page_size: int = Field(default=500, ge=1, le=10000)
     # delete a victim's Pod when an eviction is refused (PodDisruptionBudget, 429)
     eviction_fallback_delete: bool = True
+    # A Pod whose container cannot start (ErrImagePull, ImagePullBackOff,
+    # CreateContainerConfigError ...) this long after it was created fails its job
+    # with the kubelet's reason, and frees its cards (the kubelet would retry forever).
+    start_deadline_s: float = Field(default=300.0, gt=0)
+    # Finished Pods of a job are deleted this long after gpuq saw them end (kept that
+    # long for `kubectl logs`; they count toward the cluster's terminated-Pod GC
+    # threshold, past which PodGC deletes other teams' finished Pods).
+    finished_pod_ttl_s: float = Field(default=3600.0, ge=0)
     # A job whose Pod fails is requeued this many times before it ends `failed`.
     max_retries: int = Field(default=0, ge=0, le=100)
     # Kubernetes version whose schemas (kubernetes-validate) check job Pod templates.

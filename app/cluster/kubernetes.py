@@ -54,6 +54,7 @@ from app.cluster.k8s_pods import (
     job_phase,
     placement_key,
     pod_placement_key,
+    stuck_reason,
 )
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.k8s_usage import (
@@ -95,6 +96,19 @@ class _Track:
     # Pods made by a workload's own controller (Job, JobSet): it retries failed Pods,
     # and the workload's status, not a Pod, says when the job is over
     workload: bool = False
+    ended_at: float | None = None  # monotonic time its outcome was reported (finished-Pod TTL)
+
+
+def _created_age_s(pod: dict) -> float:
+    """Seconds since the Pod was created (its creationTimestamp, RFC 3339 seconds)."""
+    ts = (pod.get("metadata") or {}).get("creationTimestamp")
+    if not ts:
+        return 0.0
+    try:
+        created = dt.datetime.strptime(str(ts), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return 0.0
+    return (dt.datetime.now(dt.UTC) - created).total_seconds()
 
 
 def _holds_or_will_hold(pod: dict) -> bool:
@@ -401,12 +415,15 @@ class KubernetesCluster:
                 if not created:
                     t.seen = True  # no Pod was made: nothing to wait for
         for ns, name in created:
-            self._delete(ns, name, 0)
+            self._delete(ns, name, 1)
 
     def _delete(self, ns: str, name: str, grace: int | None) -> bool:
         body = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace is not None:
-            body["gracePeriodSeconds"] = grace
+            # never 0: a zero grace period is a force delete, the object goes while the
+            # processes may still hold GPU memory (an unbound Pod goes at once anyway:
+            # pkg/registry/core/pod/strategy.go CheckGracefulDelete)
+            body["gracePeriodSeconds"] = max(1, grace)
         try:
             self.api.delete_namespaced_pod(name, ns, body=body, _preload_content=False)
         except ApiException as e:
@@ -430,7 +447,7 @@ class KubernetesCluster:
                 self._tracks[job_id] = _Track("", 0, stopped=True)
         if self.workloads.stop(job_id):
             return  # suspended: its controller deletes the Pods
-        grace = max(0, int(grace_seconds))
+        grace = max(1, int(grace_seconds))  # >= 1 s: 0 would be a force delete
         self._delete_services(job_id)
         for pod in self._job_pods(job_id) or self._list_job_pods(job_id):
             meta = pod.get("metadata") or {}
@@ -438,7 +455,7 @@ class KubernetesCluster:
             if meta.get("deletionTimestamp"):
                 continue
             if not (pod.get("spec") or {}).get("nodeName"):
-                self._delete(ns, name, 0)  # never started: nothing to drain
+                self._delete(ns, name, 1)  # never started: nothing to drain
                 continue
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
@@ -508,18 +525,66 @@ class KubernetesCluster:
                     self._events.append(JobStatusEvent(job_id, "running"))
                 return
             if type_ == "DELETED":
-                t.reported = "gone"
-                self._events.append(JobStatusEvent(
-                    job_id, "gone", f"pod {pod['metadata'].get('name')} was deleted outside gpuq"
-                ))
+                self._report(job_id, t, "gone",
+                             f"pod {pod['metadata'].get('name')} was deleted outside gpuq")
                 return
             pods = self._job_pods(job_id, bind_id)
             phase, message = job_phase(pods, t.expected)
             if phase != t.reported and phase != "pending":
-                t.reported = phase
-                self._events.append(JobStatusEvent(job_id, phase, message))
-                if phase in ("failed", "succeeded") and t.expected > 1:
-                    self._gangs_ended.append((job_id, phase, message))
+                self._report(job_id, t, phase, message)
+
+    def _report(self, job_id: str, t: _Track, phase: str, message: str) -> None:
+        """Report one change of the job's phase (under the lock). A gang that ended in
+        any way but success is stopped whole: its survivors must not keep their cards
+        (a disrupted replica requeues the whole gang, a failed one fails or restarts it)."""
+        t.reported = phase
+        if phase in TERMINAL:
+            t.ended_at = time.monotonic()
+        self._events.append(JobStatusEvent(job_id, phase, message))  # type: ignore[arg-type]
+        if phase in TERMINAL and t.expected > 1:
+            self._gangs_ended.append((job_id, phase, message))
+
+    def _check_stuck(self) -> list[tuple[str, str]]:
+        """Jobs whose Pod cannot start (image pull, container config) past the start
+        deadline: reported failed with the kubelet's reason; the caller stops them."""
+        out = []
+        with self._lock:
+            for job_id, t in self._tracks.items():
+                if t.stopped or t.workload or t.reported in TERMINAL:
+                    continue
+                for pod in self._job_pods(job_id, t.bind_id):
+                    why = stuck_reason(pod)
+                    if why and _created_age_s(pod) >= self.ks.start_deadline_s:
+                        msg = (f"pod {pod['metadata'].get('name')}: {why} "
+                               f"(not started after {self.ks.start_deadline_s:g} s)")
+                        self._report(job_id, t, "failed", msg)
+                        out.append((job_id, msg))
+                        break
+        return out
+
+    def _collect_finished(self) -> None:
+        """Delete finished Pods of ended jobs after the TTL, and forget jobs with
+        nothing left on the cluster (the tracking state would otherwise grow forever)."""
+        now = time.monotonic()
+        ttl = self.ks.finished_pod_ttl_s
+        doomed: list[tuple[str, str]] = []
+        with self._lock:
+            for job_id, t in list(self._tracks.items()):
+                ended = t.ended_at if t.ended_at is not None else t.stopped_at
+                if ended is None or now - ended < ttl or not (t.stopped or t.reported in TERMINAL):
+                    continue
+                pods = self._by_job.get(job_id, {})
+                if not pods:
+                    if t.seen or now - ended >= UNSEEN_STOPPED_S:
+                        del self._tracks[job_id]
+                    continue
+                for p in pods.values():
+                    meta = p.get("metadata") or {}
+                    if not _holds_or_will_hold(p) and not meta.get("deletionTimestamp"):
+                        doomed.append((meta.get("namespace", self.ks.namespace),
+                                       meta.get("name", "")))
+        for ns, name in doomed:
+            self._delete(ns, name, 1)
 
     def report_finished(self, job_id: str, phase: str, message: str) -> None:
         """A workload's controller says it is over (the front door reads it)."""
@@ -536,13 +601,23 @@ class KubernetesCluster:
         with self._lock:
             out, self._events = self._events, []
             ended, self._gangs_ended = self._gangs_ended, []
+        stuck = {job_id for job_id, _msg in self._check_stuck()}
+        with self._lock:
+            out += self._events
+            self._events = []
+            ended += self._gangs_ended
+            self._gangs_ended = []
         for job_id, phase, message in ended:
-            if phase == "failed":
-                # one replica failed: the others must not keep their GPUs (whether the
-                # dispatcher restarts the whole gang or fails the job)
-                self.stop(job_id, f"gang stopped: {message}", grace_seconds=0)
+            if phase in ("failed", "gone"):
+                # one replica failed or was disrupted: the others must not keep their
+                # GPUs (whether the dispatcher requeues, restarts or fails the job)
+                self.stop(job_id, f"gang stopped: {message}", grace_seconds=1)
+                stuck.discard(job_id)
             else:
                 self._delete_services(job_id)
+        for job_id in stuck:  # its Pod never started: delete it, the cards are free
+            self.stop(job_id, "could not start", grace_seconds=1)
+        self._collect_finished()
         return out
 
     def running_job_ids(self) -> set[str]:

@@ -309,26 +309,24 @@ def test_graceful_eviction_shows_disruption_target_and_a_terminal_phase_first(ku
     assert disrupted <= failed < len(seen) - 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23 item 2: a disruption (eviction by a drain, "
-                   "DisruptionTarget) must requeue the job, gpuq fails it")
 def test_drain_requeues_the_job_instead_of_failing_it(kube, cluster):
     p = _running(kube, cluster, "drained")
     kube.core.create_namespaced_pod_eviction(p["metadata"]["name"], kube.namespace, {
         "metadata": {"name": p["metadata"]["name"]}}, _preload_content=False)
     wait_for(lambda: kube.pod(*_ns_name(p)) is None, what="evicted Pod gone")
-    got = _events_until(cluster, lambda g: g, timeout_s=10)
+    got = _events_until(cluster, lambda g: any(e.phase == "gone" for e in g), timeout_s=10)
     assert "failed" not in [e.phase for e in got], got
+    assert "EvictionByEvictionAPI" in next(e.message for e in got if e.phase == "gone")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23 item 2: node-pressure eviction "
-                   "(Failed/Evicted, DisruptionTarget) must requeue the job, gpuq fails it")
 def test_node_pressure_eviction_requeues_the_job(kube, cluster):
     cluster.bind(_req(job_id="pressed"))
     (p,) = kube.gpuq_pods()
     kube.set_pod_phase(*_ns_name(p), "Failed", terminated={"reason": "Evicted"})
     assert kube.pod(*_ns_name(p))["status"]["reason"] == "Evicted"
-    got = _events_until(cluster, lambda g: g)
+    got = _events_until(cluster, lambda g: any(e.phase == "gone" for e in g))
     assert "failed" not in [e.phase for e in got], got
+    assert "Evicted" in next(e.message for e in got if e.phase == "gone")
 
 
 # ------------------------------------------------------------------ node loss
@@ -361,15 +359,35 @@ def test_node_loss_goes_not_ready_and_taint_eviction_marks_the_pods(kube, cluste
              20, "gpuq stops offering the lost node")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23 item 2: a Pod on a lost node "
-                   "(taint eviction, Terminating in phase Running) keeps its job running")
 def test_node_loss_requeues_the_job(kube, cluster):
     p = _running(kube, cluster, "lost")
     _lose_node(kube, "a100-0")
     wait_for(lambda: (kube.pod(*_ns_name(p)) or {}).get("metadata", {})
              .get("deletionTimestamp"), 60, "taint eviction")
-    got = _events_until(cluster, lambda g: g, timeout_s=15)
-    assert got and got[-1].phase != "running"
+    got = _events_until(cluster, lambda g: any(e.phase == "gone" for e in g), timeout_s=15)
+    assert "DeletionByTaintManager" in next(e.message for e in got if e.phase == "gone")
+
+
+def test_image_pull_backoff_fails_the_job_after_the_start_deadline(kube, nodes):
+    """The kubelet retries an image pull forever (ErrImagePull, ImagePullBackOff, Pod
+    Pending); past GPUQ_K8S_START_DEADLINE_S gpuq fails the job with the kubelet's reason
+    and deletes the Pod, so the cards are not held forever (issue 23 item 2)."""
+    c = make_cluster(kube, start_deadline_s=3)
+    c.start(wait_s=20)
+    try:
+        wait_for(lambda: len(c.list_nodes()) == 3, what="gpuq sees the 3 nodes")
+        c.bind(_req(job_id="nopull", template={
+            "metadata": {"annotations": {OUTCOME_START: "ImagePullBackOff"}},
+            "spec": {"containers": [{"name": "main", "image": "nowhere/none:1",
+                                     "securityContext": SC}]}}))
+        got = _events_until(c, lambda g: any(e.phase == "failed" for e in g), timeout_s=30)
+        assert [e.phase for e in got] == ["failed"]
+        assert "ImagePullBackOff" in got[0].message
+        wait_for(lambda: kube.gpuq_pods() == [], 30, "the stuck Pod deleted")
+        wait_for(lambda: "nopull" not in c.running_job_ids() | c.draining_job_ids(), 10,
+                 "its cards free")
+    finally:
+        c.close()
 
 
 # ------------------------------------------------------------------ watch, pagination

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.cluster.base import BindRequest
-from app.cluster.k8s_pods import accelerator_resources, build_pod, job_phase
+from app.cluster.k8s_pods import accelerator_resources, build_pod, job_phase, stuck_reason
 from app.cluster.k8s_settings import KubeSettings
 from app.domain.from_config import gpu_type_from_config
 from app.scheduling.model import ReplicaPlacement
@@ -105,14 +105,47 @@ def _pod(phase, name="p", **status):
 
 def test_job_phase_rules():
     assert job_phase([_pod("Pending"), _pod("Pending")], 2) == ("pending", "")
-    assert job_phase([_pod("Running"), _pod("Pending")], 2) == ("running", "")
+    # a gang with one replica still Pending (image pull back-off) is not running
+    assert job_phase([_pod("Running"), _pod("Pending")], 2) == ("pending", "")
     assert job_phase([_pod("Succeeded"), _pod("Running")], 2) == ("running", "")
     assert job_phase([_pod("Succeeded"), _pod("Succeeded")], 2) == ("succeeded", "")
-    assert job_phase([_pod("Succeeded")], 2)[0] == "running"  # one replica is not all of them
+    assert job_phase([_pod("Succeeded")], 2)[0] == "pending"  # one replica is not all of them
     failed = _pod("Failed", "w-1", containerStatuses=[
         {"name": "main", "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}])
     phase, msg = job_phase([_pod("Running"), failed], 2)
     assert phase == "failed" and "OOMKilled" in msg and "w-1" in msg
+
+
+def test_disruptions_requeue_and_the_workloads_own_failures_fail():
+    """Each termination class of docs/operations.md's table."""
+    def cond(reason):
+        return {"conditions": [{"type": "DisruptionTarget", "status": "True",
+                                "reason": reason, "message": "m"}]}
+    for reason in ("EvictionByEvictionAPI", "PreemptionByScheduler", "DeletionByTaintManager",
+                   "DeletionByPodGC", "TerminationByKubelet"):
+        phase, msg = job_phase([_pod("Failed", "w-0", **cond(reason)), _pod("Running")], 2)
+        assert phase == "gone" and reason in msg and "w-0" in msg
+    # a lost node: Terminating, still Running, marked by the taint manager
+    assert job_phase([_pod("Running", **cond("DeletionByTaintManager"))], 1)[0] == "gone"
+    for reason in ("Evicted", "OutOfnvidia.com/gpu", "NodeAffinity", "UnexpectedAdmissionError",
+                   "NodeShutdown"):
+        phase, msg = job_phase([_pod("Failed", reason=reason, message="kubelet says")], 1)
+        assert phase == "gone" and reason in msg, reason
+    err = _pod("Failed", containerStatuses=[
+        {"name": "main", "state": {"terminated": {"reason": "Error", "exitCode": 2}}}])
+    assert job_phase([err], 1) == ("failed", "pod p: container main: Error, exit code 2")
+    stuck = _pod("Pending", containerStatuses=[
+        {"name": "main", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "x"}}}])
+    assert stuck_reason(stuck) == "container main: ImagePullBackOff: x"
+    assert stuck_reason(_pod("Pending")) is None
+
+
+def test_restart_policy_is_gpuqs_own():
+    p = ReplicaPlacement(0, "n", None)
+    pod = build_pod(req([p], {"containers": [{"name": "a", "image": "i"}],
+                              "restartPolicy": "OnFailure"}), p, bind_id="x",
+                    gpu_type=None, ks=KS)
+    assert pod["spec"]["restartPolicy"] == "Never"
 
 
 def test_job_labels_go_on_every_pod_over_the_template_but_under_gpuqs_own():
