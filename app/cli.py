@@ -129,7 +129,11 @@ def config_apply(
     from app.server import config_apply as run_apply
     from app.settings import get_settings
 
-    lines = run_apply(get_settings(), file, dry_run=dry_run)
+    try:
+        lines = run_apply(get_settings(), file, dry_run=dry_run)
+    except (OSError, ValueError) as e:  # unreadable, over a bound (YAML), or invalid
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     changed = [ln for ln in lines if not ln.startswith("=")]
     for line in changed:
         typer.echo(line)

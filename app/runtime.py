@@ -30,6 +30,7 @@ from app.dispatch.metrics import MeteredDispatcher
 from app.dispatch.notify import NotifyListener
 from app.dispatch.tuner import TunerLoop
 from app.domain.config import GpuqConfig, load_config, load_config_text
+from app.domain.yaml_input import read_text_bounded
 from app.metrics import GpuqMetrics
 from app.settings import Settings
 from app.store import migrate
@@ -134,13 +135,13 @@ def apply_startup_config(session: Session, settings: Settings, now: datetime) ->
             apply_config(session, load_config_text(demo_config_text()))
         return
     path = str(settings.config_file)
-    text = Path(path).read_text()
+    text = read_text_bounded(path)
     digest = config_digest(text)
     if last_applied(session).get("sha256") == digest:
         log.info("config %s unchanged since its last apply: not applied again", path)
         return
     changes = apply_managed_config(
-        session, load_config_text(text), path, actor=f"config:{path}", at=now
+        session, load_config_text(text, source=path), path, actor=f"config:{path}", at=now
     )
     remember_applied(session, path, digest, now)
     done = [c for c in changes if c.action != "unchanged"]

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.clock import utcnow
 from app.domain.config import load_config_text
+from app.domain.yaml_input import read_text_bounded
 from app.main import create_app
 from app.runtime import UnsafeAdminToken, check_admin_token, open_services, resolve_database
 from app.settings import Settings
@@ -141,8 +142,8 @@ def config_apply(settings: Settings, path: str, *, dry_run: bool) -> list[str]:
     names are managed by it, and the same content is not applied again by
     ``serve`` at its next start.
     """
-    text = Path(path).read_text()
-    cfg = load_config_text(text)
+    text = read_text_bounded(path)
+    cfg = load_config_text(text, source=path)
     with database_session(settings) as session:
         lock_config(session)
         ensure_priority_classes(session)

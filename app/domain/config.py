@@ -10,7 +10,6 @@ import dataclasses
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from app.domain.pod_policy import PssLevel
@@ -26,6 +25,7 @@ from app.domain.spec import (
     check_dns_label,
     check_dns_subdomain,
 )
+from app.domain.yaml_input import load_yaml, read_yaml_file
 from app.scheduling.model import SchedulerConfig
 
 # strict: numbers are JSON numbers, flags JSON booleans, as the OpenAPI says ("80"
@@ -35,6 +35,9 @@ NonNegative = Annotated[float, Field(ge=0)]
 # schema of names the validators below check (their messages name the field)
 LABEL_SCHEMA = {"pattern": DNS_LABEL_PATTERN, "minLength": 1, "maxLength": 63}
 SUBDOMAIN_SCHEMA = {"pattern": DNS_SUBDOMAIN.pattern, "minLength": 1, "maxLength": 253}
+# nodes of one config or scenario once `count` is expanded (Kubernetes documents 5,000
+# nodes per cluster; bench/core.py's largest cluster has 10,000)
+MAX_NODES = 20_000
 # a MIG layout's device index: a JSON object key is a string ("0")
 DeviceIndex = Annotated[int, Strict(False), Field(ge=0, le=63)]
 
@@ -96,7 +99,7 @@ class NodeConfig(BaseModel):
     model_config = STRICT
     name: DnsLabel = Field(description="the node's name")
     count: OptInt = Field(
-        default=None, ge=1, le=100_000,
+        default=None, ge=1, le=MAX_NODES,
         description="this many identical nodes, named `<name>-0` .. `<name>-<count-1>`",
     )
     gpu_type: DnsLabel | None = Field(
@@ -320,6 +323,16 @@ class GpuqConfig(BaseModel):
         return [n for node in self.nodes for n in node.expand()]
 
     @model_validator(mode="after")
+    def _node_count(self) -> GpuqConfig:
+        """Nodes once ``count`` is expanded stay within ``MAX_NODES``: three entries of
+        ``count: 100000`` took 1.9 GB before anything looked at them."""
+        total = sum(n.count or 1 for n in self.nodes)
+        if total > MAX_NODES:
+            raise ValueError(f"nodes: {total:,} once count is expanded, more than "
+                             f"{MAX_NODES:,}")
+        return self
+
+    @model_validator(mode="after")
     def _references(self) -> GpuqConfig:
         types = {t.name for t in self.gpu_types}
         for n in self.nodes:
@@ -351,11 +364,10 @@ class GpuqConfig(BaseModel):
 
 
 def load_config(path: str | Path) -> GpuqConfig:
-    """Read and validate a config or scenario YAML file."""
-    text = Path(path).read_text()
-    data = yaml.safe_load(text) or {}
-    return GpuqConfig.model_validate(data)
+    """Read and validate a config or scenario YAML file (size and alias expansion
+    bounded: :mod:`app.domain.yaml_input`)."""
+    return GpuqConfig.model_validate(read_yaml_file(path) or {})
 
 
-def load_config_text(text: str) -> GpuqConfig:
-    return GpuqConfig.model_validate(yaml.safe_load(text) or {})
+def load_config_text(text: str, source: str = "config") -> GpuqConfig:
+    return GpuqConfig.model_validate(load_yaml(text, source=source) or {})
