@@ -28,7 +28,6 @@ from app.dispatch.leader import LeaderElector
 from app.dispatch.leases import LeaseReaper
 from app.dispatch.metrics import MeteredDispatcher
 from app.dispatch.notify import NotifyListener
-from app.dispatch.tuner import TunerLoop
 from app.domain.config import GpuqConfig, load_config, load_config_text
 from app.domain.yaml_input import read_text_bounded
 from app.metrics import GpuqMetrics
@@ -51,6 +50,7 @@ from app.store.embedded import EmbeddedPostgres, start_embedded
 from app.store.node_rows import gpu_type_configs
 from app.store.orm import NodeRow
 from app.store.tokens import ADMIN_PREFIX, new_token, seed_admin_token
+from app.tuning.loop import TunerLoop
 
 log = logging.getLogger("gpuq")
 

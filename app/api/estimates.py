@@ -21,8 +21,8 @@ from fastapi import Depends, Request
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.scheduling.policies import get_policy
 from app.simulate.estimate import StartEstimates, estimate_starts
-from app.simulate.policies import get_policy
 from app.store.orm import JobRow
 from app.store.snapshot import build_snapshot
 

@@ -27,9 +27,9 @@ from app.scheduling.model import (
     Preemption,
     Snapshot,
 )
+from app.scheduling.policies import get_policy
 from app.scheduling.preemption import stop_sentence
 from app.scheduling.releasing import hold_in_snapshot
-from app.simulate.policies import get_policy
 from app.store import batch_states, queue_order
 from app.store.leases import return_leases
 from app.store.node_rows import fingerprint

@@ -322,7 +322,8 @@ class SchedulerConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object] | None) -> SchedulerConfig:
-        """Build from the config file's ``scheduler`` mapping, ignoring loop-only keys."""
+        """Build from the config file's ``scheduler`` mapping (its ``alerts`` are the reports'
+        thresholds; a stored mapping from an older release may hold keys no longer read)."""
         if not data:
             return cls()
         known = set(cls.__dataclass_fields__)
@@ -407,4 +408,4 @@ class CycleResult:
 
 Policy = Callable[[Snapshot], CycleResult]
 """A scheduling policy: the live core's ``schedule`` and every baseline (by name:
-:mod:`app.simulate.policies`) take a snapshot and return decisions as data."""
+:mod:`app.scheduling.policies`) take a snapshot and return decisions as data."""

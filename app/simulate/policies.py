@@ -1,20 +1,24 @@
-"""Scheduling policies by name: the live core, its baselines and the models of
-other queues, one module each (:mod:`app.simulate.baselines`).
+"""The simulator's baselines and models of other queues register themselves in the
+core's policy table (:mod:`app.scheduling.policies`), one module each
+(:mod:`app.simulate.baselines`). Importing this module is what makes their names
+known: ``gpuq simulate``, the suite and the tests import it; the live server does
+not, so production never loads a baseline.
 
-``get_policy`` serves the dispatcher, the tuner's what-if and the estimated
-starts (stateless policies: the same object may decide every pass);
-``make_policy`` serves ``gpuq simulate`` and builds a fresh object for each
-run, because the Slurm model keeps decayed usage between cycles. The fill
-protocol's policies are the same baselines in the shape that protocol asks
+The fill protocol's policies are the same baselines in the shape that protocol asks
 for (:data:`app.simulate.fill.FILL_POLICIES`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from app.scheduling.engine import schedule
-from app.scheduling.model import Policy
+from app.scheduling.policies import (
+    FACTORIES,
+    POLICIES,
+    get_policy,
+    make_policy,
+    policy_names,
+    register,
+    register_factory,
+)
 from app.simulate.baselines.bestfit import best_fit
 from app.simulate.baselines.fifo import fifo_count, fifo_typed
 from app.simulate.baselines.kueue import kueue
@@ -22,33 +26,12 @@ from app.simulate.baselines.random_fit import random_fit
 from app.simulate.baselines.slurm import slurm
 from app.simulate.baselines.volcano import volcano
 
-POLICIES: dict[str, Policy] = {
-    "gpuq": schedule,
-    "fifo-count": fifo_count,
-    "fifo-typed": fifo_typed,
-    "random": random_fit,
-    "bestfit": best_fit,
-}
-BASELINE_MODELS: dict[str, Callable[[], Policy]] = {
-    "kueue": kueue,
-    "volcano": volcano,
-    "slurm": slurm,
-}
-POLICY_NAMES: tuple[str, ...] = (*POLICIES, *BASELINE_MODELS)
+for _name, _policy in (("fifo-count", fifo_count), ("fifo-typed", fifo_typed),
+                       ("random", random_fit), ("bestfit", best_fit)):
+    register(_name, _policy)
+for _name, _factory in (("kueue", kueue), ("volcano", volcano), ("slurm", slurm)):
+    register_factory(_name, _factory)
 
+POLICY_NAMES: tuple[str, ...] = policy_names()
 
-def get_policy(name: str) -> Policy:
-    """A stateless policy by name (the live core or a FIFO/Random/BestFit baseline)."""
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
-
-
-def make_policy(name: str) -> Policy:
-    """A fresh policy object for one simulation run."""
-    if name in BASELINE_MODELS:
-        return BASELINE_MODELS[name]()
-    if name in POLICIES:
-        return POLICIES[name]
-    raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICY_NAMES))}")
+__all__ = ["FACTORIES", "POLICIES", "POLICY_NAMES", "get_policy", "make_policy"]

@@ -9,11 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
 from app.api.deps import AdminDep, AdminWriteDep, PrincipalDep, SessionDep
-from app.dispatch.tuner import TunerLoop
 from app.domain.errors import InputError
 from app.domain.people import for_people
 from app.domain.spec import DnsLabel, OptInt
 from app.store.orm import PoolRow
+from app.tuning.loop import TunerLoop
 from app.tuning.store import current_weights, load_history, load_state, save_config
 from app.tuning.tuner import TunerConfig
 

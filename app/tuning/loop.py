@@ -27,7 +27,7 @@ from app.reports.alerts import AlertThresholds, type_imbalance_alerts
 from app.reports.live import thresholds as alert_thresholds
 from app.reports.utilization import pending_by_type, utilization, wanted_type
 from app.scheduling.model import Snapshot
-from app.simulate.policies import get_policy
+from app.scheduling.policies import get_policy
 from app.store.convert import job_request
 from app.store.orm import JobRow
 from app.store.snapshot import build_snapshot
