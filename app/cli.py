@@ -126,11 +126,18 @@ def config_apply(
 ) -> None:
     """Apply FILE to the database (DATABASE_URL, or the embedded one): show the diff,
     then make every object it names managed by it (API writes to those get 409)."""
+    from pydantic import ValidationError
+
+    from app.domain.config import describe_errors
+    from app.domain.errors import error_line
     from app.server import config_apply as run_apply
     from app.settings import get_settings
 
     try:
         lines = run_apply(get_settings(), file, dry_run=dry_run)
+    except ValidationError as e:  # checked before the database is opened
+        typer.echo(error_line(f"invalid config {file}: {describe_errors(e)}"), err=True)
+        raise typer.Exit(2) from None
     except (OSError, ValueError) as e:  # unreadable, over a bound (YAML), or invalid
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

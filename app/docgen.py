@@ -28,9 +28,8 @@ from pydantic_core import to_jsonable_python
 from pydantic_settings import BaseSettings
 
 from app.cluster.k8s_settings import KubeSettings
-from app.domain.config import GpuqConfig
+from app.domain.config import AlertThresholds, GpuqConfig
 from app.main import create_app
-from app.reports.alerts import AlertThresholds
 from app.scheduling.model import SchedulerConfig
 from app.settings import Settings
 
@@ -264,8 +263,10 @@ def config_markdown() -> str:
     out += [
         "### scheduler",
         "",
-        "Knobs of the scheduling core (`SchedulerConfig`); unknown keys are ignored. Score",
-        "weights (`w_*`) of 0 turn a term off.",
+        "Knobs of the scheduling core (`SchedulerConfig`) and `alerts` (below). A key that",
+        "is not listed is refused when the file is loaded (also by `gpuq config apply",
+        "--dry-run`), naming the nearest valid key; so is an unknown key in any section.",
+        "Score weights (`w_*`) of 0 turn a term off.",
         "",
         *properties_table(
             TypeAdapter(SchedulerConfig).json_schema(), field_comments(SchedulerConfig), "key"

@@ -7,11 +7,22 @@ be applied at every start.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from app.domain.errors import unknown
 from app.domain.pod_policy import PssLevel
 from app.domain.spec import (
     DNS_LABEL_PATTERN,
@@ -43,12 +54,82 @@ DeviceIndex = Annotated[int, Strict(False), Field(ge=0, le=63)]
 
 
 
-# the type of each core knob (SchedulerConfig's fields: bool, int or float)
+def refuse_unknown(data: Mapping[str, Any], known: Iterable[str], where: str = "") -> None:
+    """A key nobody reads is a mistake, not an option: a typo such as
+    ``shortest_frist: false`` would otherwise load and leave ``shortest_first`` on.
+    The error names the key, the nearest valid one and the valid ones."""
+    names = set(known)
+    for key in data:
+        if key not in names:
+            message = unknown("key", str(key), names)
+            if where:
+                message = message.replace(f"key {str(key)!r}", f"key {str(key)!r} {where}", 1)
+            raise ValueError(message)
+
+
+class ConfigModel(BaseModel):
+    """A section of the config file: unknown keys are refused by name with the nearest
+    valid one (pydantic's own ``extra="forbid"`` says only "extra inputs are not
+    permitted")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            refuse_unknown(data, cls.model_fields)
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class AlertThresholds:
+    """Configurable under ``scheduler.alerts`` in the config file (the alerts:
+    :mod:`app.reports.alerts`)."""
+
+    # head-of-line blocking: a group's wait P99 above this many times its P50
+    hol_ratio: float = 2.0
+    # ... with at least this many waits in the group
+    hol_min_samples: int = 20
+    # ... and a P99 wait above this many seconds
+    hol_min_p99_s: float = 60.0
+    # type imbalance: a GPU type with more than this many queued jobs
+    imbalance_queued: int = 10
+    # ... while another type has more than this share of its capacity idle
+    imbalance_idle: float = 0.4
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> AlertThresholds:
+        if not data:
+            return cls()
+        refuse_unknown(data, cls.__dataclass_fields__, "in scheduler.alerts")
+        return cls(**dict(data))
+
+
+# the type of each core knob (SchedulerConfig's fields: bool, int or float) and of
+# each alert threshold (under scheduler.alerts)
 SCHEDULER_KNOB_TYPES: dict[str, type] = {
     f.name: type(f.default) for f in dataclasses.fields(SchedulerConfig)
 }
+ALERT_KNOB_TYPES: dict[str, type] = {
+    f.name: type(f.default) for f in dataclasses.fields(AlertThresholds)
+}
 
-class MigProfileConfig(BaseModel):
+
+def _check_knobs(values: Mapping[str, Any], types: Mapping[str, type], where: str) -> None:
+    for key, value in values.items():
+        want = types[key]
+        if want is bool:
+            ok = isinstance(value, bool)
+        else:  # numbers: int or float, never a bool, never negative
+            ok = (isinstance(value, int | float) and not isinstance(value, bool)
+                  and (want is float or isinstance(value, int)) and value >= 0)
+        if not ok:
+            kind = {bool: "true or false", int: "a whole number >= 0",
+                    float: "a number >= 0"}[want]
+            raise ValueError(f"{where}.{key}: must be {kind}, got {value!r}")
+
+class MigProfileConfig(ConfigModel):
     """One MIG profile of a GPU type (the slice a ``resources.mig`` request names)."""
 
     model_config = STRICT
@@ -58,7 +139,7 @@ class MigProfileConfig(BaseModel):
     )
 
 
-class GpuTypeConfig(BaseModel):
+class GpuTypeConfig(ConfigModel):
     """A GPU model of the cluster, and what its cards are worth."""
 
     model_config = STRICT
@@ -93,7 +174,7 @@ class GpuTypeConfig(BaseModel):
     )
 
 
-class NodeConfig(BaseModel):
+class NodeConfig(ConfigModel):
     """A node of the simulated cluster (on Kubernetes nodes come from the API server)."""
 
     model_config = STRICT
@@ -151,7 +232,7 @@ class NodeConfig(BaseModel):
         ]
 
 
-class PoolConfig(BaseModel):
+class PoolConfig(ConfigModel):
     """A pool: GPU types, a guaranteed share of each, borrowing and lending rules."""
 
     model_config = STRICT
@@ -186,7 +267,7 @@ class PoolConfig(BaseModel):
                           description="its share when pools compete for idle CU")
 
 
-class TeamConfig(BaseModel):
+class TeamConfig(ConfigModel):
     """A team: its pool, quota, fair-share weight and Pod policy."""
 
     model_config = STRICT
@@ -242,7 +323,7 @@ class TeamConfig(BaseModel):
         return v
 
 
-class PriorityClassConfig(BaseModel):
+class PriorityClassConfig(ConfigModel):
     """A priority class: jobs of a higher value go first and may preempt."""
 
     model_config = STRICT
@@ -260,7 +341,7 @@ DEFAULT_PRIORITY_CLASSES = [
 ]
 
 
-class TraceConfig(BaseModel):
+class TraceConfig(ConfigModel):
     """A public trace a scenario replays (`gpuq simulate`)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -273,7 +354,7 @@ class TraceConfig(BaseModel):
     )
 
 
-class GpuqConfig(BaseModel):
+class GpuqConfig(ConfigModel):
     """The whole file; `jobs` and `trace` only matter to `gpuq simulate`."""
 
     model_config = ConfigDict(extra="forbid")
@@ -299,22 +380,20 @@ class GpuqConfig(BaseModel):
     @field_validator("scheduler")
     @classmethod
     def _scheduler_values(cls, v: dict[str, Any]) -> dict[str, Any]:
-        """The core's knobs are checked here, where a config error can name them, not
-        deep in a cycle (a YAML ``1.0e9`` is a string, and reached the core as one)."""
-        for key, value in v.items():
-            want = SCHEDULER_KNOB_TYPES.get(key)
-            if want is None:
-                continue  # a loop or alert setting: read by its own loop
-            if want is bool:
-                ok = isinstance(value, bool)
-            else:  # numbers: int or float, never a bool, never negative
-                ok = (isinstance(value, int | float) and not isinstance(value, bool)
-                      and (want is float or isinstance(value, int)) and value >= 0)
-            if not ok:
-                kind = {bool: "true or false", int: "a whole number >= 0",
-                        float: "a number >= 0"}[want]
-                raise ValueError(f"scheduler.{key}: must be {kind}, got {value!r}")
+        """The core's knobs and the alert thresholds are checked here, where a config
+        error can name them, not deep in a cycle (a YAML ``1.0e9`` is a string, and
+        reached the core as one); a key nothing reads is refused with the nearest one."""
+        refuse_unknown(v, [*SCHEDULER_KNOB_TYPES, "alerts"], "in scheduler")
+        _check_knobs({k: x for k, x in v.items() if k != "alerts"}, SCHEDULER_KNOB_TYPES,
+                     "scheduler")
+        alerts = v.get("alerts")
+        if alerts is not None:
+            if not isinstance(alerts, Mapping):
+                raise ValueError(f"scheduler.alerts: must be a mapping, got {alerts!r}")
+            refuse_unknown(alerts, ALERT_KNOB_TYPES, "in scheduler.alerts")
+            _check_knobs(alerts, ALERT_KNOB_TYPES, "scheduler.alerts")
         return v
+
     trace: TraceConfig | None = Field(
         default=None, description="`gpuq simulate` only: a public trace to replay"
     )
@@ -367,6 +446,17 @@ def load_config(path: str | Path) -> GpuqConfig:
     """Read and validate a config or scenario YAML file (size and alias expansion
     bounded: :mod:`app.domain.yaml_input`)."""
     return GpuqConfig.model_validate(read_yaml_file(path) or {})
+
+
+def describe_errors(err: ValidationError) -> str:
+    """A validation error as ``where: what`` lines (``teams.0: unknown key 'quota' ...``),
+    for a command's one-line error."""
+    out = []
+    for e in err.errors():
+        where = ".".join(str(x) for x in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        out.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(out)
 
 
 def load_config_text(text: str, source: str = "config") -> GpuqConfig:

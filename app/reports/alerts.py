@@ -18,31 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from app.domain.config import AlertThresholds
 
-@dataclass(frozen=True, slots=True)
-class AlertThresholds:
-    """Configurable under ``scheduler.alerts`` in the config file."""
-
-    # head-of-line blocking: a group's wait P99 above this many times its P50
-    hol_ratio: float = 2.0
-    # ... with at least this many waits in the group
-    hol_min_samples: int = 20
-    # ... and a P99 wait above this many seconds
-    hol_min_p99_s: float = 60.0
-    # type imbalance: a GPU type with more than this many queued jobs
-    imbalance_queued: int = 10
-    # ... while another type has more than this share of its capacity idle
-    imbalance_idle: float = 0.4
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> AlertThresholds:
-        if not data:
-            return cls()
-        known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown alert thresholds: {', '.join(sorted(unknown))}")
-        return cls(**dict(data))
+__all__ = ["Alert", "AlertThresholds", "head_of_line_alerts", "type_imbalance_alerts"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,7 +128,7 @@ def test_type_imbalance_alert_thresholds():
     assert type_imbalance_alerts({"a100": 50}, {"a100": 0.9}, th) == []
     th2 = AlertThresholds(imbalance_queued=2, imbalance_idle=0.1)
     assert len(type_imbalance_alerts({"a100": 3}, {"a100": 0, "v100": 0.2}, th2)) == 1
-    with pytest.raises(ValueError, match="unknown alert thresholds"):
+    with pytest.raises(ValueError, match="unknown key .nope. in scheduler.alerts"):
         AlertThresholds.from_mapping({"nope": 1})
 
 
