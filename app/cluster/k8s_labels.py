@@ -37,6 +37,13 @@ ARTICLE_GPU_WEIGHT = "gpu-weight"  # 10 (informational: the weight comes from th
 GFD_PRODUCT = "nvidia.com/gpu.product"  # NVIDIA-A100-SXM4-80GB
 GFD_MEMORY_MIB = "nvidia.com/gpu.memory"  # 81920 (MiB)
 GFD_COUNT = "nvidia.com/gpu.count"  # physical cards, MIG or not
+GFD_REPLICAS = "nvidia.com/gpu.replicas"  # time-slicing / MPS replicas per card
+GFD_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"  # none, time-slicing, mps
+GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"  # single, mixed
+GFD_PRESENT = "nvidia.com/gpu.present"  # "true" on GPU nodes (NFD / GPU Operator)
+
+# --- on Nodes: HAMi's vGPU device plugin (pkg/device/nvidia/device.go) --------
+HAMI_REGISTER = "hami.io/node-nvidia-register"  # annotation: the cards it registered
 
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]")
 

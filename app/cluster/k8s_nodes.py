@@ -11,7 +11,9 @@ without a server. What is read, and why:
   metric); the node's GPUs are then not offered, its CPU still is.
 * Cards: allocatable ``resource_name`` of the type (``nvidia.com/gpu``, or
   another vendor's name), plus MIG resources (``nvidia.com/mig-3g.40gb``,
-  mixed strategy) packed onto the MIG-mode cards.
+  mixed strategy; single strategy: one slice per ``nvidia.com/gpu``) packed onto
+  the MIG-mode cards. A node whose device layer gpuq cannot drive (time-slicing or
+  MPS replicas, HAMi, DRA only: :mod:`app.cluster.k8s_devices`) offers no cards.
 * Usage by Pods gpuq does not manage: their CPU, memory and accelerator
   requests count as used (cards marked ``external``, slices used).
 * Cordoned, NotReady, or tainted NoSchedule/NoExecute (other than the
@@ -29,6 +31,7 @@ from decimal import Decimal
 from kubernetes.utils import parse_quantity
 
 from app.cluster import k8s_labels as L
+from app.cluster.k8s_devices import MIG_SINGLE, DeviceLayer, device_layer
 from app.cluster.k8s_settings import KubeSettings
 from app.domain.config import GpuTypeConfig
 from app.scheduling.model import Device, Node
@@ -46,6 +49,7 @@ class NodeView:
     unmatched_product: str | None = None  # GPU product that no configured type matches
     unknown_mig: list[str] = field(default_factory=list)  # MIG profiles not in the type
     reasons_unschedulable: list[str] = field(default_factory=list)
+    layer: DeviceLayer = field(default_factory=DeviceLayer)  # the node's device plugin mode
 
 
 def quantity(q: object) -> Decimal:
@@ -108,19 +112,25 @@ def match_gpu_type(
 
 
 def _node_gpu_type(
-    labels: Mapping[str, str], allocatable: Mapping[str, object], types: Sequence[GpuTypeConfig]
+    labels: Mapping[str, str], allocatable: Mapping[str, object], types: Sequence[GpuTypeConfig],
+    layer: DeviceLayer | None = None,
 ) -> tuple[GpuTypeConfig | None, str | None]:
-    """(type, unmatched product). Explicit article labels win over GFD's."""
+    """(type, unmatched product). Explicit article labels win over GFD's. GFD's product
+    loses its ``-SHARED`` / ``-MIG-<profile>`` suffix first; under the MIG single strategy
+    its memory label is the slice's, so it is not compared with the card's."""
     art = labels.get(L.ARTICLE_GPU_TYPE)
     if art:
         t = match_gpu_type(art, memory_label_gb(labels.get(L.ARTICLE_GPU_MEMORY)), types)
         return (t, None) if t else (None, art)
     gfd = labels.get(L.GFD_PRODUCT)
     if gfd:
+        product = (layer.product if layer is not None else None) or gfd
         mib = labels.get(L.GFD_MEMORY_MIB)
         mem = float(mib) / 1024 if mib and mib.replace(".", "", 1).isdigit() else None
-        t = match_gpu_type(gfd, mem, types)
-        return (t, None) if t else (None, gfd)
+        if layer is not None and layer.mode == MIG_SINGLE:
+            mem = None
+        t = match_gpu_type(product, mem, types)
+        return (t, None) if t else (None, product)
     # No product label: a resource only one type uses (other vendors), or the
     # only configured type of a single-model cluster.
     present = [r for r, q in allocatable.items() if "/" in r and quantity(q) > 0]
@@ -244,11 +254,18 @@ def node_view(
     labels: dict[str, str] = dict(meta.get("labels") or {})
     alloc: dict[str, object] = dict(status.get("allocatable") or status.get("capacity") or {})
 
-    gpu_type, unmatched = _node_gpu_type(labels, alloc, types)
+    annotations: dict[str, str] = dict(meta.get("annotations") or {})
+    resource = next((t.resource_name for t in types if t.resource_name in alloc),
+                    "nvidia.com/gpu")
+    layer = device_layer(labels, annotations, alloc, resource)
+    gpu_type, unmatched = _node_gpu_type(labels, alloc, types, layer)
+    if gpu_type is not None and gpu_type.resource_name != resource:
+        layer = device_layer(labels, annotations, alloc, gpu_type.resource_name)
     devices: list[Device] = []
     unknown_mig: list[str] = []
-    if gpu_type is not None:
-        whole = int(quantity(alloc.get(gpu_type.resource_name)))
+    single = layer.mode == MIG_SINGLE and layer.mig_profile is not None
+    if gpu_type is not None and layer.offered:
+        whole = 0 if single else int(quantity(alloc.get(gpu_type.resource_name)))
         devices = [Device(index=i) for i in range(whole)]
         prefix = mig_prefix(gpu_type.resource_name)
         mig_counts = {
@@ -256,9 +273,13 @@ def node_view(
             for r, q in alloc.items()
             if r.startswith(prefix) and quantity(q) > 0
         }
+        if single:  # one slice per nvidia.com/gpu, all of the labelled profile
+            n = int(quantity(alloc.get(gpu_type.resource_name)))
+            mig_counts = {layer.mig_profile: n} if n > 0 else {}
         if mig_counts:
             total = labels.get(L.GFD_COUNT)
-            hint = max(int(total) - whole, 0) if total and total.isdigit() else None
+            hint = (max(int(total) - whole, 0) if total and total.isdigit() and not single
+                    else None)
             mig_devices, unknown_mig = _pack_mig(mig_counts, gpu_type, whole, hint)
             devices.extend(mig_devices)
 
@@ -306,7 +327,10 @@ def node_view(
         for r, q in used.items():
             if r.startswith(prefix):
                 ext_mig[r[len(prefix) :]] += int(q)
-    if gpu_type is not None:
+        if single and layer.mig_profile:  # another Pod's nvidia.com/gpu is a slice
+            ext_mig[layer.mig_profile] += ext_whole
+            ext_whole = 0
+    if gpu_type is not None and layer.offered:
         _keep_held(devices, gpuq_devices, gpuq_mig)
     # External cards: highest index first and never one gpuq's own Pods hold,
     # so applying gpuq's running jobs on top does not double count.
@@ -339,8 +363,9 @@ def node_view(
         labels=labels,
         taints=tuple(taints),
         schedulable=not reasons,
+        device_layer=layer.as_dict(),
     )
-    return NodeView(core, unmatched, unknown_mig, reasons)
+    return NodeView(core, unmatched, unknown_mig, reasons, layer)
 
 
 def node_views(

@@ -15,7 +15,6 @@ torchrun and MPI-style launchers read (docs/multi-node.md).
 from __future__ import annotations
 
 import copy
-import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 
 from app.cluster import k8s_labels as L
 from app.cluster.base import BindRequest, PodPhase
+from app.cluster.k8s_devices import MIG_SINGLE, SHARE_UNSUPPORTED, DeviceLayer, UnsupportedDevice
 from app.cluster.k8s_nodes import mig_prefix
 from app.cluster.k8s_settings import KubeSettings
 from app.domain.pod_policy import PodPolicy
@@ -122,24 +122,23 @@ def rendezvous_env(req: BindRequest, p: ReplicaPlacement, ks: KubeSettings, name
     ]
 
 
-def accelerator_resources(p: ReplicaPlacement, gpu_type: GpuType | None) -> dict[str, str]:
-    """Extended-resource requests (= limits) for what the placement holds."""
+def accelerator_resources(p: ReplicaPlacement, gpu_type: GpuType | None,
+                          layer: DeviceLayer | None = None) -> dict[str, str]:
+    """Extended-resource requests (= limits) for what the placement holds, as the node's
+    device plugin advertises it (app/cluster/k8s_devices.py): ``<resource>: N`` whole
+    cards, ``<vendor>/mig-<profile>: 1`` per slice (mixed strategy), ``<resource>: 1`` per
+    slice under the single strategy. A share of a card has no device-plugin contract gpuq
+    drives (shares are refused at submit on Kubernetes): :class:`UnsupportedDevice`."""
     if gpu_type is None or p.gpu_type is None:
         return {}
     if p.mig:
         counts = Counter(profile for _dev, _slice, profile in p.mig)
+        if layer is not None and layer.mode == MIG_SINGLE:
+            return {gpu_type.resource_name: str(sum(counts.values()))}
         prefix = mig_prefix(gpu_type.resource_name)
         return {f"{prefix}{profile}": str(n) for profile, n in sorted(counts.items())}
     if p.share > 0:
-        # HAMi-style vGPU: one virtual card with a memory (MiB) and core (%) cap.
-        domain = gpu_type.resource_name.split("/", 1)[0]
-        mem_gb = p.share_memory_gb or p.share * gpu_type.memory_gb
-        return {
-            gpu_type.resource_name: "1",
-            # never 0: HAMi reads a zero memory cap as the whole card
-            f"{domain}/gpumem": str(max(1, int(mem_gb * 1e9 / 2**20))),
-            f"{domain}/gpucores": str(max(1, math.ceil(p.share * 100 - 1e-9))),
-        }
+        raise UnsupportedDevice(SHARE_UNSUPPORTED)
     if p.devices:
         return {gpu_type.resource_name: str(len(p.devices))}
     return {}
@@ -205,7 +204,11 @@ def build_pod(
     node_taints: Sequence[Mapping[str, Any]] = (),
     ks: KubeSettings,
     policy: PodPolicy | None = None,
+    layer: DeviceLayer | None = None,
 ) -> dict:
+    """The Pod of one replica. ``layer``: the node's device layer (how its device
+    plugin names what the placement holds); :class:`UnsupportedDevice` when it has no
+    exact name for it."""
     meta, spec = _split_template(req.pod_template)
     namespace = meta.pop("namespace", None) or ks.namespace
     for k in ("name", "generateName", "resourceVersion", "uid"):
@@ -241,7 +244,7 @@ def build_pod(
         *rendezvous_env(req, p, ks, namespace),
     ]
     ours = {e["name"] for e in env}
-    accel = accelerator_resources(p, gpu_type)
+    accel = accelerator_resources(p, gpu_type, layer)
     out_containers = []
     for i, c in enumerate(containers):
         c = dict(c)

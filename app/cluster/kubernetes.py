@@ -46,6 +46,7 @@ from app.cluster.base import (
     JobStatusEvent,
     ReconcileReport,
 )
+from app.cluster.k8s_devices import UnsupportedDevice, node_layer
 from app.cluster.k8s_nodes import NodeView, node_views, pod_holds_resources
 from app.cluster.k8s_pods import (
     build_pod,
@@ -326,8 +327,13 @@ class KubernetesCluster:
                     raise BindError(f"node {p.node} is gone")
                 taints = (node.get("spec") or {}).get("taints") or []
                 gpu_type = self.types.get(p.gpu_type) if p.gpu_type else None
-                pods.append(build_pod(req, p, bind_id=bind_id, gpu_type=gpu_type,
-                                      node_taints=taints, ks=self.ks, policy=policy))
+                layer = node_layer(node, gpu_type.resource_name if gpu_type else "nvidia.com/gpu")
+                try:
+                    pods.append(build_pod(req, p, bind_id=bind_id, gpu_type=gpu_type,
+                                          node_taints=taints, ks=self.ks, policy=policy,
+                                          layer=layer))
+                except UnsupportedDevice as e:  # e.g. a share queued before it was refused
+                    raise InvalidPodError(f"node {p.node}: {e}") from None
             # defence in depth: the finished Pods meet the team's policy of now
             for pod in pods:
                 violations = check_pod(pod, policy)

@@ -85,6 +85,10 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     schedulable: bool = True
+    # What the node's device layer does with its cards (Kubernetes: exclusive, MIG,
+    # time-slicing...; app/cluster/k8s_devices.py), shown in GET /v1/nodes. Placement
+    # never reads it: a layer gpuq cannot drive offers no devices at all.
+    device_layer: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def cpu_free(self) -> float:

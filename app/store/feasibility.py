@@ -16,16 +16,19 @@ import weakref
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, exists, select
 from sqlalchemy.orm import Session
 
 from app.clock import to_epoch
+from app.domain.devices import SHARE_UNSUPPORTED
 from app.domain.errors import InputError
 from app.domain.requests import request_from_spec
 from app.domain.spec import JobSpec
 from app.scheduling.feasibility import Refusal, submit_refusal
 from app.scheduling.model import PriorityInfo, SchedulerConfig, Snapshot
 from app.store.catalog_cache import CatalogView, TeamRef
+from app.store.node_rows import SOURCE as NODE_SYNC_SOURCE
+from app.store.orm import NodeRow
 from app.store.snapshot import read_catalog
 
 KEEP_S = 10.0
@@ -36,19 +39,31 @@ class _Kept:
     revision: int
     read_at: float
     snap: Snapshot
+    kubernetes: bool = False  # the nodes come from Kubernetes (the node sync wrote them)
 
 
 _cache: weakref.WeakKeyDictionary[Engine, _Kept] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def _read(conn: Connection, revision: int, now: datetime) -> Snapshot:
+def _read(conn: Connection, revision: int, now: datetime) -> _Kept:
     with Session(bind=conn) as s:
         cat = read_catalog(s)
+        kube = bool(s.scalar(select(exists().where(NodeRow.source == NODE_SYNC_SOURCE))))
     snap = cat.snapshot(now, [], [], SchedulerConfig())
+    kept = _Kept(revision, to_epoch(now), snap, kube)
     with _lock:
-        _cache[conn.engine] = _Kept(revision, to_epoch(now), snap)
-    return snap
+        _cache[conn.engine] = kept
+    return kept
+
+
+def device_refusal(spec: JobSpec, kubernetes: bool) -> Refusal | None:
+    """What the cluster's device layer can never give: a fraction of a card on
+    Kubernetes nodes (no sharing device plugin gpuq drives: app/cluster/k8s_devices.py).
+    Asked before placement, whose own answer ("no shareable card") would not say why."""
+    if kubernetes and spec.resources.gpu_share is not None:
+        return Refusal(SHARE_UNSUPPORTED, "", "resources.gpu_share")
+    return None
 
 
 def _judge(spec: JobSpec, snap: Snapshot, team: TeamRef, pool: str,
@@ -69,11 +84,17 @@ def check_feasible(conn: Connection, spec: JobSpec, catalog: CatalogView, team: 
     t = to_epoch(now)
     fresh = kept is None or kept.revision != catalog.revision or not (
         0 <= t - kept.read_at <= KEEP_S)
-    snap = _read(conn, catalog.revision, now) if fresh else kept.snap  # type: ignore[union-attr]
+    if fresh:
+        kept = _read(conn, catalog.revision, now)
+    assert kept is not None
+    refused = device_refusal(spec, kept.kubernetes)
+    if refused is not None:
+        raise InputError(refused.detail, refused.field)
+    snap = kept.snap
     if not snap.nodes:  # no inventory yet (discovery has not run): nothing to judge by
         return
     got = _judge(spec, snap, team, pool, priority)
     if got is not None and not fresh:  # confirm a refusal on what the database says now
-        got = _judge(spec, _read(conn, catalog.revision, now), team, pool, priority)
+        got = _judge(spec, _read(conn, catalog.revision, now).snap, team, pool, priority)
     if got is not None:
         raise InputError(got.detail, got.field)

@@ -58,6 +58,7 @@ def node_values(n: Node) -> dict[str, Any]:
         "labels": dict(n.labels),
         "taints": [{"key": k, "value": v, "effect": e} for k, v, e in n.taints],
         "schedulable": n.schedulable,
+        "sharing": dict(n.device_layer),
         "source": SOURCE,
     }
 

@@ -103,6 +103,9 @@ class NodeRow(ManagedBy, Timestamps, Base):
     taints: Mapped[list[Any]] = mapped_column(JSONB, default=list)
     schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
     source: Mapped[str] = mapped_column(String(16), default="config")
+    # the device layer of a Kubernetes node (app/cluster/k8s_devices.py): mode, offered...
+    sharing: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict,
+                                                    server_default=text("'{}'::jsonb"))
 
 
 class PoolRow(ManagedBy, Timestamps, Base):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.cluster.base import BindRequest
+from app.cluster.k8s_devices import MIG_SINGLE, DeviceLayer, UnsupportedDevice
 from app.cluster.k8s_pods import accelerator_resources, build_pod, job_phase, stuck_reason
 from app.cluster.k8s_settings import KubeSettings
 from app.domain.from_config import gpu_type_from_config
@@ -65,17 +68,18 @@ def test_whole_gpu_pod_fields():
     assert env(spec["containers"][1])["GPUQ_RANK"] == "1"
 
 
-def test_mig_and_share_and_other_vendor_resources():
+def test_mig_and_other_vendor_resources_and_no_share_pod():
     mig = ReplicaPlacement(0, "n", "a100-80g", mig=((6, 0, "3g.40gb"), (6, 1, "3g.40gb")))
     assert accelerator_resources(mig, TYPES["a100-80g"]) == {"nvidia.com/mig-3g.40gb": "2"}
+    # the MIG single strategy advertises each slice as nvidia.com/gpu
+    single = DeviceLayer(MIG_SINGLE, mig_profile="3g.40gb")
+    assert accelerator_resources(mig, TYPES["a100-80g"], single) == {"nvidia.com/gpu": "2"}
+    # A share used to ask for HAMi's nvidia.com/gpumem/gpucores: HAMi's Allocate refuses a
+    # Pod its scheduler did not annotate, and without HAMi the kubelet gave a whole card.
     share = ReplicaPlacement(0, "n", "rtx4090-24g", devices=(0,), share=0.5,
                              share_memory_gb=12)
-    assert accelerator_resources(share, TYPES["rtx4090-24g"]) == {
-        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "11444", "nvidia.com/gpucores": "50"}
-    # issue 28: a tiny share asked for `gpumem: "0"`, which HAMi reads as the whole card
-    tiny = ReplicaPlacement(0, "n", "rtx4090-24g", devices=(0,), share=1e-9)
-    caps = accelerator_resources(tiny, TYPES["rtx4090-24g"])
-    assert int(caps["nvidia.com/gpumem"]) >= 1 and caps["nvidia.com/gpucores"] == "1"
+    with pytest.raises(UnsupportedDevice, match="gpu_share is not available"):
+        accelerator_resources(share, TYPES["rtx4090-24g"])
     asc = ReplicaPlacement(0, "n", "ascend910", devices=(0, 1, 2))
     assert accelerator_resources(asc, TYPES["ascend910"]) == {"huawei.com/Ascend910": "3"}
     cpu_only = ReplicaPlacement(0, "n", None, cpu=2)

@@ -21,10 +21,22 @@ NodePatch = patch_model(NodeConfig)
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
 
+def sharing(row: NodeRow) -> dict[str, Any]:
+    """How the node's cards are handed out. A Kubernetes node: the mode its device
+    plugin runs (written by the node sync), and ``device_choice: node`` (the kubelet
+    picks the physical card; gpuq's device indices are its accounting). A node of the
+    config or the API: gpuq's own bookkeeping is the truth (``device_choice: gpuq``)."""
+    if row.source == "kubernetes" and row.sharing:
+        return dict(row.sharing)
+    return {"mode": "mig" if row.mig_layout else "exclusive", "offered": True,
+            "device_choice": "gpuq" if row.source != "kubernetes" else "node"}
+
+
 def _view(row: NodeRow, allocs: dict[str, list]) -> dict[str, Any]:
     return for_people({
         **catalog.node_dict(row),
         "source": row.source,
+        "sharing": sharing(row),
         **node_view(row, allocs.get(row.name, [])),
     })
 
