@@ -40,9 +40,10 @@ from app.api.routes import (
     tuning,
 )
 from app.api.routes.metrics import metrics_loop_of
+from app.api.submit_rate import SubmitRate
 from app.cluster.k8s_settings import KubeSettings
 from app.dispatch.metrics import MetricsLoop
-from app.domain.errors import GpuqError
+from app.domain.errors import GpuqError, TooManyRequests
 from app.metrics import GpuqMetrics
 from app.runtime import Services, open_services
 from app.settings import Settings, get_settings
@@ -247,13 +248,17 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.state.metrics = GpuqMetrics()
     app.state.install_policy = KubeSettings().install_policy()
     app.state.principals = PrincipalCache()
+    app.state.submit_rate = SubmitRate(settings.team_submit_rate, settings.team_submit_burst)
     app.state.oidc = OidcVerifier.from_settings(settings)
     if services is not None:
         install_services(app, services)
 
     @app.exception_handler(GpuqError)
     async def _gpuq_error(request: Request, exc: GpuqError) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+        headers = ({"Retry-After": str(exc.retry_after_s)}
+                   if isinstance(exc, TooManyRequests) else None)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
+                            headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -117,6 +117,22 @@ class Settings(BaseSettings):
         "reaper, tuner) in a pool of their own, so API load never makes a pass wait for a "
         "connection; 0 = the loops share the API's pool",
     )
+    team_max_pending: int = Field(
+        default=10_000, ge=0, alias="GPUQ_TEAM_MAX_PENDING",
+        description="jobs one team may have pending at once unless the team sets its own "
+        "max_pending; a team token's submit past it answers 429 with Retry-After. 0 = no cap",
+    )
+    team_submit_rate: float = Field(
+        default=100.0, ge=0, alias="GPUQ_TEAM_SUBMIT_RATE",
+        description="jobs per second one team may submit, sustained, through each API process "
+        "unless the team sets its own submit_rate; past it a team token's submit answers 429 "
+        "with Retry-After. 0 = no limit",
+    )
+    team_submit_burst: int = Field(
+        default=5_000, ge=1, alias="GPUQ_TEAM_SUBMIT_BURST",
+        description="jobs a team may submit at once above its rate (one full "
+        "POST /v1/jobs:batch by default)",
+    )
     # the dashboard asks for a token unless an operator opens it read-only to everyone
     ui_public: bool = Field(default=False, alias="GPUQ_UI_PUBLIC")
     # estimated start times are recomputed at most this often (a bounded forward replay)

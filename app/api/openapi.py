@@ -8,8 +8,9 @@ describes as ``{"detail": [...]}``. gpuq answers differently, and more:
 * 401/403 on every route that takes a token, 404 on every route with a path
   parameter, 409 on every write (a name taken, an object still referenced, a
   job in the wrong state), 400 (not JSON) and 413 on every body (``GPUQ_MAX_BODY_BYTES``), 422
-  wherever input is read, 503 with ``Retry-After`` wherever the database is
-  read (down, pool exhausted, statement timeout: app/api/db_errors.py).
+  wherever input is read, 429 with ``Retry-After`` on submits (a team's limits), 503
+  with ``Retry-After`` wherever the database is read (down, pool exhausted,
+  statement timeout: app/api/db_errors.py).
 
 The statuses are derived from each operation itself (token, path
 parameters, method, body), so a new route is documented by the same rules.
@@ -30,6 +31,8 @@ from app.domain.spec import SCENARIO_ONLY
 
 ERROR_REF = "#/components/schemas/ErrorOut"
 NO_DATABASE = {"/healthz"}  # answers without reading the database
+# submits, limited per team (pending cap, submit rate): 429 with Retry-After
+TEAM_LIMITED = {("/v1/jobs", "post"), ("/v1/jobs:batch", "post")}
 
 
 class ValidationItem(BaseModel):
@@ -57,6 +60,8 @@ DESCRIPTIONS = {
     "referenced (the detail names the referrer), a job that can no longer change",
     "413": "The body is larger than GPUQ_MAX_BODY_BYTES",
     "422": "Invalid input: the detail names the field",
+    "429": "The team is over its cap on pending jobs or its submit rate (docs/security.md, "
+    "Limits); retry after Retry-After seconds",
     "503": "The database is unavailable or busy; retry after Retry-After seconds",
 }
 RETRY_AFTER = {
@@ -83,6 +88,8 @@ def error_statuses(path: str, method: str, op: dict[str, Any]) -> list[str]:
         out += ["400", "413"]
     if params or "requestBody" in op:
         out.append("422")
+    if (path, method) in TEAM_LIMITED:
+        out.append("429")
     if path not in NO_DATABASE:
         out.append("503")
     return out
@@ -137,7 +144,7 @@ def truthful(schema: dict[str, Any]) -> dict[str, Any]:
                     "description": DESCRIPTIONS[status],
                     "content": {"application/json": {"schema": {"$ref": ERROR_REF}}},
                 }
-                if status == "503":
+                if status in ("429", "503"):
                     answer["headers"] = RETRY_AFTER
                 op["responses"][status] = answer
     for unused in ("HTTPValidationError", "ValidationError"):

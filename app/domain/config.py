@@ -307,6 +307,18 @@ class TeamConfig(ConfigModel):
     automount_service_account_token: bool = Field(
         default=False, description="may the team's Pods mount their ServiceAccount token"
     )
+    # caps on the team's queue (docs/security.md, "Limits"); unset: the install's default
+    max_pending: OptInt = Field(
+        default=None, ge=1, le=10_000_000,
+        description="most jobs the team may have pending at once (a submit past it is a "
+        "429); unset: GPUQ_TEAM_MAX_PENDING",
+    )
+    submit_rate: float | None = Field(
+        default=None, gt=0, le=1_000_000,
+        description="jobs per second the team may submit, sustained (bursts up to "
+        "GPUQ_TEAM_SUBMIT_BURST; past it a 429 with Retry-After); unset: "
+        "GPUQ_TEAM_SUBMIT_RATE",
+    )
 
     @field_validator("namespaces")
     @classmethod

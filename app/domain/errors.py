@@ -39,6 +39,17 @@ class Forbidden(GpuqError):
     status_code = 403
 
 
+class TooManyRequests(GpuqError):
+    """A team is over one of its caps (pending jobs, submit rate): 429, and
+    ``retry_after_s`` becomes the ``Retry-After`` header."""
+
+    status_code = 429
+
+    def __init__(self, detail: str, retry_after_s: int, field: str | None = None) -> None:
+        self.retry_after_s = max(1, int(retry_after_s))
+        super().__init__(detail, field)
+
+
 class PodPolicyError(InputError):
     """A ``pod_template`` the team's Pod policy refuses (app/domain/pod_policy.py):
     the detail names the first field paths, ``violations`` holds them all."""

@@ -35,6 +35,8 @@ class TeamRef:
     pod_security: str = "restricted"
     service_accounts: tuple[str, ...] = ("default",)
     automount_service_account_token: bool = False
+    max_pending: int | None = None  # None: the install's default
+    submit_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,10 +124,13 @@ def current_catalog_of(conn: Connection) -> CatalogView:
                 r.pod_security or "restricted",
                 tuple(r.service_accounts if r.service_accounts is not None else ("default",)),
                 bool(r.automount_service_account_token),
+                r.max_pending,
+                r.submit_rate,
             )
             for r in conn.execute(
                 select(t.name, t.pool, t.allowed_pools, t.default_priority, t.namespaces,
-                       t.pod_security, t.service_accounts, t.automount_service_account_token)
+                       t.pod_security, t.service_accounts, t.automount_service_account_token,
+                       t.max_pending, t.submit_rate)
             )
         },
         pools={name: NameRef(name) for name in conn.scalars(select(PoolRow.name))},

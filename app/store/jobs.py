@@ -37,6 +37,7 @@ from app.store.orm import (
 )
 from app.store.queue_order import fill_queue_positions
 from app.store.states import change_state
+from app.store.team_limits import ROOM_SQL, check_pending_cap, effective_cap, over_cap
 
 NOTIFY_CHANNEL = "gpuq_jobs"
 MAX_LIMIT = 500
@@ -134,19 +135,22 @@ def requested_units(
 
 # One job, its ``submitted`` event and the dispatcher's wake-up in one statement, and
 # only while the catalog is still at the revision the spec was checked against
-# (the foreign keys guard the names; this guards pools a team may use, types, ...).
-# A repeated Idempotency-Key inserts nothing (ON CONFLICT). The row always comes
-# back with the current catalog revision, so a miss says which of the two it was.
+# (the foreign keys guard the names; this guards pools a team may use, types, ...),
+# and only while the team has room under its cap on pending jobs (:cap, NULL: none;
+# app/store/team_limits.py). A repeated Idempotency-Key inserts nothing (ON CONFLICT).
+# The row always comes back with the current catalog revision and whether the team was
+# full, so a miss says which it was.
 _INSERT_ONE = text(
     f"""
     WITH ok AS (SELECT 1 FROM catalog_revision WHERE id = 1 AND revision = :rev),
+    room AS (SELECT {ROOM_SQL} AS yes),
     j AS (
         INSERT INTO jobs (name, team, pool, priority, status, spec, units, submitted_at,
             queued_at, waited_s, preemption_count, idempotency_key, idempotency_hash,
             submitted_by)
         SELECT :name, :team, :pool, :priority, 'pending', CAST(:spec AS jsonb), :units,
             :now, :now, 0, 0, :key, :hash, :by
-        FROM ok
+        FROM ok, room WHERE room.yes
         ON CONFLICT ON CONSTRAINT uq_jobs_team_idempotency_key DO NOTHING
         RETURNING id
     ),
@@ -155,7 +159,7 @@ _INSERT_ONE = text(
         SELECT id, :now, 'submitted', NULL, 'pending', NULL,
             jsonb_strip_nulls(jsonb_build_object('submitted_by', CAST(:by AS text))) FROM j
     )
-    SELECT r.revision, j.id, n.sent
+    SELECT r.revision, j.id, n.sent, (SELECT NOT yes FROM room) AS full
     FROM catalog_revision AS r
     LEFT JOIN j ON TRUE
     LEFT JOIN LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', '') IS NULL AS sent FROM j) AS n
@@ -217,6 +221,7 @@ def insert_job(
     submitted_by: str | None = None,
     install: InstallPolicy | None = None,
     at_revision: int | None = None,
+    pending_cap: int | None = None,
 ) -> NewJob | int | None:
     """Submit one job in one round trip: checks against the cached catalog, then
     one INSERT ... RETURNING that also writes the event and the NOTIFY.
@@ -230,6 +235,12 @@ def insert_job(
     revision a cached principal was resolved at), else write nothing and return None
     without any other read: the caller then resolves the principal afresh. A spec
     the cached catalog refuses also returns None (the fresh path gives the 4xx).
+
+    ``pending_cap``: hold the team to its cap on pending jobs, this being the install's
+    default (``GPUQ_TEAM_MAX_PENDING``; the team's ``max_pending`` wins, 0 = none) -
+    a :class:`~app.domain.errors.TooManyRequests` when full. None: no cap (an admin's
+    submit). Checked in the INSERT itself, against the team's cap at the revision the
+    INSERT is guarded by.
     """
     h = spec_hash(spec) if idempotency_key is not None else None
     catalog = cached_catalog(conn.engine)
@@ -256,9 +267,13 @@ def insert_job(
                 return None  # the fresh path gives the 422 (after 401/403, as ever)
             raise
         units = requested_units(None, spec, catalog)
+        cap = (effective_cap(team.max_pending, pending_cap)
+               if pending_cap is not None else None)
         row = conn.execute(
             _INSERT_ONE,
             {
+                "cap": cap,
+                "adding": 1,
                 "rev": catalog.revision,
                 "name": spec.name,
                 "team": team.name,
@@ -276,12 +291,15 @@ def insert_job(
             return NewJob(
                 row.id, team.name, pool.name, prio.name, units, body, now, submitted_by
             )
-        if row.revision == catalog.revision:  # the key was used before
+        if row.revision == catalog.revision:  # the key was used before, or no room
             existing = conn.execute(
                 select(JobRow.id, JobRow.idempotency_hash).where(
                     JobRow.team == spec.team, JobRow.idempotency_key == idempotency_key
                 )
-            ).one()
+            ).one_or_none() if idempotency_key is not None else None
+            if existing is None:
+                assert row.full and cap is not None
+                raise over_cap(team.name, cap)
             if existing.idempotency_hash != h:
                 raise Conflict(
                     "this key was already used with a different job body", "Idempotency-Key"
@@ -328,10 +346,12 @@ def submit_jobs(
     now: datetime,
     submitted_by: str | None = None,
     install: InstallPolicy | None = None,
+    pending_cap: int | None = None,
 ) -> list[int]:
     """Insert many pending jobs in one statement (jobs, their ``submitted`` events,
     one NOTIFY). All or nothing: the first bad spec is an :class:`InputError` naming
-    its index, and nothing is inserted."""
+    its index, and nothing is inserted. ``pending_cap`` as in :func:`insert_job`: each
+    team of the batch must have room for all of its jobs."""
     if not specs:
         return []
     conn = session.connection()
@@ -354,6 +374,13 @@ def submit_jobs(
                 "units": requested_units(None, spec, catalog),
             }
         )
+    if pending_cap is not None:
+        per_team: dict[str, int] = {}
+        for r in rows:
+            per_team[r["team"]] = per_team.get(r["team"], 0) + 1
+        for name, n in per_team.items():
+            cap = effective_cap(catalog.teams[name].max_pending, pending_cap)
+            check_pending_cap(conn, name, n, cap)
     params = {"rows": json.dumps(rows), "now": now, "by": submitted_by}
     return list(conn.execute(_INSERT_MANY, params).scalars())
 

@@ -156,6 +156,9 @@ class TeamRow(ManagedBy, Timestamps, Base):
     automount_service_account_token: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=text("false")
     )
+    # caps on the team's queue (app/store/team_limits.py); NULL: the install's default
+    max_pending: Mapped[int | None] = mapped_column(Integer)
+    submit_rate: Mapped[float | None] = mapped_column(Float)
 
 
 class ApiTokenRow(Base):
@@ -200,6 +203,8 @@ class JobRow(Base):
         UniqueConstraint("team", "idempotency_key", name="uq_jobs_team_idempotency_key"),
         Index("ix_jobs_status_submitted_at", "status", "submitted_at"),
         Index("ix_jobs_team_id", "team", "id"),
+        # a team's pending jobs, counted against its cap at submit (migration 0009)
+        Index("ix_jobs_team_pending", "team", postgresql_where=text("status = 'pending'")),
         # windowed reports: jobs submitted, admitted or finished since T (migration 0004)
         Index("ix_jobs_submitted_at", "submitted_at"),
         *(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -39,7 +41,7 @@ from app.domain.spec import JobSpec
 from app.domain.states import JobStatus
 from app.store import jobs as job_store
 from app.store import requeue
-from app.store.catalog_cache import current_catalog
+from app.store.catalog_cache import cached_catalog, current_catalog, current_catalog_of
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -99,6 +101,7 @@ def _submit_one(
                 return job_store.insert_job(
                     conn, spec, now=now, idempotency_key=key, submitted_by=principal.name,
                     install=state.install_policy, at_revision=at_revision,
+                    pending_cap=pending_cap(state, principal),
                 )
 
             got = None
@@ -106,11 +109,14 @@ def _submit_one(
             hit = state.principals.peek(token, now) if token else None
             if hit is not None and _plainly_allowed(hit[0], spec):
                 principal, revision = hit
+                within_submit_rate(state, conn, principal, spec.team, 1)
                 got = insert(principal, revision)
             if got is None:  # not cached, refused, or the catalog moved: resolve afresh
                 principal = resolve_principal(state, session, token, now)
                 principal.require_team(spec.team, write=True)
                 refuse_scenario_fields([spec])
+                if hit is None or not _plainly_allowed(hit[0], spec):  # else taken above
+                    within_submit_rate(state, conn, principal, spec.team, 1)
                 got = insert(principal)
             assert got is not None
             if isinstance(got, job_store.NewJob):
@@ -118,6 +124,26 @@ def _submit_one(
             job = job_store.get_job(session, str(got))
             out = job_out(job, now, job_store.active_lease(session, job))
             return 200, out.model_dump_json().encode()
+
+
+def within_submit_rate(
+    state: Any, conn: Connection, principal: Principal, team: str, n: int
+) -> None:
+    """A team token's submit of ``n`` jobs for ``team`` within the team's submit rate
+    (app/api/submit_rate.py), else a 429 with Retry-After. No read on the hot path: the
+    team's own rate comes from the catalog this process last read. An admin's submits
+    are not limited; an unknown team is left to the submit's own 422."""
+    if principal.is_admin:
+        return
+    ref = (cached_catalog(conn.engine) or current_catalog_of(conn)).teams.get(team)
+    if ref is not None:
+        state.submit_rate.take(team, n, time.monotonic(), ref.submit_rate)
+
+
+def pending_cap(state: Any, principal: Principal) -> int | None:
+    """The cap on pending jobs a submit is held to (app/store/team_limits.py): the
+    install's default for a team token (the team's own wins), none for an admin."""
+    return None if principal.is_admin else state.settings.team_max_pending
 
 
 def _plainly_allowed(principal: Principal, spec: JobSpec) -> bool:
@@ -174,8 +200,14 @@ def _submit_many(
         for spec in specs:
             principal.require_team(spec.team, write=True)
         refuse_scenario_fields(specs, prefix="jobs")
+        per_team: dict[str, int] = {}
+        for spec in specs:
+            per_team[spec.team] = per_team.get(spec.team, 0) + 1
+        for team, n in per_team.items():
+            within_submit_rate(state, session.connection(), principal, team, n)
         ids = job_store.submit_jobs(
-            session, specs, now=now, submitted_by=principal.name, install=state.install_policy
+            session, specs, now=now, submitted_by=principal.name, install=state.install_policy,
+            pending_cap=pending_cap(state, principal),
         )
         session.commit()
         return ids
