@@ -1,7 +1,18 @@
 """Run every policy on a suite of scenarios and write one comparison report.
 
+``python -m app.simulate.suite --tune eval/windows/tuning/*.yaml --evaluate
+eval/windows/evaluation/*.yaml --out docs/eval/windows`` is the evaluation: each
+baseline's settings are chosen on the tuning windows (:mod:`app.simulate.tuning`),
+then every policy runs on the evaluation windows (the two sets may share no
+window: checked), and the report adds the tuning (every setting's score, the
+chosen one), the goal counted over the windows and means with 95 % confidence
+intervals over the windows. ``--chosen DIR/suite.json`` reuses the settings an
+earlier run chose (e.g. to split the evaluation windows over two processes and
+``--combine`` them).
+
 ``python -m app.simulate.suite eval/suite/*.yaml --out docs/eval/suite
-[--policies gpuq,kueue,volcano,slurm,fifo-typed]`` writes, into ``--out``:
+[--policies gpuq,kueue,volcano,slurm,fifo-typed]`` runs scenarios with the
+baselines' default settings and writes, into ``--out``:
 
 * ``suite.json``: per scenario and policy the result's ``summary`` (every
   measure of :mod:`app.simulate.measures`, per team too) and the CPU seconds
@@ -29,9 +40,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from app.simulate.command import load_scenario
-from app.simulate.policies import make_policy
 from app.simulate.replay import ScenarioModel, Simulator, to_json
+from app.simulate.tuning import Settings, build, tune
+from app.simulate.tuning import label as setting_label
 
 DEFAULT_POLICIES = ("gpuq", "kueue", "volcano", "slurm", "fifo-typed")
 # what teams would use instead (the goals' rivals); fifo-typed counts: it is what a queue
@@ -44,10 +58,14 @@ GOAL_CLOSED = 0.30  # closes at least 30 % of the best baseline's gap to the bou
 GOAL_WASTE_PCT = 5.0  # thrown-away GPU-hours under 5 % of GPU-hours used
 
 
-def run_one(model: ScenarioModel, policy: str) -> dict[str, Any]:
+def run_one(model: ScenarioModel, policy: str,
+            settings: Settings | None = None) -> dict[str, Any]:
     t0 = time.process_time()
-    doc = to_json(Simulator(model, make_policy(policy), policy).run())
-    return {"summary": doc["summary"], "cpu_s": round(time.process_time() - t0, 2)}
+    doc = to_json(Simulator(model, build(policy, settings), policy).run())
+    out = {"summary": doc["summary"], "cpu_s": round(time.process_time() - t0, 2)}
+    if settings:
+        out["settings"] = settings
+    return out
 
 
 def bound_of(model: ScenarioModel) -> dict[str, Any]:
@@ -60,8 +78,10 @@ def bound_of(model: ScenarioModel) -> dict[str, Any]:
             "horizon_s": round(b.horizon_s, 3), "cpu_s": round(time.process_time() - t0, 2)}
 
 
-def run_suite(paths: list[str], policies: list[str],
-              progress: bool = False, bound: bool = True) -> dict[str, Any]:
+def run_suite(paths: list[str], policies: list[str], progress: bool = False,
+              bound: bool = True, settings: dict[str, Settings] | None = None) -> dict[str, Any]:
+    """Every policy (a baseline with ``settings[policy]`` when given) on every scenario."""
+    settings = settings or {}
     out: dict[str, Any] = {"load_average": os.getloadavg()[0], "policies": policies,
                            "scenarios": {}}
     for path in paths:
@@ -69,7 +89,7 @@ def run_suite(paths: list[str], policies: list[str],
         model = load_scenario(path)  # read once: a run never changes the model
         runs = {}
         for p in policies:
-            runs[p] = run_one(model, p)
+            runs[p] = run_one(model, p, settings.get(p))
             if progress:
                 s = runs[p]["summary"]
                 print(f"{name} {p}: jct mean {s['jct_mean_s']}, worst team p99 "
@@ -78,6 +98,109 @@ def run_suite(paths: list[str], policies: list[str],
         if bound:
             out["scenarios"][name]["bound"] = bound_of(model)
     return out
+
+
+def trace_span(path: str | Path) -> tuple[str, float, float] | None:
+    """(trace, start, end) of a trace window scenario in trace time (seconds), or None for
+    a scenario that lists its own jobs."""
+    from datetime import datetime
+
+    doc = yaml.safe_load(Path(path).read_text()) or {}
+    tr = doc.get("trace")
+    if not tr:
+        return None
+    o = tr.get("options") or {}
+    if tr.get("format") == "philly":
+        t = datetime.fromisoformat(str(o.get("start", "2017-10-09 00:00:00"))).timestamp()
+        t += float(o.get("offset_days", 0.0)) * 86400.0
+        length = float(o["days"]) * 86400.0 if "days" in o else float(o.get("hours", 24)) * 3600
+        return ("philly:" + Path(str(tr.get("path"))).name, t, t + length)
+    if "load" in o:
+        t = float(o.get("start_day", 118.0)) * 86400.0
+        return ("alibaba:" + Path(str(tr.get("pods"))).name, t,
+                t + float(o.get("days", 2.0)) * 86400.0)
+    return ("alibaba:" + Path(str(tr.get("pods"))).name, 0.0, float("inf"))
+
+
+def check_disjoint(tuning: list[str], evaluation: list[str]) -> None:
+    """The tuning and the evaluation sets share no window: no file, and no two trace
+    windows of the same trace that overlap in time (they would share jobs)."""
+    same = {Path(p).resolve() for p in tuning} & {Path(p).resolve() for p in evaluation}
+    if same:
+        raise ValueError(f"in both the tuning and the evaluation set: {sorted(map(str, same))}")
+    spans = {p: trace_span(p) for p in [*tuning, *evaluation]}
+    for a in tuning:
+        for b in evaluation:
+            sa, sb = spans[a], spans[b]
+            if sa and sb and sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2]:
+                raise ValueError(f"tuning window {a} and evaluation window {b} overlap")
+
+
+def run_tuned(tuning: list[str], evaluation: list[str], policies: list[str],
+              progress: bool = False, bound: bool = True,
+              chosen: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Tune each baseline on ``tuning`` (or take ``chosen``: an earlier run's ``tuning``),
+    then run every policy with its chosen settings on ``evaluation``."""
+    check_disjoint(tuning, evaluation)
+    if chosen is None:
+        models = {Path(p).stem: load_scenario(p) for p in tuning}
+        chosen = tune(models, [p for p in policies if p in BASELINES], run_one, progress)
+    doc = run_suite(evaluation, policies, progress=progress, bound=bound,
+                    settings={p: t["chosen"] for p, t in chosen.items()})
+    doc["tuning"] = chosen
+    return doc
+
+
+def _ci(xs: list[float]) -> tuple[float, float] | None:
+    """Mean and half-width of its 95 % confidence interval (Student's t); None when empty."""
+    import math
+
+    if not xs:
+        return None
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, float("nan")
+    from scipy.stats import t as student
+
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return m, float(student.ppf(0.975, len(xs) - 1)) * sd / math.sqrt(len(xs))
+
+
+def over_windows(doc: dict[str, Any]) -> dict[str, Any]:
+    """The goal counted over the scenarios (windows) and means with 95 % CIs over them."""
+    from app.simulate.bound import gap
+
+    per: dict[str, dict[str, list[float]]] = {}
+    met = {"all": 0, "jct": 0, "worst_team_p99": 0, "closed": 0, "max_team_slowdown": 0}
+    ratios: dict[str, list[float]] = {"jct": [], "worst_team_p99": [], "max_team_slowdown": [],
+                                      "closed": []}
+    n = 0
+    for sc in doc["scenarios"].values():
+        b = sc.get("bound")
+        for p, r in sc["runs"].items():
+            s = r["summary"]
+            d = per.setdefault(p, {})
+            for k in ("jct_mean_s", "worst_team_wait_p99_s", "max_team_slowdown",
+                      "jain_slowdown", "thrown_away_pct", "jobs_not_finished"):
+                if s.get(k) is not None:
+                    d.setdefault(k, []).append(float(s[k]))
+            g = gap(s.get("jct_mean_s"), b["jct_mean_s"]) if b else None
+            if g is not None:
+                d.setdefault("gap", []).append(g)
+        g = goals(sc["runs"], b)
+        if g is None:
+            continue
+        n += 1
+        for k in met:
+            met[k] += bool(g[k] if k == "all" else g[k]["met"])
+        for k in ("jct", "worst_team_p99", "max_team_slowdown"):
+            if g[k]["best_value"] and g[k]["gpuq"] is not None:
+                ratios[k].append(g[k]["gpuq"] / g[k]["best_value"])
+        if g["closed"]["share"] is not None:
+            ratios["closed"].append(g["closed"]["share"])
+    return {"windows": n, "met": met,
+            "ratios": {k: _ci(v) for k, v in ratios.items()},
+            "policies": {p: {k: _ci(v) for k, v in d.items()} for p, d in per.items()}}
 
 
 def goals(runs: dict[str, Any], bound: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -260,6 +383,93 @@ def write_plots(doc: dict[str, Any], out: Path) -> list[str]:
     return files
 
 
+def tuning_tables(tuning: dict[str, Any]) -> str:
+    """Per baseline: every setting of its grid, its score on the tuning windows (lower is
+    better) and its mean JCT / worst team's P99 wait per tuning window; the chosen one bold."""
+    out = []
+    for p, t in tuning.items():
+        wins = list(t["windows"])
+        out += [f"**{p}** (chosen: `{t['chosen_label']}`; {t['cpu_s']:.0f} CPU s)", "",
+                "| setting | score | " + " | ".join(wins) + " |",
+                "|---|---|" + "---|" * len(wins)]
+        for settings in t["grid"]:
+            lab = setting_label(settings)
+            cells = []
+            for w in wins:
+                s = t["windows"][w][lab]
+                cells.append(f"{_f(_h(s['jct_mean_s']), 2)} / "
+                             f"{_f(_h(s['worst_team_wait_p99_s']), 1)}")
+            name = f"**{lab}**" if lab == t["chosen_label"] else lab
+            out.append(f"| {name} | {t['scores'][lab]:.3f} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _h(x: Any) -> float | None:
+    return None if x is None else float(x) / 3600.0
+
+
+def _pm(x: tuple[float, float] | None, scale: float = 1.0, nd: int = 2, pct: bool = False) -> str:
+    if x is None:
+        return "-"
+    m, h = x[0] * scale, x[1] * scale
+    unit = " %" if pct else ""
+    if h != h:  # one window: no interval
+        return f"{m:,.{nd}f}{unit}"
+    return f"{m:,.{nd}f} ± {h:,.{nd}f}{unit}"
+
+
+def windows_tables(doc: dict[str, Any]) -> str:
+    """The goal counted over the windows, and per policy the means over the windows with
+    their 95 % confidence intervals."""
+    ow = over_windows(doc)
+    m, n = ow["met"], ow["windows"]
+    r = ow["ratios"]
+    lines = [
+        f"All goals met on **{m['all']} of {n}** windows (the goal: at least 80 % of at least "
+        f"10). Each goal alone: mean JCT within 2 % of every baseline on {m['jct']}, worst "
+        f"team's P99 wait on {m['worst_team_p99']}, at least 30 % of the best baseline's gap "
+        f"to the bound closed on {m['closed']}, max team slowdown on "
+        f"{m['max_team_slowdown']}.", "",
+        "gpuq over the best baseline of each window (mean over the windows ± 95 % CI): mean "
+        f"JCT {_pm(r['jct'], 100, 1, True)}, worst team's P99 wait "
+        f"{_pm(r['worst_team_p99'], 100, 1, True)}, max team slowdown "
+        f"{_pm(r['max_team_slowdown'], 100, 1, True)}; share of the best baseline's gap "
+        f"closed {_pm(r['closed'], 100, 1, True)}.", "",
+        "| policy | mean JCT h | gap to bound | worst team's P99 wait h | max team slowdown "
+        "| Jain | GPU-h thrown away % | jobs not finished |", "|---|---|---|---|---|---|---|---|"]
+    for p in doc["policies"]:
+        d = ow["policies"].get(p, {})
+        lines.append(
+            f"| {p} | {_pm(d.get('jct_mean_s'), 1 / 3600)} | {_pm(d.get('gap'), 100, 1, True)} "
+            f"| {_pm(d.get('worst_team_wait_p99_s'), 1 / 3600, 1)} "
+            f"| {_pm(d.get('max_team_slowdown'), 1.0, 2)} | {_pm(d.get('jain_slowdown'), 1, 3)} "
+            f"| {_pm(d.get('thrown_away_pct'), 1, 2)} | {_pm(d.get('jobs_not_finished'), 1, 1)} |")
+    return "\n".join(lines)
+
+
+def readme_table(doc: dict[str, Any]) -> str:
+    """The README's compact table: a row per evaluation window, a cell per policy with
+    mean JCT h / worst team's P99 wait h / max team slowdown / gap to the bound."""
+    from app.simulate.bound import gap
+
+    pols = doc["policies"]
+    lines = ["| window (mean JCT h / worst team's P99 wait h / max team slowdown / gap to "
+             "bound) | " + " | ".join(pols) + " |", "|---|" + "---|" * len(pols)]
+    for name, sc in doc["scenarios"].items():
+        b = sc.get("bound")
+        cells = []
+        for p in pols:
+            s = sc["runs"][p]["summary"] if p in sc["runs"] else {}
+            g = gap(s.get("jct_mean_s"), b["jct_mean_s"]) if b and s else None
+            cells.append(f"{_f(_h(s.get('jct_mean_s')), 2)} / "
+                         f"{_f(_h(s.get('worst_team_wait_p99_s')), 1)} / "
+                         f"{_f(s.get('max_team_slowdown'), 1)} / "
+                         + ("-" if g is None else f"{100 * g:.0f}%"))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_report(doc: dict[str, Any], out_dir: str | Path, plots: bool = True) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -268,6 +478,11 @@ def write_report(doc: dict[str, Any], out_dir: str | Path, plots: bool = True) -
           f"Policies: {', '.join(doc['policies'])}. Load average when the run started: "
           f"{doc['load_average']:.1f} (CPU seconds per run are in the last column).", "",
           "## Goals (gpuq against the best baseline of the same run)", "", goals_table(doc), "",
+          *(["## Over the windows", "", windows_tables(doc), ""]
+            if len(doc["scenarios"]) > 1 else []),
+          *(["## Tuning: each baseline's grid on the tuning windows (mean JCT h / worst "
+             "team's P99 wait h)", "", tuning_tables(doc["tuning"]), ""]
+            if doc.get("tuning") else []),
           "## Headline (the goals' measures; every measure per scenario below)", "",
           headline_table(doc), ""]
     for name, sc in doc["scenarios"].items():
@@ -289,6 +504,8 @@ def combine(docs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"load_average": max(d["load_average"] for d in docs),
                            "policies": [], "scenarios": {}}
     for d in docs:
+        if d.get("tuning") and "tuning" not in out:
+            out["tuning"] = d["tuning"]
         for p in d["policies"]:
             if p not in out["policies"]:
                 out["policies"].append(p)
@@ -309,14 +526,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-bound", action="store_true", help="skip the LP lower bound")
     ap.add_argument("--combine", nargs="+", default=None, metavar="SUITE_JSON",
                     help="write one report from suite.json files of earlier runs instead")
+    ap.add_argument("--tune", nargs="+", default=None, metavar="SCENARIO",
+                    help="tuning windows: each baseline's setting is chosen on these")
+    ap.add_argument("--evaluate", nargs="+", default=None, metavar="SCENARIO",
+                    help="evaluation windows: every policy runs on these with its chosen setting")
+    ap.add_argument("--chosen", default=None, metavar="SUITE_JSON",
+                    help="take the settings an earlier run chose (its tuning) instead of tuning")
     a = ap.parse_args(argv)
+    pols = [p.strip() for p in a.policies.split(",") if p.strip()]
     if a.combine:
         doc = combine([json.loads(Path(f).read_text()) for f in a.combine])
+    elif a.evaluate:
+        if not a.tune:
+            ap.error("--evaluate needs --tune (the windows the settings are chosen on)")
+        chosen = json.loads(Path(a.chosen).read_text())["tuning"] if a.chosen else None
+        doc = run_tuned(a.tune, a.evaluate, pols, progress=True, bound=not a.no_bound,
+                        chosen=chosen)
     elif a.scenarios:
-        doc = run_suite(a.scenarios, [p.strip() for p in a.policies.split(",") if p.strip()],
-                        progress=True, bound=not a.no_bound)
+        doc = run_suite(a.scenarios, pols, progress=True, bound=not a.no_bound)
     else:
-        ap.error("give scenario files, or --combine SUITE_JSON ...")
+        ap.error("give scenario files, --tune ... --evaluate ..., or --combine SUITE_JSON ...")
     path = write_report(doc, a.out, plots=not a.no_plots)
     print(f"report written to {path}")
     return 0

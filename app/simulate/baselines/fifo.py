@@ -124,12 +124,22 @@ def typed_demands(job: JobRequest, snap: Snapshot) -> list[Demand]:
 Chooser = Callable[[JobRequest, list[ReplicaPlacement], ClusterState], ReplicaPlacement]
 
 
-def fifo_policy(snap: Snapshot, typed: bool, choose: Chooser | None = None) -> CycleResult:
+def fifo_policy(snap: Snapshot, typed: bool, choose: Chooser | None = None,
+                prefer_speed: bool = False) -> CycleResult:
     """FIFO over the pending jobs; each replica on the first feasible node by name,
-    or on the node ``choose`` picks among all feasible ones."""
+    or on the node ``choose`` picks among all feasible ones. ``prefer_speed``: nodes of
+    faster GPU types first (a preferred node affinity on the operator's speed table,
+    ``GpuType.speed``, the one gpuq reads), then by name."""
     result = CycleResult()
     state = ClusterState.from_snapshot(snap)
-    names = sorted(n.name for n in snap.nodes)  # by name: decisions never depend on input order
+
+    def speed(n: Node) -> float:
+        t = snap.gpu_types.get(n.gpu_type) if n.gpu_type else None
+        return t.speed if t is not None else 0.0
+
+    # by name: decisions never depend on input order
+    names = [n.name for n in sorted(snap.nodes, key=lambda n: (
+        -speed(n) if prefer_speed else 0.0, n.name))]
     for job in _fifo(snap):
         result.order.append(job.id)
         demands = typed_demands(job, snap) if typed else []
@@ -174,6 +184,17 @@ def fifo_count(snap: Snapshot) -> CycleResult:
 def fifo_typed(snap: Snapshot) -> CycleResult:
     """One FIFO queue, type- and memory-aware, first node that fits."""
     return fifo_policy(snap, typed=True)
+
+
+def fifo_typed_with(prefer_speed: bool = False) -> Callable[[Snapshot], CycleResult]:
+    """``fifo-typed`` with its one operator setting (:func:`fifo_policy`)."""
+    if not prefer_speed:
+        return fifo_typed
+
+    def policy(snap: Snapshot) -> CycleResult:
+        return fifo_policy(snap, typed=True, prefer_speed=True)
+
+    return policy
 
 
 def out_of_memory(job: JobRequest, placements: tuple[ReplicaPlacement, ...] | list,

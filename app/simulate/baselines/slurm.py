@@ -3,9 +3,23 @@
 Modelled from SchedMD's documentation (read, not copied):
 ``priority_multifactor.html`` (the factors and their weights, usage decay,
 "Configuration Example"), ``fair_tree.html`` (the fair-share factor),
-``sched_config.html`` and ``slurm.conf.html`` (``sched/backfill``,
-``bf_interval``, ``bf_max_job_test``, ``DefaultTime``), ``gres.html``
-(GPUs per type, ``--gres=gpu:<type>:N``, ``shard`` for shared cards).
+``sched_config.html`` and ``slurm.conf.html`` (``doc/man/man5/slurm.conf.5`` in
+SchedMD/slurm: ``sched/backfill``, ``bf_interval``, ``bf_max_job_test`` "Default:
+500", ``bf_window`` "at least as long as the highest allowed time limit is
+generally advisable to prevent job starvation", node ``Weight`` "jobs will be
+allocated the nodes with the lowest weight which satisfies their
+requirements", ``PriorityMaxAge`` "default 7-0", ``DefaultTime``),
+``gres.html`` (GPUs per type, ``--gres=gpu:<type>:N``, ``shard`` for shared
+cards).
+
+The operator's settings (:class:`SlurmSettings`, tuned on the tuning windows
+by :mod:`app.simulate.tuning`): ``bf_window`` = the longest time limit of the
+jobs seen (at least ``DefaultTime``), ``bf_max_job_test=500``,
+``PriorityMaxAge`` and node ``Weight`` by GPU type (``node_weight``: ``speed``
+-- higher weight for faster cards, as ``slurm.conf`` advises, so faster cards
+stay free for the jobs only they can run; ``fastest`` -- the reverse; ``none``
+-- one weight, best fit alone). The speed per type is the operator's table
+(``GpuType.speed``), the same gpuq reads.
 
 The configuration modelled (``slurm.conf``):
 
@@ -26,13 +40,13 @@ The configuration modelled (``slurm.conf``):
 * **Fair Tree** (the default algorithm): accounts ranked by their level
   fair-share ``S / U`` (normalised shares over normalised decayed usage;
   no usage ranks first); fair-share factor = rank from the bottom / number
-  of accounts.
+  of accounts. ``PriorityMaxAge`` from the settings.
 * **Scheduling**: the main scheduler starts jobs in priority order and stops
   at the first that cannot start (the partition is blocked); every
   ``bf_interval=30`` s the backfill scheduler walks up to
-  ``bf_max_job_test=100`` pending jobs in priority order and, against a plan
+  ``bf_max_job_test`` pending jobs in priority order and, against a plan
   of when each node's GPUs free up (running jobs end at start + time limit;
-  ``bf_window=1440`` minutes, ``bf_resolution=60`` s),
+  ``bf_window`` from the settings, ``bf_resolution=60`` s),
   starts a job now only if it fits now without touching capacity planned for
   a higher-priority job, and otherwise plans the job at its earliest start
   (which later jobs then may not delay). **Time limit** = the job's
@@ -42,10 +56,9 @@ The configuration modelled (``slurm.conf``):
 Left out: jobs are not killed at their time limit (the scenarios' estimates
 are at least the run time, and the default covers the longest run), the
 backfill plan counts GPUs per node only (CPU and memory are checked when the
-job starts), ``bf_resolution``/``bf_window`` are not modelled (the plan is
-exact and unbounded), decayed usage of a job that ended between two cycles
+job starts), decayed usage of a job that ended between two cycles
 is charged up to the midpoint of the two, a job whose earliest start lies
-beyond ``bf_window`` (1 day) gets no planned start, no QOS, no reservations made by
+beyond ``bf_window`` gets no planned start, no QOS, no reservations made by
 administrators, no heterogeneous jobs.
 """
 
@@ -71,13 +84,27 @@ DAY = 86400.0
 WEIGHT_FAIRSHARE = 10000.0
 WEIGHT_AGE = 1000.0
 WEIGHT_JOB_SIZE = 1000.0
-MAX_AGE_S = 14 * DAY
 DECAY_HALF_LIFE_S = 14 * DAY
 DEFAULT_TIME_S = 2 * DAY
 BF_INTERVAL_S = 30.0
-BF_MAX_JOB_TEST = 100
-BF_WINDOW_S = DAY  # bf_window=1440 (minutes): how far ahead the plan looks
 BF_RESOLUTION_S = 60.0  # bf_resolution: planned start times are rounded to this
+NODE_WEIGHTS = ("speed", "fastest", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmSettings:
+    """The ``slurm.conf`` knobs that matter here (module docstring); the defaults are
+    the documentation's (``bf_max_job_test``, ``PriorityMaxAge``) and its advice
+    (``bf_window`` >= the longest time limit, faster nodes weighted higher)."""
+
+    priority_max_age_s: float = 7 * DAY  # PriorityMaxAge=7-0
+    bf_max_job_test: int = 500
+    bf_window_s: float | None = None  # None: the longest time limit seen (>= DefaultTime)
+    node_weight: str = "speed"
+
+    def __post_init__(self) -> None:
+        if self.node_weight not in NODE_WEIGHTS:
+            raise ValueError(f"node_weight must be one of {', '.join(NODE_WEIGHTS)}")
 
 
 @dataclass(slots=True)
@@ -106,7 +133,9 @@ class SlurmPolicy:
 
     name = "slurm"
 
-    def __init__(self) -> None:
+    def __init__(self, settings: SlurmSettings | None = None) -> None:
+        self.settings = settings or SlurmSettings()
+        self.bf_window_s = self.settings.bf_window_s or DEFAULT_TIME_S
         self.usage: dict[str, float] = defaultdict(float)  # account -> decayed billing-seconds
         self.last_t: float | None = None
         self.seen: dict[str, tuple[str, float, float]] = {}  # job id -> (account, start, bill/s)
@@ -170,7 +199,8 @@ class SlurmPolicy:
         fs = self.fairshare_factors(snap, accounts)
         out = {}
         for j in snap.pending:
-            age = min(1.0, max(0.0, snap.now - j.submitted_at) / MAX_AGE_S)
+            age = min(1.0, max(0.0, snap.now - j.submitted_at)
+                      / self.settings.priority_max_age_s)
             cards = max((o.cards for o in type_options(j, snap)), default=0.0)
             size = min(1.0, cards / self.total_cards) if self.total_cards else 0.0
             out[j.id] = (WEIGHT_FAIRSHARE * fs.get(j.team, 0.0) + WEIGHT_AGE * age
@@ -190,7 +220,11 @@ class SlurmPolicy:
         state = ClusterState.from_snapshot(snap)
         placer = Placer(snap, state, best_fit)
         started: dict[str, tuple[JobRequest, tuple]] = {}
-        options = {j.id: [o for o in type_options(j, snap)] for j in order}
+        options = {j.id: self._by_weight(type_options(j, snap), snap) for j in order}
+        if self.settings.bf_window_s is None:  # bf_window >= the longest time limit
+            limits = [time_limit(j) for j in snap.pending]
+            limits += [time_limit(r.request) for r in snap.running]
+            self.bf_window_s = max([self.bf_window_s, *limits])
         for j in order:
             if not options[j.id]:
                 result.unschedulable[j.id] = "slurm: no GRES type the job's request allows"
@@ -212,6 +246,19 @@ class SlurmPolicy:
             if j.id not in started and j.id not in result.unschedulable:
                 result.reasons.setdefault(j.id, "slurm: Priority (waiting for resources)")
         return result
+
+    def _by_weight(self, opts: list[TypeOption], snap: Snapshot) -> list[TypeOption]:
+        """The job's GRES types in node ``Weight`` order (lowest first; stable, so equal
+        weights keep the request's order and best fit decides within them)."""
+        how = self.settings.node_weight
+        if how == "none":
+            return opts
+
+        def speed(o: TypeOption) -> float:
+            t = snap.gpu_types.get(o.gpu_type) if o.gpu_type else None
+            return t.speed if t is not None else 0.0
+
+        return sorted(opts, key=speed, reverse=(how == "fastest"))
 
     def _start_any(self, job: JobRequest, opts: list[TypeOption], placer: Placer):
         for opt in opts:
@@ -250,7 +297,7 @@ class SlurmPolicy:
             if j.id in started or j.id in result.unschedulable:
                 continue
             tested += 1
-            if tested > BF_MAX_JOB_TEST:
+            if tested > self.settings.bf_max_job_test:
                 break
             limit = time_limit(j)
             got = self._earliest(j, options[j.id], plans, by_type, now, limit)
@@ -284,7 +331,7 @@ class SlurmPolicy:
             return (now, opts[0], []) if opts else None
         nodes_of = {o.gpu_type: by_type.get(o.gpu_type, []) for o in gpu_opts}
         times = {now}
-        horizon = now + BF_WINDOW_S
+        horizon = now + self.bf_window_s
         for o in gpu_opts:
             for n in nodes_of[o.gpu_type]:
                 for s, e, _c in plans[n].uses:
@@ -328,6 +375,7 @@ def chosen_cards(opt: TypeOption) -> float:
     return 1.0 if d.kind == "mig" else 0.0
 
 
-def slurm() -> SlurmPolicy:
-    return SlurmPolicy()
+def slurm(**settings: object) -> SlurmPolicy:
+    """A Slurm model with these :class:`SlurmSettings` (the defaults when none)."""
+    return SlurmPolicy(SlurmSettings(**settings))  # type: ignore[arg-type]
 

@@ -8,25 +8,36 @@ weight, overused queues, reclaimable), ``pkg/scheduler/plugins/drf/drf.go``
 (``minAvailable``: all or nothing, gangs not preemptible below it),
 ``pkg/scheduler/plugins/priority/priority.go`` (job order by priority),
 ``pkg/scheduler/plugins/binpack/binpack.go`` (node order: fullest first) and
-``pkg/scheduler/actions/{allocate,reclaim}`` (the actions), with
-``actions: "enqueue, allocate, reclaim"``.
+``pkg/scheduler/actions/{allocate,reclaim}`` (the actions). The
+configuration an operator sets is :class:`VolcanoSettings` (tuned on the
+tuning windows by :mod:`app.simulate.tuning`):
 
-The configuration modelled:
-
-* **Queues**: one per team, ``weight`` = the team's weight. **Resources**:
-  one resource name per GPU model (e.g. ``nvidia.com/a100-80g``), no CU. A
-  pod requests exactly one of them, so each job is pinned to one GPU model
-  when it is submitted: among the models its request allows (memory fit
-  included), chosen at random in proportion to each model's card count
-  (a stable hash of the job id), as a population of users each picking a
-  model for their job would spread.
+* **actions**: ``"enqueue, allocate, backfill"`` (the chart's default
+  ``installer/helm/chart/volcano/config/volcano-scheduler.conf``; backfill
+  only places best-effort pods, which these jobs are not) or, with
+  ``reclaim``, ``"enqueue, allocate, backfill, reclaim"``.
+* **Queues**: one per team, ``weight`` = the team's weight. **Resources**
+  (``resource_model``): ``affinity`` -- the usual setup: pods request
+  ``nvidia.com/gpu`` (cards, no CU) with a required node affinity on the GPU
+  product label listing the models the job's request allows (memory fit
+  included), so a queue's share is counted in cards of any model; with
+  ``prefer_speed`` a preferred affinity (``nodeorder``'s ``nodeaffinity``)
+  puts a job on the fastest allowed model that has room (the operator's
+  speed table ``GpuType.speed``, the one gpuq reads), else ``binpack`` picks
+  among the allowed models' nodes. ``pinned`` -- one resource name per GPU
+  model (e.g. ``nvidia.com/a100-80g``), each job pinned to one model when
+  submitted: among the allowed models, a stable pick weighted by card count
+  (a hash of the job id), as users each picking a model would spread.
 * **proportion**: each queue's *deserved* share per resource is the
   water-filling of the capacity by weight, capped at the queue's request
   (what it runs plus what it waits for); repeated until the capacity or every
   request is used up. A queue whose allocation has reached its deserved share
-  in every resource is *overused* and gets nothing more in this session.
-  Queues are served lowest share first (share = max over resources of
-  allocated / deserved).
+  in every resource is *overused* and gets nothing more in this session;
+  and a job is allocated only while its queue's allocation plus the job stays
+  within the deserved share (``proportion.go``'s ``queueAllocatable``:
+  ``futureUsed.LessEqualWithDimension(deserved, request)``, the per-task
+  check). Queues are served lowest share first (share = max over resources
+  of allocated / deserved).
 * **priority** + **drf** + creation time order the jobs within a queue
   (higher priority first; then lower dominant share of the job; a pending
   job holds nothing, so creation time decides).
@@ -43,8 +54,9 @@ The configuration modelled:
   ``min_available``), until the job fits on one set of nodes.
 
 Left out: no enqueue overcommit factor (every job is enqueued), no
-hierarchical queues, no ``capability`` caps, no backfill action for
-best-effort pods, no task-level partial eviction of gangs, no preempt action
+hierarchical queues, no ``capability`` caps, CPU and memory are not counted in
+the deserved shares (the GPU is every job's dominant resource here), no
+task-level partial eviction of gangs, no preempt action
 (all jobs of the scenarios share one priority class or are P0/P1/P2 from
 gpuq's tiers, which Volcano would express as priority classes; ``preempt``
 within a queue is not modelled). A reclaimed job is evicted and admitted in
@@ -55,6 +67,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from dataclasses import dataclass
 
 from app.scheduling.model import Admission, CycleResult, JobRequest, Preemption, Snapshot
 from app.scheduling.state import ClusterState
@@ -113,13 +126,72 @@ def deserved_shares(capacity: Vec, weights: dict[str, float],
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class VolcanoSettings:
+    """The scheduler configuration and queue setup an operator chooses (module docstring)."""
+
+    resource_model: str = "affinity"  # affinity | pinned
+    prefer_speed: bool = True  # affinity only: a preferred node affinity for faster models
+    reclaim: bool = True  # the reclaim action enabled
+    per_task_check: bool = True  # proportion's queueAllocatable (always on upstream)
+
+    def __post_init__(self) -> None:
+        if self.resource_model not in ("affinity", "pinned"):
+            raise ValueError("resource_model must be affinity or pinned")
+
+
 class VolcanoPolicy:
     """One Volcano scheduling session per cycle."""
 
     name = "volcano"
 
-    def __init__(self) -> None:
-        self.capacity: Vec = {}
+    def __init__(self, settings: VolcanoSettings | None = None) -> None:
+        self.settings = settings or VolcanoSettings()
+        self.capacity: Vec = {}  # GPU model -> cards
+        self.res_capacity: Vec = {}  # the queues' resources -> cards
+
+    def res(self, opt: TypeOption) -> str:
+        """The resource name a job's pods request on this option."""
+        return "nvidia.com/gpu" if self.settings.resource_model == "affinity" else str(
+            opt.gpu_type)
+
+    def options(self, job: JobRequest, snap: Snapshot) -> list[TypeOption]:
+        """The job's GPU models in the order its pods would try them (one when pinned)."""
+        opts = type_options(job, snap)
+        if self.settings.resource_model == "pinned":
+            one = pinned_option(job, opts, self.capacity)
+            return [one] if one is not None else []
+        gpu = [o for o in opts if o.gpu_type is not None and self.capacity.get(o.gpu_type, 0) > 0]
+        if not gpu:
+            return opts[:1] if opts and opts[0].gpu_type is None else []
+        if self.settings.prefer_speed:
+            gpu.sort(key=lambda o: (-snap.gpu_types[o.gpu_type].speed, o.gpu_type))  # type: ignore[index]
+        return gpu
+
+    def place(self, job: JobRequest, opts: list[TypeOption], placer: Placer):
+        """(option, placements) or None: the first option that fits when the order is a
+        preference; else every allowed model's best node by binpack, the fullest wins."""
+        if self.settings.resource_model == "pinned" or self.settings.prefer_speed or len(opts) < 2:
+            for o in opts:
+                got = placer.place(job, o)
+                if got:
+                    return o, got
+            return None
+        best = None
+        for o in opts:
+            got = placer.place(job, o)
+            if not got:
+                continue
+            for p in got:
+                placer.state._apply(p, -1)  # a rollback: only comparing
+            node = placer.state.nodes[got[0].node]
+            key = (most_allocated(node, got[0]), o.gpu_type or "")
+            if best is None or key < best[0]:
+                best = (key, o)
+        if best is None:
+            return None
+        got = placer.place(job, best[1], memo=False)
+        return (best[1], got) if got else None
 
     def __call__(self, snap: Snapshot) -> CycleResult:
         if not self.capacity:
@@ -128,26 +200,38 @@ class VolcanoPolicy:
                 if n.gpu_type and n.schedulable:
                     cap[n.gpu_type] += len(n.devices)
             self.capacity = dict(cap)
+            if self.settings.resource_model == "affinity":
+                self.res_capacity = {"nvidia.com/gpu": sum(cap.values())}
+            else:
+                self.res_capacity = dict(cap)
         result = CycleResult()
         weights: dict[str, float] = {}
         for j in [*snap.pending, *(r.request for r in snap.running)]:
             info = snap.teams.get(j.team)
             weights[j.team] = info.weight if info else 1.0
+        affinity = self.settings.resource_model == "affinity"
+
+        def held(r) -> Vec:
+            out: Vec = defaultdict(float)
+            for t, c in job_cards_by_type(r, snap.gpu_types).items():
+                out["nvidia.com/gpu" if affinity else t] += c
+            return out
+
         allocated: dict[str, Vec] = {q: defaultdict(float) for q in weights}
         for r in snap.running:
-            for t, c in job_cards_by_type(r, snap.gpu_types).items():
-                allocated[r.request.team][t] += c
-        pinned: dict[str, TypeOption] = {}
+            for k, c in held(r).items():
+                allocated[r.request.team][k] += c
+        opts_of: dict[str, list[TypeOption]] = {}
         requests: dict[str, Vec] = {q: defaultdict(float, allocated[q]) for q in weights}
         for j in snap.pending:
-            opt = pinned_option(j, type_options(j, snap), self.capacity)
-            if opt is None:
+            opts = self.options(j, snap)
+            if not opts:
                 result.unschedulable[j.id] = "volcano: no GPU model the job's request allows"
                 continue
-            pinned[j.id] = opt
-            if opt.gpu_type is not None:
-                requests[j.team][opt.gpu_type] += opt.cards
-        deserved = deserved_shares(self.capacity, weights, requests)
+            opts_of[j.id] = opts
+            if opts[0].gpu_type is not None:
+                requests[j.team][self.res(opts[0])] += min(o.cards for o in opts)
+        deserved = deserved_shares(self.res_capacity, weights, requests)
 
         def share(q: str) -> float:
             return max((allocated[q][r] / d for r, d in deserved[q].items() if d > EPS),
@@ -155,13 +239,19 @@ class VolcanoPolicy:
 
         def overused(q: str) -> bool:
             return all(deserved[q].get(r, 0.0) <= allocated[q][r] + EPS
-                       for r in self.capacity)
+                       for r in self.res_capacity)
+
+        def allocatable(q: str, opt: TypeOption) -> bool:
+            if opt.gpu_type is None or not self.settings.per_task_check:
+                return True
+            r = self.res(opt)
+            return allocated[q][r] + opt.cards <= deserved[q].get(r, 0.0) + EPS
 
         state = ClusterState.from_snapshot(snap)
         placer = Placer(snap, state, most_allocated)
         jobs: dict[str, list[JobRequest]] = defaultdict(list)
         for j in snap.pending:
-            if j.id in pinned:
+            if j.id in opts_of:
                 jobs[j.team].append(j)
         for q in jobs.values():  # priority, then drf (0 for pending jobs), then creation
             q.sort(key=lambda j: (-j.priority_value, j.submitted_at, j.id))
@@ -179,44 +269,57 @@ class VolcanoPolicy:
             if not left[q]:
                 del left[q]
             result.order.append(job.id)
-            opt = pinned[job.id]
-            placed = placer.place(job, opt)
-            if placed:
+            opts = [o for o in opts_of[job.id] if allocatable(q, o)]
+            if not opts:
+                result.reasons[job.id] = (f"volcano: queue {q} would exceed its deserved share "
+                                          "with this job")
+                continue
+            got = self.place(job, opts, placer)
+            if got:
+                opt, placed = got
                 result.admissions.append(Admission(job.id, placed))
                 if opt.gpu_type:
-                    allocated[q][opt.gpu_type] += opt.cards
+                    allocated[q][self.res(opt)] += opt.cards
             else:
                 failed.append(job)
+        if not self.settings.reclaim:
+            for job in failed:
+                result.reasons[job.id] = "volcano: no node has room (gang not satisfied)"
+            return result
         # reclaim: jobs of queues that are not overused take from queues above deserved
         for job in failed:
             q = job.team
-            opt = pinned[job.id]
-            t = opt.gpu_type
-            if t is None or overused(q) or (
-                allocated[q][t] + opt.cards > deserved[q].get(t, 0.0) + EPS
-            ):  # proportion's preemptive rule: the reclaimer stays within its deserved share
-                result.reasons[job.id] = "volcano: no node has room (gang not satisfied)"
-                continue
-            victims = self._reclaim(job, opt, snap, running, allocated, deserved, placer)
-            if victims is None:
+            done = False
+            for opt in opts_of[job.id]:
+                r = self.res(opt)
+                if opt.gpu_type is None or overused(q) or (
+                    allocated[q][r] + opt.cards > deserved[q].get(r, 0.0) + EPS
+                ):  # proportion's preemptive rule: the reclaimer stays within its deserved share
+                    continue
+                victims = self._reclaim(job, opt, snap, running, allocated, deserved, placer,
+                                        held)
+                if victims is None:
+                    continue
+                placer.remove(victims)
+                placed = placer.place(job, opt)
+                if not placed:
+                    raise AssertionError("volcano: reclaim left the job unplaceable")
+                for v in victims:
+                    del running[v.request.id]
+                    for k, c in held(v).items():
+                        allocated[v.request.team][k] -= c
+                    result.preemptions.append(Preemption(
+                        v.request.id, f"volcano: reclaimed by queue {q} (above its deserved share)",
+                        by_job=job.id, kind="reclaim"))
+                allocated[q][r] += opt.cards
+                result.admissions.append(Admission(job.id, placed))
+                done = True
+                break
+            if not done:
                 result.reasons[job.id] = "volcano: no node has room and nothing is reclaimable"
-                continue
-            placer.remove(victims)
-            placed = placer.place(job, opt)
-            if not placed:
-                raise AssertionError("volcano: reclaim left the job unplaceable")
-            for v in victims:
-                del running[v.request.id]
-                for t, c in job_cards_by_type(v, snap.gpu_types).items():
-                    allocated[v.request.team][t] -= c
-                result.preemptions.append(Preemption(
-                    v.request.id, f"volcano: reclaimed by queue {q} (above its deserved share)",
-                    by_job=job.id, kind="reclaim"))
-            allocated[q][opt.gpu_type] += opt.cards
-            result.admissions.append(Admission(job.id, placed))
         return result
 
-    def _reclaim(self, job, opt, snap, running, allocated, deserved, placer):
+    def _reclaim(self, job, opt, snap, running, allocated, deserved, placer, held):
         """Victims on one node that make ``job`` fit, or None (the reclaim action walks the
         nodes and evicts reclaimable tasks of one node until the task fits there)."""
         t = opt.gpu_type
@@ -235,15 +338,17 @@ class VolcanoPolicy:
             victims = []
             for r in cands:
                 y = r.request.team
-                if alloc[y].get(t, 0.0) <= deserved[y].get(t, 0.0) + EPS:
+                h = held(r)
+                if all(alloc[y].get(k, 0.0) <= deserved[y].get(k, 0.0) + EPS for k in h):
                     continue  # proportion: only a queue above its deserved share gives back
                 victims.append(r)
-                for k, c in job_cards_by_type(r, snap.gpu_types).items():
+                for k, c in h.items():
                     alloc[y][k] = alloc[y].get(k, 0.0) - c
                 if placer.fits_without(job, opt, victims):
                     return victims
         return None
 
 
-def volcano() -> VolcanoPolicy:
-    return VolcanoPolicy()
+def volcano(**settings: object) -> VolcanoPolicy:
+    """A Volcano model with these :class:`VolcanoSettings` (the defaults when none)."""
+    return VolcanoPolicy(VolcanoSettings(**settings))  # type: ignore[arg-type]
