@@ -99,9 +99,8 @@ def test_fifo_typed_with_a_speed_preference_takes_the_fastest_allowed_type():
 # -- Kueue ------------------------------------------------------------------------------
 
 def test_kueue_flavor_order_and_when_can_borrow():
-    text = TWO_TYPES + """  - {name: two, team: t1, submit_at_s: 1, runtime_s: 100, resources: {gpus: 2}}
-  - {name: three, team: t1, submit_at_s: 2, runtime_s: 100, resources: {gpus: 2}}
-"""
+    text = TWO_TYPES + (
+        "  - {name: two, team: t1, submit_at_s: 1, runtime_s: 100, resources: {gpus: 2}}\n")
     text = text.replace("runtime_s: 100, resources: {gpus: 1}", "runtime_s: 100, resources: "
                         "{gpus: 1}}\n  - {name: zero, team: t1, submit_at_s: 0, runtime_s: 100, "
                         "resources: {gpus: 1}")
