@@ -26,6 +26,7 @@ the loop persists it through the same path as the dispatcher.
 
 from __future__ import annotations
 
+from app.scheduling.books import holding
 from app.scheduling.engine import Cycle
 from app.scheduling.filters import allowed_types
 from app.scheduling.model import (
@@ -36,10 +37,7 @@ from app.scheduling.model import (
     RunningJob,
     Snapshot,
 )
-from app.scheduling.placement import place_job
-from app.scheduling.pool_steps import charge
 from app.scheduling.preemption import lost_work
-from app.scheduling.quota import units_by_type
 from app.scheduling.state import EPS
 from app.scheduling.verdicts import Reason, ReasonCode
 
@@ -61,18 +59,9 @@ def deschedule(snap: Snapshot) -> CycleResult:
     return plan(c)
 
 
-def _fits_now(c: Cycle, job: JobRequest) -> bool:
-    """Would the cycle admit ``job`` as things stand (placement and both quotas)?"""
-    placed = place_job(job, c.state, c.ctx)
-    if placed is None:
-        return False
-    by_type = units_by_type(placed)
-    return c.ledger.check(job, by_type) is None and not isinstance(c.pools.plan(job, by_type), str)
-
-
 def p0_room(c: Cycle) -> None:
     for job in sorted(c.snap.pending, key=lambda j: (j.submitted_at, j.id)):
-        if job.preemptible or _fits_now(c, job):
+        if job.preemptible or c.admission(job) is not None:
             continue
         first = len(c.result.preemptions)
         if c.try_preempt(job):
@@ -130,7 +119,7 @@ def _run_for_move(c: Cycle, r: RunningJob) -> bool:
 def defragment(c: Cycle) -> None:
     running = [r for r in c.snap.running if r.request.id not in c.gone]
     for job, nodes in _whole_node_jobs(c):
-        if _fits_now(c, job):
+        if c.admission(job) is not None:
             continue
         options = []
         for name in nodes:
@@ -145,39 +134,21 @@ def defragment(c: Cycle) -> None:
 
 
 def _try_move(c: Cycle, job: JobRequest, node: str, movers: list[RunningJob]) -> bool:
-    """Stop the movers, admit ``job``, re-place every mover elsewhere; all or nothing."""
+    """Stop the movers, admit ``job``, re-place every mover elsewhere; all or nothing
+    (one statement over the cycle's books, committed or discarded)."""
+    stmt = c.statement()
     for m in movers:
-        c._stop(m)
+        stmt.release(m)
     done: list[Admission] = []
-    ok = True
     for j in [job, *[m.request for m in movers]]:
-        placed = place_job(j, c.state, c.ctx)
-        if placed is None or (j is job and not any(p.node == node for p in placed)):
-            ok = False
-            break
-        if c.ledger.check(j, units_by_type(placed)) is not None:
-            ok = False
-            break
-        adm = charge(j, placed, c.pools, c.snap)
-        if isinstance(adm, str):
-            ok = False
-            break
-        for p in adm.placements:
-            c.state.reserve(p)
-        c.ledger.commit(j, units_by_type(adm.placements))
+        adm = c.admission(j)
+        if adm is None or (j is job and not any(p.node == node for p in adm.placements)):
+            stmt.discard()
+            return False
+        stmt.reserve(holding(j, adm, c.snap.now))
         done.append(adm)
-    if not ok:
-        by_id = {r.request.id: r for r in c.snap.running}
-        for adm in reversed(done):
-            for p in adm.placements:
-                c.state.unreserve(p)
-            req = job if adm.job_id == job.id else by_id[adm.job_id].request
-            c.ledger.release(req, units_by_type(adm.placements))
-            c.pools.remove(adm.job_id)
-        for m in movers:
-            c._unstop(m)
-        return False
-    c.gone.update(m.request.id for m in movers)
+    stmt.commit()
+    c.stopped(m.request.id for m in movers)
     for m in movers:
         c.result.preemptions.append(Preemption(
             m.request.id,

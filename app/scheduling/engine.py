@@ -25,17 +25,19 @@ backlog of 100,000 unschedulable jobs costs a dict lookup each.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterable
 
+from app.scheduling.books import Books, Statement, holding
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
 from app.scheduling.fair_share import FairLevels, FairShareRule, fair_share_rule
 from app.scheduling.filters import allowed_types
 from app.scheduling.leases import is_expired, pools_below_guarantee
 from app.scheduling.model import (
+    Admission,
     CycleResult,
     JobRequest,
     Preemption,
-    RunningJob,
     Snapshot,
 )
 from app.scheduling.ordering import FairOrder
@@ -106,9 +108,19 @@ class Cycle:
         self.reserve_before = snap.now - snap.config.reservation_after_s
         # pools, leases, preemption
         self.pools = PoolLedger.from_snapshot(snap)
+        self.books = Books(self.state, self.ledger, self.pools)
         self.gone: set[str] = set()  # running jobs stopped this cycle
         preemptible = [r.request.priority_value for r in snap.running if r.request.preemptible]
         self.lowest_victim = min(preemptible, default=10**9)
+        # per capped team, its lowest preemptible priority running: a job of the team
+        # at its quota may preempt the team's own lower-priority work (Kueue's
+        # withinClusterQueue: LowerPriority)
+        self.team_lowest_victim: dict[str, int] = {}
+        for r in snap.running:
+            t = r.request.team
+            if r.request.preemptible and t in self.capped_teams:
+                v = r.request.priority_value
+                self.team_lowest_victim[t] = min(self.team_lowest_victim.get(t, v), v)
         self.any_lease = any(  # only an expired lease can be reclaimed
             is_expired(x, snap.now) for r in snap.running if r.request.preemptible
             for x in r.leases
@@ -127,20 +139,23 @@ class Cycle:
                 key = (r.request.pool, r.request.priority_value)
                 self.fair_victim_teams.setdefault(key, set()).add(r.request.team)
 
-    def _stop(self, r: RunningJob) -> None:
-        """Take a running job out of the state and both ledgers."""
-        for p in r.placements:
-            if p.node in self.state.nodes:
-                self.state.unreserve(p)
-        self.ledger.release(r.request, units_by_type(r.placements))
-        self.pools.remove(r.request.id)
+    # -- for the descheduler: admissions outside the queue's order -------------
+    def admission(self, job: JobRequest) -> Admission | None:
+        """How ``job`` would be admitted as things stand (placement, team quota and
+        pool charge), or None; nothing is reserved."""
+        placed = place_job(job, self.state, self.ctx)
+        if placed is None or self.ledger.check(job, units_by_type(placed)) is not None:
+            return None
+        adm = charge(job, placed, self.pools, self.snap)
+        return adm if isinstance(adm, Admission) else None
 
-    def _unstop(self, r: RunningJob) -> None:
-        for p in r.placements:
-            if p.node in self.state.nodes:
-                self.state.reserve(p)
-        self.ledger.commit(r.request, units_by_type(r.placements))
-        self.pools.add_running(r)
+    def statement(self) -> Statement:
+        """Tentative changes to the cycle's books (commit or discard)."""
+        return self.books.statement()
+
+    def stopped(self, job_ids: Iterable[str]) -> None:
+        """Running jobs the caller stopped through a statement: no longer victims."""
+        self.gone.update(job_ids)
 
     # -- step 1b ------------------------------------------------------------
     def return_leases(self) -> None:
@@ -157,7 +172,7 @@ class Cycle:
     # -- step 2 -------------------------------------------------------------
     def reclaim_leases(self) -> list[Preemption]:
         """Expired ``always`` leases: their holders stop, capacity is freed."""
-        out = reclaim_expired(self.snap, self._stop)
+        out = reclaim_expired(self.snap, self.books)
         self.gone.update(p.job_id for p in out)
         return out
 
@@ -194,7 +209,8 @@ class Cycle:
         if job.team in self.capped_teams:
             quota_pre = self._quota_precheck(job, key)
             if quota_pre:
-                res.reasons[job.id] = quota_pre
+                if not (self._may_preempt_own(job, quota_pre) and self.try_preempt(job)):
+                    res.reasons[job.id] = quota_pre
                 return
         # failures are remembered per shape, priority and team (preemption depends on
         # both), and per reservation class when capacity is held
@@ -219,16 +235,15 @@ class Cycle:
         by_type = units_by_type(placed.placements)
         why = self.ledger.check(job, by_type)
         if why:
-            res.reasons[job.id] = why
+            if not (self._may_preempt_own(job, why) and self.try_preempt(job)):
+                res.reasons[job.id] = why
             return
         adm = charge(job, placed.placements, self.pools, self.snap)  # 4b pool quota
         if isinstance(adm, str):
             if not self.try_preempt(job):
                 res.reasons[job.id] = adm.extend(self._protected_note(job))
             return
-        for p in placed.placements:
-            self.state.reserve(p)
-        self.ledger.commit(job, by_type)
+        self.books.reserve(holding(job, adm, self.snap.now))
         self.admitted += 1
         res.admissions.append(adm)
 
@@ -262,7 +277,9 @@ class Cycle:
             job, self.snap, self.lowest_victim, self.any_lease
         ):
             return False
-        key = (shape_key(job), job.priority_value, job.team if fair is not None else "")
+        # the team matters to fair share and to the team quota the what-if checks
+        by_team = fair is not None or job.team in self.capped_teams
+        key = (shape_key(job), job.priority_value, job.team if by_team else "")
         if self.preempt_memo.get(key) == self.state.release_epoch:
             return False
         ctx = self.ctx
@@ -282,18 +299,24 @@ class Cycle:
                 self.snap.running, self.snap.now, pools_below_guarantee(self.snap)
             )
         done = preempt_for(
-            job, self.snap, self.state, self.pools, place, self.gone, names,
-            self._stop, self._unstop, team_ok, self.victim_pool, fair,
+            job, self.snap, self.books, place, self.gone, names, team_ok, self.victim_pool,
+            fair,
         )
         if done is None:
             self.preempt_memo[key] = self.state.release_epoch
             return False
         preemptions, adm = done
-        self.ledger.commit(job, units_by_type(adm.placements))
         self.admitted += 1
         self.result.preemptions.extend(preemptions)
         self.result.admissions.append(adm)
         return True
+
+    def _may_preempt_own(self, job: JobRequest, why: Reason) -> bool:
+        """A job its team's quota holds back may preempt the team's own lower-priority
+        work (not when it needs more than the whole quota)."""
+        lowest = self.team_lowest_victim.get(job.team)
+        return (lowest is not None and job.priority_value > lowest
+                and not why.fields.get("above_quota"))
 
     def _protected_note(self, job: JobRequest) -> str:
         """After a failed victim search: lower-priority jobs the minimum run time

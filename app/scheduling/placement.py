@@ -5,7 +5,7 @@ Public API (stable; the fill protocol and the engine call it):
 ``place_job(job, state, ctx) -> list[ReplicaPlacement] | None``
     Where the job would go, or None if it cannot be placed now. The state
     is left exactly as it was: reserving on success is the CALLER's
-    choice (``for p in placements: state.reserve(p)``). Nothing is rebuilt
+    choice (``for p in placements: state.apply(p)``). Nothing is rebuilt
     per call: the state's capacity index is reused, so thousands of jobs
     can be placed one at a time on one persistent ClusterState.
 
@@ -208,7 +208,7 @@ def _place_gang(
             sc, p = best
             p = _renumber(p, r)
             if not single:
-                state.reserve(p)
+                state.apply(p)
             placed.append(p)
             total += sc
             gang_nodes[p.node] = gang_nodes.get(p.node, 0) + 1
@@ -514,7 +514,7 @@ def _greedy_multi(
                     order = index.nodes_with_whole(t, 1, largest_first=True)
                 if chosen is None:
                     return None
-                state.reserve(chosen)
+                state.apply(chosen)
                 placed.append(chosen)
                 replica += 1
                 remaining -= len(chosen.devices)

@@ -2,9 +2,9 @@
 as numbered steps: (2) reclaim expired leases, (4b) charge an admission to
 its pool (creating leases), (4c) preempt to make a job fit.
 
-The engine owns the working state and its ledgers; it passes ``stop`` /
-``unstop`` callbacks that take a running job out of (or back into) all of
-them, so these steps never forget one of the books.
+The engine owns the working state and its ledgers (:class:`Books`); these
+steps change them only through the books and a statement, so they never
+forget one of them.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
+from app.scheduling.books import Books, holding
 from app.scheduling.fair_share import FairShareRule
 from app.scheduling.leases import (
     expired_leases,
@@ -29,7 +30,6 @@ from app.scheduling.model import (
     LeaseReturn,
     Preemption,
     ReplicaPlacement,
-    RunningJob,
     Snapshot,
 )
 from app.scheduling.pools import Charge, PoolLedger, lease_grants
@@ -47,7 +47,6 @@ from app.scheduling.state import EPS, ClusterState
 from app.scheduling.verdicts import Reason
 
 AcceptFn = Callable[[Sequence[ReplicaPlacement]], bool]
-StopFn = Callable[[RunningJob], None]
 
 
 def return_leases(snap: Snapshot, pools: PoolLedger) -> tuple[Snapshot, list[LeaseReturn]]:
@@ -112,21 +111,22 @@ def reclaim_only(snap: Snapshot) -> CycleResult:
     return CycleResult(preemptions=reclaim_at_expiry(snap), returned=returned)
 
 
-def reclaim_expired(snap: Snapshot, stop: StopFn) -> list[Preemption]:
+def reclaim_expired(snap: Snapshot, books: Books) -> list[Preemption]:
     """Step 2: preempt holders of expired ``always`` leases; free their capacity."""
     by_id = {r.request.id: r for r in snap.running}
     out = reclaim_at_expiry(snap)
     for p in out:
-        stop(by_id[p.job_id])
+        books.release(by_id[p.job_id])
     return out
 
 
 def charge(
     job: JobRequest, placed: Sequence[ReplicaPlacement], pools: PoolLedger, snap: Snapshot
 ) -> Admission | Reason:
-    """Step 4b: pay for a placement from the job's pool, or say why it cannot.
-    On success the pool ledger holds the charge and the admission carries
-    the leases (and a note when the job is expected to outlast them)."""
+    """Step 4b: how the job's pool pays for a placement (the admission, with its
+    leases and a note when the job is expected to outlast them), or why it cannot.
+    Nothing is charged yet: the caller reserves the admission in the books
+    (:func:`app.scheduling.books.holding`)."""
     need = units_by_type(placed)
     wait = borrow_wait(job, snap)
     plan = pools.plan(job, need, may_borrow=wait <= 0, borrow_wait_s=wait)
@@ -136,7 +136,6 @@ def charge(
         lender: lease_expiry(snap.pools, snap.now, job.pool, lender)
         for lender, _t, _u in plan.leases
     }
-    pools.commit(job.id, plan, need)
     return Admission(
         job_id=job.id,
         placements=tuple(placed),
@@ -169,26 +168,25 @@ def may_preempt_anyone(
 def preempt_for(
     job: JobRequest,
     snap: Snapshot,
-    state: ClusterState,
-    pools: PoolLedger,
+    books: Books,
     place: PlaceFn,
     gone: set[str],
     type_names: Collection[str] | None,
-    stop: StopFn,
-    unstop: StopFn,
     accept: AcceptFn | None = None,
     victims_pool: VictimPool | None = None,
     fair: FairShareRule | None = None,
 ) -> tuple[list[Preemption], Admission] | None:
     """Step 4c: stop the cheapest minimal victim set and admit ``job`` in
-    their place (placements reserved on ``state``, charged to ``pools``), or
-    change nothing and return None. ``accept`` adds the caller's own checks
-    (team quota) to the what-if; ``fair`` allows same-priority victims
-    (fair-share preemption, the engine's rule)."""
+    their place (reserved in every book), or change nothing and return None.
+    ``accept`` adds the caller's own checks (team quota) to the what-if;
+    ``fair`` allows same-priority victims (fair-share preemption, the engine's
+    rule)."""
     pool = victims_pool or VictimPool(snap.running, snap.now, pools_below_guarantee(snap))
-    w = WhatIf(job, state, pools, _accepting(place, accept), may_borrow(job, snap))
+    w = WhatIf(job, books, _accepting(place, accept), may_borrow(job, snap))
     single = job.replicas == 1 or job.min_available == 1
-    groups = node_groups(job, snap, pool, state, type_names, gone, fair) if single else None
+    groups = (
+        node_groups(job, snap, pool, books.state, type_names, gone, fair) if single else None
+    )
     victims = find_victims(
         job, lambda: candidates(job, snap, pool, type_names, exclude=gone, fair=fair), w,
         groups=groups,
@@ -197,16 +195,16 @@ def preempt_for(
         return None
     if fair is not None and not fair.within_budget([v.job for v in victims if v.fair]):
         return None
+    stmt = books.statement()
     for v in victims:
-        stop(v.job)
-    placed = place(job, state)
-    adm = charge(job, placed, pools, snap) if placed is not None else "no fit"
-    if isinstance(adm, str):  # cannot happen after a positive what-if; undo
-        for v in victims:
-            unstop(v.job)
+        stmt.release(v.job)
+    placed = place(job, books.state)
+    adm = charge(job, placed, books.pools, snap) if placed is not None else None
+    if not isinstance(adm, Admission):  # cannot happen after a positive what-if; undo
+        stmt.discard()
         return None
-    for p in adm.placements:
-        state.reserve(p)
+    stmt.reserve(holding(job, adm, snap.now))
+    stmt.commit()
     gone.update(v.id for v in victims)
     return to_preemptions(job, victims), adm
 

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from app.scheduling.leases import lease_outlived, lease_terms, runtime_lower_bound
@@ -84,8 +83,8 @@ class _JobCharge:
 
 
 class PoolLedger:
-    """Mutable per-cycle accounting; ``commit`` what is admitted, and use
-    ``simulate_remove`` for "what if these jobs stopped" (preemption)."""
+    """Mutable per-cycle accounting; ``plan`` says how a job would be paid for,
+    and jobs are charged and released through the Book protocol."""
 
     def __init__(
         self,
@@ -171,17 +170,13 @@ class PoolLedger:
         if c is not None:
             self._apply(job_id, c.pool, c.used, c.leases, -1)
 
-    @contextmanager
-    def simulate_remove(self, job_ids: Iterable[str]) -> Iterator[None]:
-        """What-if: forget the jobs' usage and leases, restore on exit."""
-        removed = [(j, self.jobs[j]) for j in job_ids if j in self.jobs]
-        for j, c in removed:
-            self._apply(j, c.pool, c.used, c.leases, -1)
-        try:
-            yield
-        finally:
-            for j, c in removed:
-                self._apply(j, c.pool, c.used, c.leases, +1)
+    # -- the Book protocol (app/scheduling/books.py) -------------------------
+    def reserve(self, r: RunningJob) -> None:
+        """Charge a job to its pool: its CU by type and its leases."""
+        self.add_running(r)
+
+    def release(self, r: RunningJob) -> None:
+        self.remove(r.request.id)
 
     # -- derived numbers ---------------------------------------------------
     def guarantee(self, pool: str, t: str) -> float:
@@ -369,10 +364,6 @@ class PoolLedger:
         if not lengths or max(lengths) > bound + EPS:
             return None
         return max(lengths)
-
-    def commit(self, job_id: str, charge: Charge, used: Mapping[str, float]) -> None:
-        self.active.update((charge.pool, t) for t in used)
-        self._apply(job_id, charge.pool, used, list(charge.leases), +1)
 
 
 def lease_grants(charge: Charge, expiry: Mapping[str, float]) -> tuple[LeaseGrant, ...]:

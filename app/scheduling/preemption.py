@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from app.scheduling.books import Books
 from app.scheduling.fair_share import FairShareRule
 from app.scheduling.leases import lease_text, pools_below_guarantee, reclaimable_lease
 from app.scheduling.model import (
@@ -40,7 +41,7 @@ from app.scheduling.model import (
     RunningJob,
     Snapshot,
 )
-from app.scheduling.pools import Charge, PoolLedger
+from app.scheduling.pools import Charge
 from app.scheduling.quota import units_by_type
 from app.scheduling.state import ClusterState
 from app.scheduling.verdicts import Reason, ReasonCode
@@ -309,54 +310,47 @@ def candidates(
 
 
 class WhatIf:
-    """Remove running jobs from the working state and pool ledger one at a
-    time (not all over again per question, which costs O(k^2) on a big
-    candidate list), ask whether the job fits, and put everything back.
+    """Remove running jobs from every book one at a time (not all over again per
+    question, which costs O(k^2) on a big candidate list), ask whether the job
+    fits, and put everything back: one :class:`~app.scheduling.books.Statement`,
+    always discarded.
 
     ``fits`` asks: does the job place, and does its pool pay for it, with
-    the removed jobs gone? (``place`` may add the caller's own checks.)"""
+    the removed jobs gone? (``place`` may add the caller's own checks: the team
+    quota, which sees the removed jobs' CU given back like every other book.)"""
 
     def __init__(
         self,
         job: JobRequest,
-        state: ClusterState,
-        ledger: PoolLedger,
+        books: Books,
         place: PlaceFn,
         may_borrow: bool = True,
     ) -> None:
-        self.job, self.state, self.ledger, self.place = job, state, ledger, place
-        self.may_borrow = may_borrow
+        self.job, self.place, self.may_borrow = job, place, may_borrow
+        self.state, self.pools = books.state, books.pools
+        self.stmt = books.statement()
         self.removed: dict[str, RunningJob] = {}
-        self.epoch = state.release_epoch
 
     def remove(self, r: RunningJob) -> None:
         jid = r.request.id
         if jid in self.removed:
             return
         self.removed[jid] = r
-        for p in r.placements:
-            if p.node in self.state.nodes:
-                self.state.unreserve(p)
-        self.ledger.remove(jid)
+        self.stmt.release(r)
 
     def restore(self, r: RunningJob) -> None:
-        if self.removed.pop(r.request.id, None) is None:
-            return
-        for p in r.placements:
-            if p.node in self.state.nodes:
-                self.state.reserve(p)
-        self.ledger.add_running(r)
+        if self.removed.pop(r.request.id, None) is not None:
+            self.stmt.undo(r)
 
     def restore_all(self) -> None:
-        for r in reversed(list(self.removed.values())):
-            self.restore(r)
-        self.state.release_epoch = self.epoch  # a what-if is not a release
+        self.removed.clear()
+        self.stmt.discard()  # a what-if is not a release
 
     def fits(self) -> bool:
         placed = self.place(self.job, self.state)
         if placed is None:
             return False
-        plan = self.ledger.plan(self.job, units_by_type(placed), self.may_borrow)
+        plan = self.pools.plan(self.job, units_by_type(placed), self.may_borrow)
         return isinstance(plan, Charge)
 
 

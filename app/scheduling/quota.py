@@ -2,8 +2,9 @@
 
 Built once per cycle from what is running; every admission is committed
 to it, so "team nlp at quota 200/200 CU" is decided in O(1) per job.
-The pools/leases work extends this ledger (guarantees, borrowing) —
-keep ``check``/``commit``/``release`` the only ways usage changes.
+Usage changes only through the Book protocol (``reserve``/``release`` of a
+job, :mod:`app.scheduling.books`), the same path as the cluster state's and
+the pool ledger's, so a tentative change can never forget this book.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from app.scheduling.model import JobRequest, PoolInfo, ReplicaPlacement, Snapshot, TeamInfo
+from app.scheduling.model import (
+    JobRequest,
+    PoolInfo,
+    ReplicaPlacement,
+    RunningJob,
+    Snapshot,
+    TeamInfo,
+)
 from app.scheduling.verdicts import Reason, ReasonCode
 
 EPS = 1e-9
@@ -40,7 +48,7 @@ class QuotaLedger:
     def from_snapshot(cls, snap: Snapshot) -> QuotaLedger:
         ledger = cls(snap.teams, snap.pools)
         for r in snap.running:
-            ledger.commit(r.request, units_by_type(r.placements))
+            ledger.reserve(r)
         return ledger
 
     # -- questions ------------------------------------------------------------
@@ -97,12 +105,13 @@ class QuotaLedger:
         used = self.pool_by_type[pool]
         return any(used[t] + EPS < g for t, g in info.guaranteed.items() if g > 0)
 
-    # -- changes ------------------------------------------------------------
-    def commit(self, job: JobRequest, by_type: Mapping[str, float]) -> None:
-        self._add(job, by_type, +1.0)
+    # -- changes: the Book protocol (app/scheduling/books.py) ---------------
+    def reserve(self, r: RunningJob) -> None:
+        """Charge a job's CU to its team (and its pool's usage by type)."""
+        self._add(r.request, units_by_type(r.placements), +1.0)
 
-    def release(self, job: JobRequest, by_type: Mapping[str, float]) -> None:
-        self._add(job, by_type, -1.0)
+    def release(self, r: RunningJob) -> None:
+        self._add(r.request, units_by_type(r.placements), -1.0)
 
     def _add(self, job: JobRequest, by_type: Mapping[str, float], sign: float) -> None:
         self.version += 1

@@ -47,7 +47,7 @@ class ClusterState:
 
     ``nodes[name]`` may be the caller's object until the first change on
     that node; treat it as read-only and change it only via
-    ``reserve``/``unreserve``.
+    ``apply``/``unapply`` (one placement) or ``reserve``/``release`` (a job).
     """
 
     def __init__(
@@ -123,12 +123,29 @@ class ClusterState:
         if self._index is not None:
             self._index.update(node)
 
-    def reserve(self, p: ReplicaPlacement) -> None:
+    def apply(self, p: ReplicaPlacement) -> None:
+        """Take what one placement holds (a placement being decided, or a job's)."""
         self._apply(p, +1)
 
-    def unreserve(self, p: ReplicaPlacement) -> None:
+    def unapply(self, p: ReplicaPlacement) -> None:
+        """Give back what one placement holds (a release: memos of the cycle forget)."""
         self._apply(p, -1)
         self.release_epoch += 1
+
+    # -- the Book protocol (app/scheduling/books.py) -------------------------
+    def reserve(self, r: RunningJob) -> None:
+        """A job's placements held on their nodes (a node that left is skipped)."""
+        nodes = self.nodes
+        for p in r.placements:
+            if p.node in nodes:
+                self._apply(p, +1)
+
+    def release(self, r: RunningJob) -> None:
+        nodes = self.nodes
+        for p in r.placements:
+            if p.node in nodes:
+                self._apply(p, -1)
+                self.release_epoch += 1
 
     def _apply(self, p: ReplicaPlacement, sign: int) -> None:
         if not held_fits(self.nodes[p.node], p):
@@ -164,12 +181,12 @@ class ClusterState:
         placed = [p for j in jobs for p in j.placements if p.node in self.nodes]
         epoch = self.release_epoch
         for p in placed:
-            self.unreserve(p)
+            self.unapply(p)
         try:
             yield
         finally:
             for p in placed:
-                self.reserve(p)
+                self.apply(p)
             self.release_epoch = epoch
 
     @contextmanager

@@ -102,5 +102,5 @@ class CorePolicy:
         if not placed:
             return None
         (p,) = placed
-        self.state.reserve(p)
+        self.state.apply(p)
         return self.node_index[p.node], list(p.devices)

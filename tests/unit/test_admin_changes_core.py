@@ -79,6 +79,6 @@ def test_random_admin_writes_against_running_jobs_keep_passes_working(held, edit
         state = ClusterState.from_snapshot(s)
         for a in res.admissions:
             for p in a.placements:
-                state.reserve(p)
+                state.apply(p)
         for n_ in state.nodes.values():
             assert not any(device_overcommitted(d) for d in n_.devices)

@@ -34,12 +34,12 @@ def test_index_matches_a_fresh_build_after_every_change(data) -> None:
     for i in range(data.draw(st.integers(1, 25))):
         if held and data.draw(st.booleans()):
             for p in held.pop(data.draw(st.integers(0, len(held) - 1))):
-                state.unreserve(p)
+                state.unapply(p)
         else:
             ps = place_job(data.draw(jobs(i)), state, ctx)
             if ps:
                 for p in ps:
-                    state.reserve(p)
+                    state.apply(p)
                 held.append(ps)
         fresh = CapacityIndex(TYPES)
         for n in state.nodes.values():
@@ -52,7 +52,7 @@ def test_state_copies_on_write_and_never_touches_callers_nodes() -> None:
     state = ClusterState([n], TYPES)
     ps = place_job(job("j", gpus=2), state, PlacementContext(TYPES))
     for p in ps:
-        state.reserve(p)
+        state.apply(p)
     assert state.nodes["a"] is not n
     assert not any(d.whole_used for d in n.devices)
     assert all(d.whole_used for d in state.nodes["a"].devices)

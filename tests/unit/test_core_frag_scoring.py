@@ -83,7 +83,7 @@ def test_state_groups_follow_reservations() -> None:
     held = []
     for k in range(60):
         if held and rng.random() < 0.3:
-            state.unreserve(held.pop(rng.randrange(len(held))))
+            state.unapply(held.pop(rng.randrange(len(held))))
         else:
             kind = rng.choice(["g", "s", "c"])
             j = (job(f"j{k}", gpus=1, cpu=2.0) if kind == "g" else
@@ -92,7 +92,7 @@ def test_state_groups_follow_reservations() -> None:
             got = place_job(j, state, ctx)
             if got:
                 for p in got:
-                    state.reserve(p)
+                    state.apply(p)
                 held.extend(got)
         idx = state.index
         for t in idx.group_types():

@@ -258,9 +258,9 @@ def test_place_job_leaves_state_unchanged_and_reserve_is_callers_choice() -> Non
     assert ps is not None
     assert state.index.max_free_whole("a100-80g") == 2
     for p in ps:
-        state.reserve(p)
+        state.apply(p)
     assert place_job(job("k", gpus=1), state, ctx) is None
-    state.unreserve(ps[0])
+    state.unapply(ps[0])
     assert place_job(job("k", gpus=1), state, ctx) is not None
 
 

@@ -5,7 +5,7 @@ below its fair share may stop a same-priority job of a team above its own, cheap
 from __future__ import annotations
 
 from app.scheduling.engine import schedule
-from app.scheduling.model import PoolInfo, SchedulerConfig, TeamInfo
+from app.scheduling.model import PoolInfo, RunningJob, SchedulerConfig, TeamInfo
 from tests.unit.core_fixtures import job, node, running, snap, whole
 
 NODES = [node("a", "a100-80g", 4)]
@@ -192,7 +192,7 @@ def test_fair_share_preemption_invariants(sc) -> None:
         # the engine saw at that moment
         for p in res.preemptions:
             if p.by_job is None:  # step 2: expired leases, before any admission
-                ledger.release(by_id[p.job_id].request, units_by_type(by_id[p.job_id].placements))
+                ledger.release(by_id[p.job_id])
         for a in res.admissions:
             pre = pending[a.job_id]
             for p in (x for x in res.preemptions if x.by_job == a.job_id):
@@ -213,8 +213,8 @@ def test_fair_share_preemption_invariants(sc) -> None:
                         gpus_held(x, snap.gpu_types) for x in v.placements
                     ) * (snap.now - v.started_at)
             for p in (x for x in res.preemptions if x.by_job == a.job_id):
-                ledger.release(by_id[p.job_id].request, units_by_type(by_id[p.job_id].placements))
-            ledger.commit(pre, units_by_type(a.placements))
+                ledger.release(by_id[p.job_id])
+            ledger.reserve(RunningJob(pre, a.placements, snap.now))
         if budget > 0:
             assert all(x <= budget * 3600 + 1e-6 for x in lost.values())
         state = ClusterState.from_snapshot(s.snap())

@@ -201,7 +201,7 @@ def test_fill_gpuq_is_the_live_core(tmp_path):
             assert choice is None
             continue
         (p,) = direct
-        twin.reserve(p)
+        twin.apply(p)
         assert choice == (pol.node_index[p.node], list(p.devices))
         cl.place(choice[0], choice[1], pod)
         placed.append({"pod": pod.name, "node": p.node, "gpus": list(p.devices),

@@ -152,7 +152,7 @@ def test_cards_held_by_gpuq_that_vanished_stay_in_the_model():
     assert len(v.node.devices) == 10
     assert v.node.free_whole_devices() == list(range(6))  # never offered again
     state = ClusterState([v.node])
-    state.reserve(ReplicaPlacement(0, "a100-0", "a100-80g", devices=(6, 7)))
-    state.reserve(ReplicaPlacement(0, "a100-0", "a100-80g", mig=((9, 1, "3g.40gb"),)))
-    state.unreserve(ReplicaPlacement(0, "a100-0", "a100-80g", devices=(6, 7)))
+    state.apply(ReplicaPlacement(0, "a100-0", "a100-80g", devices=(6, 7)))
+    state.apply(ReplicaPlacement(0, "a100-0", "a100-80g", mig=((9, 1, "3g.40gb"),)))
+    state.unapply(ReplicaPlacement(0, "a100-0", "a100-80g", devices=(6, 7)))
     assert state.nodes["a100-0"].free_whole_devices() == list(range(6))

@@ -102,14 +102,3 @@ def test_oversubscribed_guarantees_scaled_to_capacity() -> None:
     lg = ledger(pools)
     assert lg.guarantee("p", "a100") + lg.guarantee("q", "a100") <= 160 + 1e-9
     assert lg.shared_total("a100") == 0
-
-
-def test_simulate_remove_restores() -> None:
-    pools = [PoolInfo("p", guaranteed={"a100": 80}), PoolInfo("q", guaranteed={"a100": 80})]
-    y = job("y", gpus=2)
-    lease = LeaseInfo("L1", "p", "q", "a100", 20, "y", 0, 1800)
-    lg = ledger(pools, run=[running(y, "a1", "a100", (0, 1), leases=(lease,))])
-    before = lg.usage("q")
-    with lg.simulate_remove(["y"]):
-        assert lg.usage("q")["a100"].lent == 0
-    assert lg.usage("q") == before

@@ -1,11 +1,13 @@
 """Priority preemption: who may be a victim, which set, and what happens next."""
 
+from app.scheduling.books import Books
 from app.scheduling.context import PlacementContext
 from app.scheduling.engine import schedule
 from app.scheduling.model import LeaseInfo, PoolInfo, ReplicaPlacement, RunningJob
 from app.scheduling.placement import place_job
 from app.scheduling.pools import PoolLedger
 from app.scheduling.preemption import WhatIf, candidates, find_victims
+from app.scheduling.quota import QuotaLedger
 from app.scheduling.state import ClusterState
 from tests.unit.quota_sim import Sim, job, node, running, snapshot
 
@@ -118,7 +120,7 @@ def test_victim_set_is_minimal() -> None:
     def place(jb, st):
         return place_job(jb, st, ctx)
 
-    w = WhatIf(j, state, ledger, place)
+    w = WhatIf(j, Books(state, QuotaLedger.from_snapshot(snap), ledger), place)
 
     def fits(victims) -> bool:
         for v in victims:

@@ -129,7 +129,7 @@ class Placer:
                     best, best_p = key, p
             if best_p is None:
                 break
-            self.state.reserve(best_p)
+            self.state.apply(best_p)
             placed.append(best_p)
         if len(placed) >= need:
             return tuple(placed)
@@ -152,7 +152,7 @@ class Placer:
         for j in jobs:
             for p in j.placements:
                 if p.node in self.state.nodes:
-                    self.state.unreserve(p)
+                    self.state.unapply(p)
         self.released()
 
 

@@ -165,13 +165,13 @@ def fifo_policy(snap: Snapshot, typed: bool, choose: Chooser | None = None,
             if not options:
                 break
             got = options[0] if choose is None else choose(job, options, state)
-            state.reserve(got)
+            state.apply(got)
             placed.append(got)
         if len(placed) >= need:
             result.admissions.append(Admission(job.id, tuple(placed)))
         else:
             for p in placed:
-                state.unreserve(p)
+                state.unapply(p)
             result.reasons[job.id] = "no node has the free capacity (first fit)"
     return result
 
