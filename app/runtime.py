@@ -181,6 +181,18 @@ class Services:
             if seed_admin_token(session, self.admin_token, self.admin_token_source):
                 session.commit()
 
+    def health(self) -> list[str]:
+        """Why this process should be restarted (empty: healthy): a loop stuck past
+        GPUQ_PASS_DEADLINE, or a cluster view that stopped following the cluster."""
+        problems: list[str] = []
+        deadline = self.settings.pass_deadline_s
+        if deadline > 0:
+            for loop in self.loops:
+                problems += loop.health(deadline)
+        if self.cluster is not None and self.loops:
+            problems += self.cluster.health()
+        return problems
+
     def start_loops(self) -> None:
         for loop in self.loops:
             self._threads.append(loop.start_in_thread())
@@ -297,6 +309,7 @@ def open_services(
                 elector=elector,
                 max_retries=max_retries,
                 metrics=metrics,
+                pass_deadline_s=settings.pass_deadline_s,
             )
             # whatever decides runs in the dispatcher's one thread (its steps)
             dispatcher.add_step(

@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535, alias="GPUQ_PORT")
     # seconds between dispatcher passes (a submit's NOTIFY also wakes it)
     dispatch_interval_s: float = Field(default=1.0, gt=0, alias="GPUQ_DISPATCH_INTERVAL")
+    # a dispatcher pass running longer than this ends the process after releasing
+    # leadership (the Deployment restarts it), and /healthz fails; 0 = no bound
+    pass_deadline_s: float = Field(default=300.0, ge=0, alias="GPUQ_PASS_DEADLINE")
     # seconds between descheduler passes (P0 room, defragmentation)
     descheduler_interval_s: float = Field(default=30.0, gt=0, alias="GPUQ_DESCHEDULER_INTERVAL")
     # seconds between passes of the lease reaper (reclaims expired borrow leases)

@@ -79,7 +79,9 @@ class BindError(Exception):
 
 
 class InvalidPodError(BindError):
-    """The API server refused the job's Pod itself (400/422: a bad pod_template)."""
+    """The API server refused the job's Pod for a reason of the job's own, the same on
+    every try (a bad pod_template, a missing namespace or PriorityClass, Pod Security,
+    a webhook's denial: app/cluster/k8s_refusals.py): the job fails with its message."""
 
     permanent = True
 
@@ -140,4 +142,9 @@ class Cluster(Protocol):
 
     def close(self) -> None:
         """Release what the cluster holds open (watches, informers)."""
+        ...
+
+    def health(self) -> list[str]:
+        """Why the cluster's view is unfit to plan on now (empty: fit), e.g. watches
+        that stopped following the cluster; shown by ``/healthz``."""
         ...

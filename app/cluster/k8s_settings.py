@@ -48,6 +48,16 @@ class KubeSettings(BaseSettings):
     default_image: str = "busybox:1.36"
     # Watch requests end server-side after this long and are resumed.
     watch_timeout_s: int = Field(default=300, ge=1)
+    # Every other API call (create, Binding, eviction, delete, list page, Event) is
+    # abandoned after this long without an answer (connect, and again read), so a hung
+    # apiserver cannot block the dispatcher's one thread.
+    request_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    # A watch that sends nothing (no event, no bookmark: the apiserver sends one about
+    # every minute) for this long is dropped and resumed: a silent connection.
+    watch_idle_timeout_s: float = Field(default=90.0, gt=0)
+    # An informer with no completed list, event, bookmark or cleanly ended watch for
+    # this long is stale: passes stop planning on its cache and /healthz fails.
+    informer_stale_s: float = Field(default=240.0, gt=0)
     # Objects per page when an informer lists (limit/continue; client-go's pager uses 500).
     list_page_size: int = Field(default=500, ge=1, le=10000)
     # delete a victim's Pod when an eviction is refused (PodDisruptionBudget, 429)

@@ -13,6 +13,13 @@ watch alike), lists come in pages of ``page_size`` (``limit``/``continue``; a
 token that expired mid-list, 410, restarts the list in one piece, the pager's
 ``FullListIfExpired``), and ``transform`` shrinks each object before it is
 cached (client-go's ``SetTransform``), so only what the caller reads is kept.
+
+Bounded in time like the reflector: every list page has ``request_timeout_s``, a
+watch that sends nothing for ``idle_timeout_s`` (no event, no bookmark) is dropped
+and resumed, failed rounds back off exponentially with jitter (app/domain/backoff.py,
+the reflector's 800 ms to 30 s), and :meth:`Informer.stale_for` says how long ago the
+cache last made progress (a list, an event, a bookmark, a watch the server ended), so
+a pass does not plan on a cache that stopped following the cluster.
 """
 
 from __future__ import annotations
@@ -21,13 +28,16 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from app.cluster.k8s_client import is_timeout
 from app.cluster.k8s_metrics import WATCH_RELISTS
+from app.domain.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +92,9 @@ class Informer:
         page_size: int | None = DEFAULT_PAGE_SIZE,
         transform: Transform | None = strip_managed_fields,
         timeout_s: int = 300,
-        backoff_s: float = 1.0,
+        request_timeout_s: float = 10.0,
+        idle_timeout_s: float = 90.0,
+        backoff: Backoff | None = None,
     ) -> None:
         self.name = name
         self.list_fn = list_fn
@@ -92,7 +104,13 @@ class Informer:
         self.page_size = page_size
         self.transform = transform
         self.timeout_s = timeout_s
-        self.backoff_s = backoff_s
+        self.request_timeout_s = request_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.backoff = backoff or Backoff()
+        self.failures = 0  # rounds that failed, in a row (0 after a good one)
+        # time.monotonic() of the last progress: a list, an event, a bookmark, a watch the
+        # server ended; None until the first list
+        self.last_progress: float | None = None
         self.cache: dict[str, dict] = {}
         self.resource_version: str | None = None
         self.synced = threading.Event()
@@ -128,7 +146,8 @@ class Informer:
                 kw["limit"] = page_size
             if token:
                 kw["_continue"] = token
-            resp = _check(self.list_fn(**kw, _request_timeout=60))
+            resp = _check(self.list_fn(**kw, _request_timeout=(self.request_timeout_s,
+                                                                self.request_timeout_s)))
             data = json.loads(resp.data)
             del resp
             for o in data.get("items") or []:
@@ -155,6 +174,7 @@ class Informer:
             self.cache = fresh
             self.resource_version = rv
             self.relists += 1
+        self._progress()
         WATCH_RELISTS.labels(resource=self.name).inc()
         if self.handler:
             for k, o in old.items():
@@ -200,7 +220,8 @@ class Informer:
             resource_version=self.resource_version,
             timeout_seconds=int(self.timeout_s),
             allow_watch_bookmarks=True,
-            _request_timeout=self.timeout_s + 30,
+            # connect like any call; then at most idle_timeout_s between two reads
+            _request_timeout=(self.request_timeout_s, self.idle_timeout_s),
         )
         self.watches += 1
         try:
@@ -219,6 +240,7 @@ class Informer:
                     continue
                 ev = json.loads(line)
                 type_, obj = ev.get("type"), ev.get("object") or {}
+                self._progress()
                 if type_ == "ERROR":
                     if obj.get("code") == 410:
                         self._gone()
@@ -231,9 +253,19 @@ class Informer:
                             self.resource_version = rv
                     continue
                 self.apply(type_, obj)
+            self._progress()  # the server ended the watch at its timeout: all is well
         finally:
             self._resp = None
             resp.release_conn()
+
+    def _progress(self) -> None:
+        self.last_progress = time.monotonic()
+
+    def stale_for(self, now: float | None = None) -> float | None:
+        """Seconds since the cache last made progress; None before the first list."""
+        if self.last_progress is None:
+            return None
+        return (time.monotonic() if now is None else now) - self.last_progress
 
     def _gone(self) -> None:
         log.info("%s: watch expired (410 Gone), relisting", self.name)
@@ -255,8 +287,20 @@ class Informer:
             except Exception as e:  # keep going: the API server may come back
                 if self._stop.is_set():
                     return
-                log.warning("%s: list/watch failed: %s; retrying", self.name, e)
-                self._stop.wait(self.backoff_s)
+                if self.resource_version is not None and is_timeout(e) and not self.failures:
+                    # a watch silent for idle_timeout_s: resume at once, once
+                    log.info("%s: watch silent for %.0f s; resuming", self.name,
+                             self.idle_timeout_s)
+                    self.failures += 1
+                    continue
+                self.failures += 1
+                delay = self.backoff.next()
+                log.warning("%s: list/watch failed (%d in a row): %s; retrying in %.1f s",
+                            self.name, self.failures, e, delay)
+                self._stop.wait(delay)
+            else:
+                self.failures = 0
+                self.backoff.reset()
 
     def start(self) -> None:
         if self._thread is None:

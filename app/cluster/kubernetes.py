@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
 from kubernetes import client as kclient
 from kubernetes import config as kconfig
 from kubernetes.client.exceptions import ApiException
@@ -46,6 +47,7 @@ from app.cluster.base import (
     JobStatusEvent,
     ReconcileReport,
 )
+from app.cluster.k8s_client import bound_calls
 from app.cluster.k8s_devices import UnsupportedDevice, node_layer
 from app.cluster.k8s_nodes import NodeView, node_views, pod_holds_resources
 from app.cluster.k8s_pods import (
@@ -57,6 +59,7 @@ from app.cluster.k8s_pods import (
     pod_placement_key,
     stuck_reason,
 )
+from app.cluster.k8s_refusals import is_permanent
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.k8s_usage import (
     FOREIGN_PODS_FIELDS,
@@ -98,6 +101,14 @@ class _Track:
     # and the workload's status, not a Pod, says when the job is over
     workload: bool = False
     ended_at: float | None = None  # monotonic time its outcome was reported (finished-Pod TTL)
+
+
+class StaleCache(RuntimeError):
+    """The informers' cache is not fit to plan on (see KubernetesCluster.health)."""
+
+
+#: what a call that failed raises: the apiserver's answer, or no answer in time
+CALL_ERRORS = (ApiException, urllib3.exceptions.HTTPError)
 
 
 def _created_age_s(pod: dict) -> float:
@@ -150,6 +161,8 @@ class KubernetesCluster:
         settings: KubeSettings | None = None,
     ) -> None:
         self.ks = settings or KubeSettings()
+        # every call bounded in time (a hung apiserver must not block the one thread)
+        api_client = bound_calls(api_client, self.ks.request_timeout_s)
         self.api = kclient.CoreV1Api(api_client)
         self.set_gpu_types(gpu_types)
         self._lock = threading.RLock()
@@ -161,8 +174,7 @@ class KubernetesCluster:
         self._reported_unmatched: set[tuple[str, str]] = set()
         self._by_job: dict[str, dict[str, dict]] = {}  # job id -> pod key -> Pod
         self.unmatched: dict[str, str] = {}  # node -> product, from the last list_nodes
-        self.nodes = Informer("nodes", self.api.list_node, None, timeout_s=self.ks.watch_timeout_s,
-                              page_size=self.ks.list_page_size)
+        self.nodes = Informer("nodes", self.api.list_node, None, **self._informer_kw())
         # The team's Pod policy at bind time (wired by app.runtime to the catalog);
         # without it, the restricted default of the install.
         self.pod_policy_for: Callable[[str], PodPolicy | None] | None = None
@@ -174,8 +186,7 @@ class KubernetesCluster:
             self.api.list_pod_for_all_namespaces,
             self._on_pod,
             label_selector=OWN_PODS_LABELS,
-            timeout_s=self.ks.watch_timeout_s,
-            page_size=self.ks.list_page_size,
+            **self._informer_kw(),
         )
         # everybody else's, only while bound and not finished, only their requests
         self.usage = NodeUsage()
@@ -186,9 +197,13 @@ class KubernetesCluster:
             label_selector=FOREIGN_PODS_LABELS,
             field_selector=FOREIGN_PODS_FIELDS,
             transform=slim_pod,
-            timeout_s=self.ks.watch_timeout_s,
-            page_size=self.ks.list_page_size,
+            **self._informer_kw(),
         )
+
+    def _informer_kw(self) -> dict[str, Any]:
+        return {"timeout_s": self.ks.watch_timeout_s, "page_size": self.ks.list_page_size,
+                "request_timeout_s": self.ks.request_timeout_s,
+                "idle_timeout_s": self.ks.watch_idle_timeout_s}
 
     @classmethod
     def from_settings(
@@ -224,6 +239,22 @@ class KubernetesCluster:
     def informers(self) -> tuple[Informer, ...]:
         return (self.nodes, self.pods, self.other_pods)
 
+    def health(self) -> list[str]:
+        """What makes the cache unfit to plan on (empty: fit): an informer that has not
+        listed yet, or made no progress (list, event, bookmark, watch ended by the
+        server) for ``informer_stale_s``. A pass then fails before planning and
+        ``/healthz`` fails, so a dispatcher whose watches died is restarted."""
+        problems = []
+        now = time.monotonic()
+        for inf in self.informers:
+            age = inf.stale_for(now)
+            if age is None:
+                problems.append(f"informer {inf.name}: not listed yet")
+            elif age > self.ks.informer_stale_s:
+                problems.append(f"informer {inf.name}: no list, event or bookmark for "
+                                f"{age:.0f} s (bound {self.ks.informer_stale_s:g} s)")
+        return problems
+
     def sync(self) -> None:
         """One list/watch round of each informer (tests drive this by hand)."""
         for inf in self.informers:
@@ -239,6 +270,11 @@ class KubernetesCluster:
                           self.usage.by_node())
 
     def list_nodes(self) -> list[Node]:
+        """The nodes as the informers see them; raises :class:`StaleCache` when they
+        stopped following the cluster (a pass must not plan on what may be gone)."""
+        problems = self.health()
+        if problems:
+            raise StaleCache("; ".join(problems))
         views = self.node_views()
         self._report_unmatched(views)
         return [v.node for v in views]
@@ -349,10 +385,10 @@ class KubernetesCluster:
                 try:
                     self.api.create_namespaced_pod(ns, pod, _preload_content=False)
                 except ApiException as e:
-                    err = InvalidPodError if e.status in (400, 422) else BindError
-                    raise err(
-                        f"create pod {ns}/{name}: {e.status} {_body(e).get('message', e.reason)}"
-                    ) from e
+                    message = str(_body(e).get("message", e.reason))
+                    # the job's own refusal fails it; a passing one is held and retried
+                    err = InvalidPodError if is_permanent(e.status, message) else BindError
+                    raise err(f"create pod {ns}/{name}: {e.status} {message}") from e
                 except ValueError as e:  # the client's own model validation
                     raise InvalidPodError(f"pod {ns}/{name} is invalid: {e}") from e
                 created.append((ns, name))
@@ -389,9 +425,9 @@ class KubernetesCluster:
         except ApiException as e:
             if e.status == 409:
                 return  # an earlier attempt's: same name, same selector
-            raise BindError(
-                f"create service {ns}/{name}: {e.status} {_body(e).get('message', e.reason)}"
-            ) from e
+            message = str(_body(e).get("message", e.reason))
+            err = InvalidPodError if is_permanent(e.status, message) else BindError
+            raise err(f"create service {ns}/{name}: {e.status} {message}") from e
 
     def _delete_services(self, job_id: str) -> None:
         """Delete the job's Services (found by label, so a new leader finds them too)."""
@@ -400,17 +436,18 @@ class KubernetesCluster:
             resp = self.api.list_service_for_all_namespaces(label_selector=sel,
                                                             _preload_content=False)
             items = json.loads(resp.data).get("items") or []
-        except ApiException as e:
-            log.warning("list services of %s failed: %s", job_id, e.status)
+        except CALL_ERRORS as e:
+            log.warning("list services of %s failed: %s", job_id, getattr(e, "status", e))
             return
         for svc in items:
             meta = svc.get("metadata") or {}
             try:
                 self.api.delete_namespaced_service(meta.get("name"), meta.get("namespace"),
                                                    _preload_content=False)
-            except ApiException as e:
-                if e.status != 404:
-                    log.warning("delete service %s failed: %s", meta.get("name"), e.status)
+            except CALL_ERRORS as e:
+                if getattr(e, "status", None) != 404:
+                    log.warning("delete service %s failed: %s", meta.get("name"),
+                                getattr(e, "status", e))
 
     def _undo(self, job_id: str, created: list[tuple[str, str]]) -> None:
         with self._lock:
@@ -432,10 +469,10 @@ class KubernetesCluster:
             body["gracePeriodSeconds"] = max(1, grace)
         try:
             self.api.delete_namespaced_pod(name, ns, body=body, _preload_content=False)
-        except ApiException as e:
-            if e.status == 404:
+        except CALL_ERRORS as e:
+            if getattr(e, "status", None) == 404:
                 return True
-            log.warning("delete pod %s/%s failed: %s", ns, name, e.status)
+            log.warning("delete pod %s/%s failed: %s", ns, name, getattr(e, "status", e))
             return False
         M.EVICTIONS.labels(method="delete").inc()
         return True
@@ -477,6 +514,9 @@ class KubernetesCluster:
                 self.api.create_namespaced_pod_eviction(name, ns, eviction,
                                                         _preload_content=False)
                 M.EVICTIONS.labels(method="eviction").inc()
+            except urllib3.exceptions.HTTPError as e:  # no answer in time: next pass retries
+                log.warning("evict %s/%s: %s; the next pass retries", ns, name, e)
+                continue
             except ApiException as e:
                 if e.status == 404:
                     continue
@@ -491,8 +531,8 @@ class KubernetesCluster:
             resp = self.api.list_pod_for_all_namespaces(label_selector=sel,
                                                         _preload_content=False)
             return json.loads(resp.data).get("items") or []
-        except ApiException as e:
-            log.warning("list pods of %s failed: %s", job_id, e.status)
+        except CALL_ERRORS as e:
+            log.warning("list pods of %s failed: %s", job_id, getattr(e, "status", e))
             return []
 
     # ---------------------------------------------------------------- status

@@ -215,6 +215,10 @@ class SimulatedCluster:
     def close(self) -> None:
         """Nothing held open."""
 
+    def health(self) -> list[str]:
+        """In process: always current."""
+        return []
+
     def _expire_stopping(self) -> None:
         now = to_epoch(self.clock())
         for job_id, pods in list(self.stopping.items()):

@@ -38,6 +38,10 @@ class LoopService:
         self.log = logging.getLogger(f"gpuq.loops.{self.name}")
         self.passes = 0
         self.errors = 0
+        # time.monotonic() when the pass in progress started (None between passes) and
+        # when the last pass ended (None before the first): the liveness probe's facts
+        self.pass_started: float | None = None
+        self.last_pass_end: float | None = None
 
     def run_once(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -57,13 +61,18 @@ class LoopService:
     def start(self, loops: int | None = None) -> None:
         """Run passes until :meth:`stop` (or ``loops`` passes); blocks the caller."""
         done = 0
+        self.last_pass_end = time.monotonic()  # started: the first pass is due now
         while not self._stop.is_set() and (loops is None or done < loops):
             t0 = time.monotonic()
+            self.pass_started = t0
             try:
                 self.run_pass()
             except Exception:
                 self.errors += 1
                 self.log.exception("%s pass failed; continuing", self.name)
+            finally:
+                self.pass_started = None
+                self.last_pass_end = time.monotonic()
             self.passes += 1
             done += 1
             took = time.monotonic() - t0
@@ -78,6 +87,20 @@ class LoopService:
                 break
             self._wake.wait(self.seconds_to_next_pass(took))
             self._wake.clear()
+
+    def health(self, deadline_s: float, now: float | None = None) -> list[str]:
+        """Why this loop looks stuck (empty: it is not): a pass running longer than
+        ``deadline_s``, or none ended for ``deadline_s`` plus its interval. Read by
+        ``/healthz``, so a wedged process is restarted."""
+        now = time.monotonic() if now is None else now
+        started, ended = self.pass_started, self.last_pass_end
+        if started is not None and now - started > deadline_s:
+            return [f"{self.name}: pass running for {now - started:.0f} s "
+                    f"(bound {deadline_s:g} s)"]
+        if ended is not None and started is None and now - ended > deadline_s + self.interval:
+            return [f"{self.name}: no pass ended for {now - ended:.0f} s "
+                    f"(bound {deadline_s:g} s)"]
+        return []
 
     def run_pass(self) -> None:
         """What one turn of :meth:`start` runs (``run_once`` unless a loop adds more)."""

@@ -3,16 +3,19 @@
 Stops first (victims free their capacity), then binds. A bind that would
 land on capacity stopping Pods still hold waits (the job stays admitted;
 reconcile binds it once the capacity is released). A failed bind is undone:
-every reserve has an unreserve (the job goes back to pending, or fails when
-the cluster rejects its Pod as invalid).
+every reserve has an unreserve: the job fails when the cluster refused its Pod for
+a reason of the job's own (app/cluster/k8s_refusals.py), else it goes back to the
+queue and is held out of the plan with backoff (app/dispatch/bind_holds.py), so a
+lasting refusal never becomes a create/delete loop.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.cluster.base import BindError, BindRequest
 from app.dispatch.base import Part, log
+from app.dispatch.bind_holds import BindHolds
 from app.dispatch.plan import Plan
 from app.dispatch.releasing import cluster_view
 from app.store.dispatch_rows import lock_job
@@ -23,6 +26,7 @@ from app.store.states import change_state
 @dataclass
 class Binder(Part):
     grace_seconds: float = 30.0  # unless the scheduler config sets preemption_grace_s
+    holds: BindHolds = field(default_factory=BindHolds)  # shared with the planner
 
     def perform(self, plan: Plan) -> None:
         grace = self.grace_seconds if plan.grace_seconds is None else plan.grace_seconds
@@ -40,6 +44,8 @@ class Binder(Part):
                 self.cluster.bind(req)
             except BindError as e:
                 self.undo_bind(req.job_id, str(e), permanent=e.permanent)
+            else:
+                self.holds.clear(req.job_id)
 
     def release_and_gate(self, binds: list[BindRequest]) -> dict[str, str]:
         """After the stops: release what the cluster already let go (a synchronous
@@ -53,17 +59,21 @@ class Binder(Part):
             return blocked_binds(session, binds)
 
     def undo_bind(self, job_id: str, message: str, *, permanent: bool = False) -> None:
+        reason = f"bind failed: {message}"
+        if not permanent:
+            held = self.holds.hold(job_id)
+            reason += f" (next try in {held:.0f} s, try {self.holds.failures(job_id)})"
         with self.session_factory() as session:
             job = lock_job(session, job_id)
             if job is not None and job.status == "admitted":
                 change_state(
                     session,
                     job,
-                    # a Pod the cluster rejects as invalid would fail every retry
+                    # a Pod the cluster refuses for the job's own reason fails every retry
                     "failed" if permanent else "pending",
                     now=self.clock(),
                     event_type="bind_failed",
-                    reason=f"bind failed: {message}",
+                    reason=reason,
                 )
                 session.commit()
                 # the cluster undid the bind: free at once what it no longer holds

@@ -32,6 +32,9 @@ either match a bind that will happen (step 3) or were never written.
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -53,6 +56,16 @@ from app.dispatch.workloads import FrontDoor
 from app.scheduling.model import CycleResult, Node
 
 ADVISORY_LOCK_KEY = 0x67707571  # "gpuq"
+#: exit status of a process ended by the pass watchdog (sysexits.h EX_SOFTWARE)
+EXIT_PASS_OVERRUN = 70
+
+
+def exit_process() -> None:
+    """End the process now (the Deployment restarts it): a thread stuck in a call
+    cannot be interrupted, and a clean interpreter shutdown would wait for it."""
+    logging.shutdown()
+    os._exit(EXIT_PASS_OVERRUN)
+
 
 class Dispatcher(LoopService):
     name = "dispatcher"
@@ -69,8 +82,13 @@ class Dispatcher(LoopService):
         elector: LeaderElector | None = None,
         max_retries: int = 0,
         picture: QueuePicture | None = None,
+        pass_deadline_s: float = 0.0,
+        on_overrun: Callable[[], None] = exit_process,
     ) -> None:
         super().__init__(interval)
+        # a pass running longer than this ends the process after stepping down (0: never)
+        self.pass_deadline_s = pass_deadline_s
+        self.on_overrun = on_overrun
         self.session_factory = session_factory
         self.cluster = cluster
         self.clock = clock
@@ -81,7 +99,9 @@ class Dispatcher(LoopService):
         self.reconciler = Reconcile(session_factory, cluster, clock, grace_seconds)
         # the queue and the cluster as of the last pass, refreshed incrementally
         self.planner = PlanAndWrite(session_factory, picture or QueuePicture(), clock, policy)
-        self.binder = Binder(session_factory, cluster, clock, grace_seconds)
+        # a bind refused for a passing reason holds its job out of the plan (backoff)
+        self.binder = Binder(session_factory, cluster, clock, grace_seconds,
+                             holds=self.planner.holds)
         # Kubernetes-native workloads join the queue (and leave it) before ingest
         self.front_door = (FrontDoor(session_factory, cluster, clock)
                            if cluster.capabilities.workloads else None)
@@ -131,11 +151,34 @@ class Dispatcher(LoopService):
         self.picture.invalidate()  # another leader wrote meanwhile: start afresh
 
     def start(self, loops: int | None = None) -> None:
+        if self.pass_deadline_s > 0:
+            threading.Thread(target=self._watchdog, name="gpuq-pass-watchdog",
+                             daemon=True).start()
         try:
             super().start(loops)
         finally:
             if self.elector is not None:
                 self.elector.release()  # a standby takes over at once
+
+    def _watchdog(self) -> None:
+        """End the process when a pass overruns ``pass_deadline_s`` (every API call is
+        bounded, so only a defect or a wedged database gets here): step down first, so
+        a standby leads at once instead of after the session times out."""
+        period = min(5.0, max(0.05, self.pass_deadline_s / 4))
+        while not self._stop.wait(period):
+            started = self.pass_started
+            if started is None or time.monotonic() - started <= self.pass_deadline_s:
+                continue
+            self.log.error("pass running for %.0f s, beyond its bound of %g s "
+                           "(GPUQ_PASS_DEADLINE): stepping down and ending the process",
+                           time.monotonic() - started, self.pass_deadline_s)
+            if self.elector is not None:
+                # the stuck thread may hold the elector's connection: bounded wait
+                t = threading.Thread(target=self.elector.release, daemon=True)
+                t.start()
+                t.join(5.0)
+            self.on_overrun()
+            return
 
     def run_once(self) -> None:
         self.run_with(None)

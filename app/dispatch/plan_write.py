@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.dispatch.bind_holds import BindHolds
 from app.dispatch.picture import QueuePicture
 from app.dispatch.plan import Plan, bind_request
 from app.scheduling.model import (
@@ -48,8 +49,11 @@ class PlanAndWrite:
         picture: QueuePicture,
         clock: Callable[[], datetime],
         policy: str = "gpuq",
+        holds: BindHolds | None = None,
     ) -> None:
         self.session_factory = session_factory
+        # jobs whose bind was refused for a passing reason sit out their backoff
+        self.holds = holds or BindHolds()
         self.picture = picture
         self.clock = clock
         self.policy_name = policy
@@ -131,6 +135,9 @@ class PlanAndWrite:
         self, session: Session, now: datetime, live_nodes: list[Node] | None
     ) -> SnapshotContext:
         ctx = self.picture.refresh(session, now)
+        held = self.holds.held()
+        if held:  # a new list: the picture keeps its own
+            ctx.snapshot.pending = [j for j in ctx.snapshot.pending if j.id not in held]
         if live_nodes is not None:
             ctx.snapshot.nodes = list(live_nodes)
             hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity

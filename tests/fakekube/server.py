@@ -21,6 +21,13 @@ Enough of the core/v1 API for gpuq's backend, driven by the official
 
 Test code changes the world through methods (``add_node``, ``set_pod_phase``,
 ``delete_pod``, ``compact``) which emit the watch events a real server would.
+
+What a real control plane cannot produce on demand stays here: :meth:`FakeKube.hang`
+makes matching requests wait without an answer (a half-open connection, a proxy or
+load balancer whose backend died, an apiserver whose etcd stopped answering: the
+apiserver bounds its own handlers, k8s.io/apiserver pkg/server/filters/timeout.go,
+at --request-timeout 60 s except watches, but nothing bounds a dead path to it), until
+:meth:`FakeKube.unhang`.
 """
 
 from __future__ import annotations
@@ -91,6 +98,9 @@ class FakeKube:
         self.deletes: list[tuple[str, str, int | None]] = []
         self.bind_failures: dict[str, tuple[int, str]] = {}  # pod name -> (code, reason)
         self.create_failures: dict[str, tuple[int, str]] = {}
+        # admission plug-ins a Pod create passes (tests/fakekube/admission.py): the first
+        # that answers refuses it, with the upstream code and message
+        self.admission: list[Callable[[str, dict], tuple[int, dict] | None]] = []
         self.pdb_protected: set[str] = set()  # pod names whose eviction answers 429
         # True: an eviction/delete with a grace period > 0 only marks the Pod
         # terminating (deletionTimestamp) like a kubelet draining it; the test
@@ -102,6 +112,7 @@ class FakeKube:
         # more APIs (tests/fakekube/workloads.py): (method, path, query, body) -> answer
         # or None when the path is not theirs; asked before the core routes
         self.extensions: list[Callable[[str, str, dict, dict], tuple[int, dict] | None]] = []
+        self._hang: list[re.Pattern[str]] = []  # "METHOD path?query" that get no answer
         self._closing = False
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -204,6 +215,29 @@ class FakeKube:
             pod = self.pods.pop((ns, name))
             self._emit("pods", "DELETED", pod)
 
+    def hang(self, pattern: str) -> None:
+        """Requests whose ``"METHOD path?query"`` matches ``pattern`` (re.search) get
+        no answer (the connection stays open, silent) until :meth:`unhang`; a watch
+        already streaming goes silent too."""
+        with self.cond:
+            self._hang.append(re.compile(pattern))
+            self.cond.notify_all()
+
+    def unhang(self) -> None:
+        with self.cond:
+            self._hang.clear()
+            self.cond.notify_all()
+
+    def hung(self, request: str) -> bool:
+        with self.cond:
+            return any(p.search(request) for p in self._hang)
+
+    def wait_unhung(self, request: str) -> None:
+        """Hold a matching request until unhang() or shutdown."""
+        with self.cond:
+            while not self._closing and any(p.search(request) for p in self._hang):
+                self.cond.wait(0.2)
+
     def compact(self) -> None:
         """Forget history: watches from any version seen so far get 410 Gone."""
         with self.cond:
@@ -273,6 +307,10 @@ class FakeKube:
             if name in self.create_failures:
                 code, reason = self.create_failures[name]
                 return code, status(code, reason, f"injected failure creating {name}")
+            for plugin in self.admission:
+                refused = plugin(ns, body)
+                if refused is not None:
+                    return refused
             if (ns, name) in self.pods:
                 return 409, status(
                     409, "AlreadyExists", f'pods "{name}" already exists', name=name, kind="pods"
@@ -417,13 +455,19 @@ class FakeKube:
                     )
                     return
         while True:
+            if self._hang and handler.hung():
+                handler.wait_unhung()  # silent, the connection open, until unhang()
+                return
             with self.cond:
                 while (
                     not self._closing
                     and time.monotonic() < deadline
                     and not self._has_after(kind, pos)
+                    and not (self._hang and handler.hung())
                 ):
                     self.cond.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+                if self._hang and handler.hung():
+                    continue
                 if self._closing or time.monotonic() >= deadline:
                     return
                 batch = [(rv, t, o, p) for rv, k, t, o, p in self.log if rv > pos and k == kind]
@@ -456,6 +500,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
+
+    def hung(self) -> bool:
+        return self.kube.hung(f"{self.command} {self.path}")
+
+    def wait_unhung(self) -> None:
+        self.kube.wait_unhung(f"{self.command} {self.path}")
+
+    def _hold(self) -> None:
+        """A request FakeKube.hang() matches gets no answer until unhang()."""
+        if self.kube._hang and self.hung():
+            self.wait_unhung()
 
     # -------------------------------------------------------------- helpers
     def _body(self) -> dict:
@@ -493,6 +548,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -------------------------------------------------------------- verbs
     def do_PATCH(self) -> None:
+        self._hold()
         self.kube.requests.append(("PATCH", self.path))
         if not self._extension("PATCH", self._body()):
             self._send(405, status(405, "MethodNotAllowed", f"PATCH {self.path}"))
@@ -500,6 +556,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlparse(self.path)
         q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if not q.get("watch"):
+            self._hold()
         self.kube.requests.append(("GET", self.path))
         if self._extension("GET"):
             return
@@ -567,8 +625,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         url = urlparse(self.path)
-        self.kube.requests.append(("POST", self.path))
         body = self._body()
+        self._hold()
+        self.kube.requests.append(("POST", self.path))
         if self._extension("POST", body):
             return
         m = EVENTS_PATH.match(url.path)
@@ -597,8 +656,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         url = urlparse(self.path)
-        self.kube.requests.append(("DELETE", self.path))
         body = self._body()
+        self._hold()
+        self.kube.requests.append(("DELETE", self.path))
         if self._extension("DELETE", body):
             return
         sm = SERVICE_PATH.match(url.path)

@@ -6,6 +6,7 @@ Time is a manual clock shared by the dispatcher and the cluster, so a job
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -193,6 +194,9 @@ def test_failed_bind_is_undone_and_retried(client, admin, dispatcher, cluster, s
     j = _job(client, admin, jid)
     assert j["status"] == "pending" and "node refused" in j["reason"]
     assert _alloc_count(session_factory) == 0
+    dispatcher.run_once()  # held out of the plan (backoff): no second try yet
+    assert _job(client, admin, jid)["status"] == "pending"
+    dispatcher.binder.holds.clock = lambda: time.monotonic() + 3600  # the hold is over
     dispatcher.run_once()
     assert _job(client, admin, jid)["status"] == "running"
     assert _events(client, admin, jid) == [

@@ -124,7 +124,7 @@ def test_evict_with_grace_and_fall_back_to_delete_on_429(kube, cluster, nodes):
 
 def test_a_gang_with_one_replica_not_started_is_not_running(kube, cluster, nodes):
     """One replica Running, the other still Pending (an image pull back-off, say): the
-    job is not running, its peers wait on the rendezvous (issue 23 item 2). On the fake:
+    job is not running, its peers wait on the rendezvous. On the fake:
     kwok starts every bound Pod of a template alike."""
     cluster.bind(gang(job_id="half"))
     pods = sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in kube.gpuq_pods())
@@ -143,7 +143,7 @@ def test_a_gang_with_one_replica_not_started_is_not_running(kube, cluster, nodes
 def test_status_events_running_succeeded_failed_gone(kube, cluster, nodes):
     """On the real cluster a Pod deleted by someone else ends Failed (exit 143, the
     kubelet's graceful stop) before it goes: that is a deletion (gone: requeued), not
-    the workload's failure (issue 23 item 2)."""
+    the workload's failure."""
     for jid in ("ok", "bad", "lost"):
         cluster.bind(gang(job_id=jid))
     pods = {}
@@ -205,7 +205,7 @@ def test_binding_conflict_409_undoes_the_gang(kube, cluster, nodes):
 def test_finished_pods_are_deleted_after_the_ttl_and_the_job_forgotten(kube, nodes):
     """Finished Pods count toward the cluster's terminated-Pod GC threshold: gpuq deletes
     them GPUQ_K8S_FINISHED_POD_TTL_S after the job ended (0 here) and prunes its tracking
-    state (issue 23 item 2)."""
+    state."""
     c = make_cluster(kube, finished_pod_ttl_s=0)
     c.start(wait_s=10)
     try:

@@ -1,4 +1,4 @@
-"""Informers that scale (issue 23, item 5): gpuq's own Pods by label, other workloads'
+"""Informers that scale: gpuq's own Pods by label, other workloads'
 Pods only while bound and running (field selector), slimmed; lists in pages.
 
 The first tests run the same requests on the fake API server and on the real

@@ -8,8 +8,8 @@ the Binding and Eviction subresources; watches that end and resume from a
 resourceVersion; list pagination; DisruptionTarget conditions on graceful deletion;
 node loss through the node lifecycle and taint eviction controllers; Pods of other
 workloads (a batch/v1 Job scheduled by kube-scheduler) using the nodes' GPUs.
-Where the real behaviour exposes a defect issue 23 lists, the test states the right
-behaviour and is marked ``xfail(strict=True)`` naming the item, so it turns red (and
+Where the real behaviour exposes a defect not fixed yet, the test states the right
+behaviour and is marked ``xfail(strict=True)`` naming the defect, so it turns red (and
 the mark must go) the moment the defect is fixed.
 """
 
@@ -204,10 +204,10 @@ def test_pod_security_admission_answers_403_and_nothing_is_left(kube, nodes):
         c.close()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23 item 3: a 403 from admission is permanent, "
-                   "gpuq raises a retryable BindError and re-creates the Pods every pass")
 @pytest.mark.parametrize("case", ["pod-security", "missing-priorityclass"])
 def test_admission_403_is_permanent(kube, nodes, case):
+    """Pod Security and a missing PriorityClass are the job's own refusals: permanent
+    (the job fails with the message), never re-created every pass."""
     c = _baseline_cluster(kube)
     try:
         req = (_req(job_id="psa", template=BASELINE_ONLY) if case == "pod-security"
@@ -371,7 +371,7 @@ def test_node_loss_requeues_the_job(kube, cluster):
 def test_image_pull_backoff_fails_the_job_after_the_start_deadline(kube, nodes):
     """The kubelet retries an image pull forever (ErrImagePull, ImagePullBackOff, Pod
     Pending); past GPUQ_K8S_START_DEADLINE_S gpuq fails the job with the kubelet's reason
-    and deletes the Pod, so the cards are not held forever (issue 23 item 2)."""
+    and deletes the Pod, so the cards are not held forever."""
     c = make_cluster(kube, start_deadline_s=3)
     c.start(wait_s=20)
     try:
@@ -404,7 +404,7 @@ def test_watch_ends_and_resumes_from_its_resource_version(kube, cluster):
 
 def test_list_pagination_with_limit_and_continue(kube, cluster):
     """The apiserver pages a list (limit/continue) from one consistent snapshot: what
-    an informer must do on a cluster with tens of thousands of Pods (issue 23 item 5)."""
+    an informer must do on a cluster with tens of thousands of Pods."""
     api = client.CoreV1Api(kube.gpuq_api_client())
     for i in range(5):
         kube.add_pod({"metadata": {"name": f"other-{i}"}, "spec": {"nodeName": "v100-0",

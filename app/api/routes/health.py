@@ -10,8 +10,16 @@ from app.store.migrate import schema_status
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-def healthz() -> dict[str, str]:
+@router.get("/healthz", response_model=None)
+def healthz(request: Request) -> dict[str, str] | JSONResponse:
+    """Liveness: a process whose dispatcher pass is stuck past GPUQ_PASS_DEADLINE, or
+    whose Kubernetes watches stopped following the cluster, answers 503 with why, so
+    the kubelet restarts it (no database read: a database outage is /readyz's)."""
+    services = getattr(request.app.state, "services", None)
+    problems = services.health() if services is not None else []
+    if problems:
+        return JSONResponse({"status": "unhealthy", "detail": "; ".join(problems)},
+                            status_code=503)
     return {"status": "ok"}
 
 
