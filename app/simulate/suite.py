@@ -68,18 +68,22 @@ def run_one(model: ScenarioModel, policy: str,
     return out
 
 
-def bound_of(model: ScenarioModel) -> dict[str, Any]:
+BOUND_SLOTS = 400  # time slots of the LP bound (fewer: a looser bound, much less CPU)
+
+
+def bound_of(model: ScenarioModel, slots: int | None = None) -> dict[str, Any]:
     """The scenario's fluid LP lower bound of mean JCT (app/simulate/bound.py)."""
     from app.simulate.bound import lower_bound
 
     t0 = time.process_time()
-    b = lower_bound(model)
+    b = lower_bound(model, slots=slots or BOUND_SLOTS)
     return {"jct_mean_s": round(b.jct_mean_s, 6), "slots": b.slots,
             "horizon_s": round(b.horizon_s, 3), "cpu_s": round(time.process_time() - t0, 2)}
 
 
 def run_suite(paths: list[str], policies: list[str], progress: bool = False,
-              bound: bool = True, settings: dict[str, Settings] | None = None) -> dict[str, Any]:
+              bound: bool = True, settings: dict[str, Settings] | None = None,
+              slots: int | None = None) -> dict[str, Any]:
     """Every policy (a baseline with ``settings[policy]`` when given) on every scenario."""
     settings = settings or {}
     out: dict[str, Any] = {"load_average": os.getloadavg()[0], "policies": policies,
@@ -96,7 +100,9 @@ def run_suite(paths: list[str], policies: list[str], progress: bool = False,
                       f"{s['worst_team_wait_p99_s']}, {runs[p]['cpu_s']} CPU s", flush=True)
         out["scenarios"][name] = {"path": str(path), "runs": runs}
         if bound:
-            out["scenarios"][name]["bound"] = bound_of(model)
+            out["scenarios"][name]["bound"] = bound_of(model, slots)
+            if progress:
+                print(f"{name} bound: {out['scenarios'][name]['bound']}", flush=True)
     return out
 
 
@@ -138,7 +144,7 @@ def check_disjoint(tuning: list[str], evaluation: list[str]) -> None:
 
 def run_tuned(tuning: list[str], evaluation: list[str], policies: list[str],
               progress: bool = False, bound: bool = True,
-              chosen: dict[str, Any] | None = None) -> dict[str, Any]:
+              chosen: dict[str, Any] | None = None, slots: int | None = None) -> dict[str, Any]:
     """Tune each baseline on ``tuning`` (or take ``chosen``: an earlier run's ``tuning``),
     then run every policy with its chosen settings on ``evaluation``."""
     check_disjoint(tuning, evaluation)
@@ -146,7 +152,7 @@ def run_tuned(tuning: list[str], evaluation: list[str], policies: list[str],
         models = {Path(p).stem: load_scenario(p) for p in tuning}
         chosen = tune(models, [p for p in policies if p in BASELINES], run_one, progress)
     doc = run_suite(evaluation, policies, progress=progress, bound=bound,
-                    settings={p: t["chosen"] for p, t in chosen.items()})
+                    settings={p: t["chosen"] for p, t in chosen.items()}, slots=slots)
     doc["tuning"] = chosen
     return doc
 
@@ -524,10 +530,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--no-bound", action="store_true", help="skip the LP lower bound")
+    ap.add_argument("--bound-slots", type=int, default=BOUND_SLOTS,
+                    help="time slots of the LP bound (fewer: looser, much faster)")
     ap.add_argument("--combine", nargs="+", default=None, metavar="SUITE_JSON",
                     help="write one report from suite.json files of earlier runs instead")
     ap.add_argument("--tune", nargs="+", default=None, metavar="SCENARIO",
-                    help="tuning windows: each baseline's setting is chosen on these")
+                    help="tuning windows: each baseline's setting is chosen on these (alone: "
+                    "only the tuning, reused by --chosen)")
     ap.add_argument("--evaluate", nargs="+", default=None, metavar="SCENARIO",
                     help="evaluation windows: every policy runs on these with its chosen setting")
     ap.add_argument("--chosen", default=None, metavar="SUITE_JSON",
@@ -539,11 +548,21 @@ def main(argv: list[str] | None = None) -> int:
     elif a.evaluate:
         if not a.tune:
             ap.error("--evaluate needs --tune (the windows the settings are chosen on)")
-        chosen = json.loads(Path(a.chosen).read_text())["tuning"] if a.chosen else None
+        chosen = None
+        if a.chosen:  # scores and choices recomputed from the stored results by the rule
+            from app.simulate.tuning import choose
+
+            chosen = {p: choose(t) for p, t in json.loads(
+                Path(a.chosen).read_text())["tuning"].items()}
         doc = run_tuned(a.tune, a.evaluate, pols, progress=True, bound=not a.no_bound,
-                        chosen=chosen)
+                        chosen=chosen, slots=a.bound_slots)
+    elif a.tune:  # tuning only: the chosen settings, for --chosen of later runs
+        models = {Path(p).stem: load_scenario(p) for p in a.tune}
+        doc = {"load_average": os.getloadavg()[0], "policies": pols, "scenarios": {},
+               "tuning": tune(models, [p for p in pols if p in BASELINES], run_one, True)}
     elif a.scenarios:
-        doc = run_suite(a.scenarios, pols, progress=True, bound=not a.no_bound)
+        doc = run_suite(a.scenarios, pols, progress=True, bound=not a.no_bound,
+                        slots=a.bound_slots)
     else:
         ap.error("give scenario files, --tune ... --evaluate ..., or --combine SUITE_JSON ...")
     path = write_report(doc, a.out, plots=not a.no_plots)

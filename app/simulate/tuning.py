@@ -8,10 +8,12 @@ settings a competent operator would consider here. :func:`tune` runs every
 setting on every *tuning* window (:mod:`app.simulate.windows`) and picks, per
 baseline, the setting with the lowest **score**: over the tuning windows, the
 mean of ``(mean JCT / the best mean JCT of that baseline's settings on the
-window + worst team's P99 wait / the best such P99) / 2`` -- the two measures
-gpuq's goal is judged on, each relative to what the baseline can reach on
-that window, so no window weighs more for being long. Ties go to the earlier
-setting of the grid (the upstream defaults come first). The chosen settings
+window + (worst team's P99 wait + 600 s) / (the best such P99 + 600 s)) / 2``
+-- the two measures gpuq's goal is judged on, each relative to what the
+baseline can reach on that window, so no window weighs more for being long
+(the 600 s keep a P99 of 0 from making every other one infinitely worse, or
+all equal). Ties go to the earlier setting of the grid (the upstream defaults
+come first). The chosen settings
 are then the only ones run on the evaluation windows. gpuq itself is not
 tuned: it runs its defaults.
 
@@ -34,6 +36,7 @@ from app.simulate.baselines.volcano import volcano
 from app.simulate.policies import make_policy
 
 Settings = dict[str, Any]
+P99_FLOOR_S = 600.0  # added to both sides of the P99 ratio (module docstring)
 
 FACTORIES: dict[str, Callable[..., Policy]] = {
     "kueue": kueue,
@@ -109,7 +112,8 @@ def score(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float]:
         bj, bp = best(runs, "jct_mean_s"), best(runs, "worst_team_wait_p99_s")
         for lab, s in runs.items():
             rj = (s["jct_mean_s"] or 0.0) / bj if bj else 1.0
-            rp = (s.get("worst_team_wait_p99_s") or 0.0) / bp if bp else 1.0
+            rp = ((s.get("worst_team_wait_p99_s") or 0.0) + P99_FLOOR_S) / (
+                (bp or 0.0) + P99_FLOOR_S)
             totals.setdefault(lab, []).append((rj + rp) / 2.0)
     return {lab: sum(v) / len(v) for lab, v in totals.items()}
 
@@ -136,18 +140,23 @@ def tune(models: dict[str, Any], policies: list[str],
                     print(f"tune {p} [{label(settings)}] on {name}: jct mean "
                           f"{s['jct_mean_s']}, worst team p99 {s['worst_team_wait_p99_s']}",
                           flush=True)
-        scores = score(results)
-        labels = [label(s) for s in grid]
-        chosen = min(range(len(grid)), key=lambda i: (round(scores[labels[i]], 9), i))
-        out[p] = {
+        out[p] = choose({
             "grid": grid,
-            "scores": {lab: round(scores[lab], 6) for lab in labels},
-            "chosen": grid[chosen],
-            "chosen_label": labels[chosen],
             "windows": {w: {lab: {k: s.get(k) for k in (
                 "jct_mean_s", "worst_team_wait_p99_s", "max_team_slowdown",
                 "jain_slowdown", "jobs_not_finished")} for lab, s in runs.items()}
                 for w, runs in results.items()},
             "cpu_s": round(time.process_time() - t0, 2),
-        }
+        })
     return out
+
+
+def choose(entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` (a baseline's grid and per-window results) with its scores and the chosen
+    setting (re)computed by the rule above: a stored tuning is always judged by it."""
+    grid = entry["grid"]
+    scores = score(entry["windows"])
+    labels = [label(s) for s in grid]
+    best = min(range(len(grid)), key=lambda i: (round(scores[labels[i]], 9), i))
+    return {**entry, "scores": {lab: round(scores[lab], 6) for lab in labels},
+            "chosen": grid[best], "chosen_label": labels[best]}

@@ -79,8 +79,12 @@ def test_score_is_relative_to_each_windows_best_and_ties_go_to_the_first():
            "w2": {"a": {"jct_mean_s": 1000.0, "worst_team_wait_p99_s": 40.0},
                   "b": {"jct_mean_s": 1000.0, "worst_team_wait_p99_s": 20.0}}}
     s = score(res)
-    assert s["a"] == pytest.approx((1.0 + (1.0 + 2.0) / 2) / 2)
+    assert s["a"] == pytest.approx((1.0 + (1.0 + 640 / 620) / 2) / 2)
     assert s["b"] == pytest.approx(((2.0 + 1.0) / 2 + 1.0) / 2)
+    # a P99 of 0 does not make every other one equal (nor infinitely worse)
+    z = score({"w": {"a": {"jct_mean_s": 1.0, "worst_team_wait_p99_s": 0.0},
+                     "b": {"jct_mean_s": 1.0, "worst_team_wait_p99_s": 6000.0}}})
+    assert z["a"] == 1.0 and z["b"] == pytest.approx((1 + 11) / 2)
     assert label({}) == "defaults" and label({"priority_max_age_s": 86400.0}).endswith("=1d")
     for p, grid in GRIDS.items():  # the upstream defaults come first in every grid
         assert grid[0] == {}, p
