@@ -253,8 +253,15 @@ def test_a_job_gpuq_cannot_place_gets_an_event_with_the_reason(kube, sf, world):
         "nvidia.com/gpu": "16"}
     apply(w, big)
     settle(d, lambda: any(r in ("GpuqUnschedulable", "GpuqRefused")
-                          or "16" in m for r, m in events_on(kube, "sft-indexed")
-                          if r != "GpuqQueued"))
+                          for r, _ in events_on(kube, "sft-indexed")))
+    # a Warning whose message is the reason the API gives (the cards it cannot have)
+    said = [(e["type"], e["message"]) for e in kube.k8s_events
+            if e["involvedObject"].get("name") == "sft-indexed"
+            and e["reason"] in ("GpuqUnschedulable", "GpuqRefused")]
+    assert said and all(t == "Warning" and "16" in m for t, m in said)
+    ann = w.objects[("Job", "gpuq-jobs", "sft-indexed")]["metadata"]["annotations"]
+    assert ann[L.WL_REASON] and ann[L.WL_REASON] in said[0][1]
+    assert not pods_of(kube, "sft-indexed")
     # a template without schedulerName: gpuq is refused with the reason, once
     other = example("job.yaml")
     del other["spec"]["template"]["spec"]["schedulerName"]
