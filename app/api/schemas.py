@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, create_model
 
 from app.domain.owner import owner_of
 from app.domain.people import Rounded, UtcTime
-from app.domain.spec import DNS_LABEL_PATTERN, PRIORITY_NAME_PATTERN
+from app.domain.spec import DNS_LABEL_PATTERN, JOB_ID_PATTERN, PRIORITY_NAME_PATTERN
 from app.store.convert import ALLOCATION_AS_IS, LEASE_AS_IS, copied
 from app.store.jobs import NewJob
 from app.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
@@ -40,7 +40,7 @@ PriorityNamePath = Annotated[
 JobIdPath = Annotated[
     str,
     Path(description="the job's id",
-         json_schema_extra={"pattern": "^[0-9]{1,18}$"}),
+         json_schema_extra={"pattern": JOB_ID_PATTERN}),
 ]
 
 
@@ -123,7 +123,8 @@ class LeaseOut(BaseModel):
     lender: str
     gpu_type: str
     units: Rounded
-    job_id: str
+    job_id: str | None = Field(
+        description="the borrowing job; null for a team token when it is another team's")
     started_at: UtcTime
     expires_at: UtcTime
     state: str

@@ -24,6 +24,17 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 # the same rules as JSON Schema patterns, for the OpenAPI document
+# a job id in a path: 1-18 ASCII digits. int() alone also read " 1" (``%201``) and
+# "١" (Arabic-Indic one) as job 1, against the documented pattern
+JOB_ID_PATTERN = "^[0-9]{1,18}$"
+_JOB_ID = re.compile(r"[0-9]{1,18}")
+
+
+def job_id_number(text: str) -> int | None:
+    """The job id ``text`` names, or None when it is not one (ASCII digits only)."""
+    return int(text) if _JOB_ID.fullmatch(text) else None
+
+
 DNS_LABEL_PATTERN = DNS_LABEL.pattern
 PRIORITY_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$"
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from app.domain.spec import job_id_number
 from app.domain.states import ACTIVE
 from app.store.orm import JobEventRow, JobRow
 
 
 def lock_job(session: Session, job_id: str) -> JobRow | None:
     """The job (with its allocations) locked for update; None if the id is not ours."""
-    try:
-        jid = int(job_id)
-    except ValueError:
+    jid = job_id_number(job_id)
+    if jid is None:
         return None
     return session.scalar(
         select(JobRow)

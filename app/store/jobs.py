@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from app.domain.errors import Conflict, InputError, NotFound, PodPolicyError, unknown
 from app.domain.pod_policy import InstallPolicy, check_template
-from app.domain.spec import JobSpec
+from app.domain.spec import JobSpec, job_id_number
 from app.domain.states import CANCELLABLE, STATUSES, TERMINAL
 from app.store.catalog_cache import (
     CatalogView,
@@ -397,10 +397,9 @@ def get_job(
     session: Session, job_id: str, *, team: str | None = None, for_update: bool = False
 ) -> JobRow:
     """One job; with ``team``, a job of another team does not exist (404)."""
-    try:
-        jid = int(job_id)
-    except ValueError:
-        raise NotFound(f"job {job_id!r} not found") from None
+    jid = job_id_number(job_id)
+    if jid is None:
+        raise NotFound(f"job {job_id!r} not found")
     q = select(JobRow).where(JobRow.id == jid).options(selectinload(JobRow.allocations))
     if for_update:
         q = q.with_for_update()

@@ -151,13 +151,17 @@ def queue(
     cursor: str | None = None,
 ) -> HTMLResponse:
     try:
-        rows, first, next_cursor = queue_page(
-            session.connection(),
-            limit=QUEUE_PAGE,
-            cursor=cursor or None,
-            pool=pool or None,
-            team=team or None,
-        )
+        if team and not viewer.may_see(team):
+            # as GET /v1/queue: nothing of another team, not even how many it has
+            rows, first, next_cursor = [], 1, None
+        else:
+            rows, first, next_cursor = queue_page(
+                session.connection(),
+                limit=QUEUE_PAGE,
+                cursor=cursor or None,
+                pool=pool or None,
+                team=team or None,
+            )
     except GpuqError as e:
         return _error(request, "Queue", e)
     start_of = estimator.starts(now)

@@ -86,6 +86,10 @@ def test_team_token_sees_only_its_team(env):
     queue = c.get("/ui/queue", headers=env.nlp).text
     assert "train-wait" in queue and "cv-wait" not in queue
     assert "1 pending job of other teams is counted" in text(queue)
+    # naming another team shows nothing of it, not even its count (as GET /v1/queue)
+    other = text(c.get("/ui/queue?team=cv", headers=env.nlp).text)
+    assert "cv-wait" not in other and "other teams" not in other and "(1 pending)" not in other
+    assert "(0 pending)" in other
     teams = text(c.get("/ui/teams", headers=env.nlp).text)
     assert "nlp" in teams and " cv " not in teams
     nodes = c.get("/ui/nodes", headers=env.nlp).text

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from app.api.deps import PrincipalDep, SessionDep
 from app.api.schemas import LeaseOut, NameQuery, lease_out
-from app.store.orm import LeaseRow
+from app.store.orm import JobRow, LeaseRow
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
 
@@ -17,13 +17,22 @@ router = APIRouter(prefix="/v1/leases", tags=["leases"])
 @router.get("")
 def list_leases(
     session: SessionDep,
-    _: PrincipalDep,
+    principal: PrincipalDep,
     state: Literal["active", "returned", "reclaimed"] | None = None,
     pool: NameQuery = None,
 ) -> list[LeaseOut]:
-    q = select(LeaseRow).order_by(LeaseRow.id)
+    """Borrow leases between pools; for a team token, ``job_id`` is null on leases of
+    other teams' jobs (pools are shared, jobs are not)."""
+    q = (select(LeaseRow, JobRow.team).join(JobRow, JobRow.id == LeaseRow.job_id)
+         .order_by(LeaseRow.id))
     if state:
         q = q.where(LeaseRow.state == state)
     if pool:
         q = q.where((LeaseRow.borrower == pool) | (LeaseRow.lender == pool))
-    return [lease_out(r) for r in session.scalars(q)]
+    out = []
+    for lease, team in session.execute(q):
+        item = lease_out(lease)
+        if not principal.may_act_for(team):
+            item.job_id = None
+        out.append(item)
+    return out

@@ -5,15 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep, SettingsDep
 from app.api.schemas import NamePath, patch_model
 from app.domain.config import NodeConfig
 from app.domain.errors import Conflict
 from app.domain.people import for_people
+from app.domain.principal import Principal
 from app.settings import Settings
 from app.store import catalog
-from app.store.orm import NodeRow
+from app.store.orm import JobRow, NodeRow
 from app.store.usage import node_allocations, node_view
 
 NodePatch = patch_model(NodeConfig)
@@ -32,13 +35,27 @@ def sharing(row: NodeRow) -> dict[str, Any]:
             "device_choice": "gpuq" if row.source != "kubernetes" else "node"}
 
 
-def _view(row: NodeRow, allocs: dict[str, list]) -> dict[str, Any]:
+def _view(row: NodeRow, allocs: dict[str, list], viewer: Principal | None = None,
+          teams: dict[int, str] | None = None) -> dict[str, Any]:
+    view = node_view(row, allocs.get(row.name, []))
+    if viewer is not None and not viewer.is_admin:
+        # a team token sees what is used, not by which other team's job (as the UI)
+        for a, out in zip(allocs.get(row.name, []), view["allocations"], strict=True):
+            if (teams or {}).get(a.job_id) != viewer.team:
+                out["job_id"] = None
     return for_people({
         **catalog.node_dict(row),
         "source": row.source,
         "sharing": sharing(row),
-        **node_view(row, allocs.get(row.name, [])),
+        **view,
     })
+
+
+def _job_teams(session: Session, allocs: dict[str, list]) -> dict[int, str]:
+    ids = {a.job_id for rows in allocs.values() for a in rows}
+    if not ids:
+        return {}
+    return dict(session.execute(select(JobRow.id, JobRow.team).where(JobRow.id.in_(ids))).all())
 
 
 def _static_only(settings: Settings) -> None:
@@ -47,9 +64,12 @@ def _static_only(settings: Settings) -> None:
 
 
 @router.get("")
-def list_nodes(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]:
+def list_nodes(session: SessionDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+    """Every node with what is free on it and its allocations; for a team token,
+    ``job_id`` is null on allocations of other teams' jobs."""
     allocs = node_allocations(session)
-    return [_view(r, allocs) for r in catalog.list_named(session, NodeRow)]
+    teams = _job_teams(session, allocs)
+    return [_view(r, allocs, principal, teams) for r in catalog.list_named(session, NodeRow)]
 
 
 @router.post("", status_code=201)
@@ -63,9 +83,10 @@ def create_node(
 
 
 @router.get("/{name}")
-def get_node(name: NamePath, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
+def get_node(name: NamePath, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     row = catalog.get_named(session, NodeRow, name)
-    return _view(row, node_allocations(session))
+    allocs = node_allocations(session)
+    return _view(row, allocs, principal, _job_teams(session, allocs))
 
 
 @router.patch("/{name}")

@@ -1,0 +1,60 @@
+"""A team token sees only its own team's jobs, also where jobs appear beside shared
+objects: node allocations and borrow leases (they showed other teams' job ids), and
+job ids in paths are the documented ASCII digits (``%201`` and ``١`` read as job 1)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from app.store.orm import LeaseRow
+from tests.integration.conftest import job_body
+
+
+def running_nlp_job(client, admin, dispatcher) -> str:
+    r = client.post("/v1/jobs", json=job_body(), headers=admin)
+    assert r.status_code == 201, r.text
+    dispatcher.run_once()
+    return r.json()["id"]
+
+
+def node_job_ids(client, headers) -> set:
+    nodes = client.get("/v1/nodes", headers=headers).json()
+    return {a["job_id"] for n in nodes for a in n["allocations"]}
+
+
+def test_nodes_hide_other_teams_job_ids(client, admin, team_token, dispatcher):
+    jid = running_nlp_job(client, admin, dispatcher)
+    assert node_job_ids(client, admin) == {jid}
+    assert node_job_ids(client, team_token("nlp")) == {jid}
+    assert node_job_ids(client, team_token("recsys")) == {None}  # used, not by whom
+    node = next(n for n in client.get("/v1/nodes", headers=admin).json() if n["allocations"])
+    one = client.get(f"/v1/nodes/{node['name']}", headers=team_token("recsys")).json()
+    assert [a["job_id"] for a in one["allocations"]] == [None]
+    assert one["free"] == node["free"]
+
+
+def test_leases_hide_other_teams_job_ids(client, admin, team_token, dispatcher,
+                                         session_factory, clock):
+    jid = running_nlp_job(client, admin, dispatcher)
+    with session_factory() as s:  # a lease row as a borrowing admission writes it
+        s.add(LeaseRow(borrower="training", lender="mixed", gpu_type="a100-80g", units=20,
+                       job_id=int(jid), started_at=clock(),
+                       expires_at=clock() + timedelta(seconds=1800), state="active"))
+        s.commit()
+    assert [x["job_id"] for x in client.get("/v1/leases", headers=admin).json()] == [jid]
+    nlp = client.get("/v1/leases", headers=team_token("nlp")).json()
+    assert [x["job_id"] for x in nlp] == [jid]
+    recsys = client.get("/v1/leases", headers=team_token("recsys")).json()
+    assert [(x["job_id"], x["borrower"], x["units"]) for x in recsys] == [(None, "training", 20)]
+
+
+def test_job_id_paths_are_ascii_digits(client, admin, dispatcher):
+    jid = running_nlp_job(client, admin, dispatcher)
+    assert jid == "1"
+    assert client.get("/v1/jobs/1", headers=admin).status_code == 200
+    for bad in ("%201", "1%20", "\u0661", "+1", "01x", "1" * 19):
+        r = client.get(f"/v1/jobs/{bad}", headers=admin)
+        assert r.status_code == 404, (bad, r.status_code)
+        r = client.post(f"/v1/jobs/{bad}/cancel", headers=admin)
+        assert r.status_code == 404, (bad, r.status_code)
+    assert client.get("/v1/jobs/1", headers=admin).json()["status"] != "cancelled"
