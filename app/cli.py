@@ -341,6 +341,59 @@ def usage(
                            output=output))
 
 
+nodes_app = typer.Typer(no_args_is_help=True, help="Nodes: list, cordon, drain, uncordon",
+                        **PLAIN)  # type: ignore[arg-type]
+app.add_typer(nodes_app, name="nodes")
+_NODE = typer.Argument(..., metavar="NODE", help="node name (gpuq nodes list)")
+_REASON = typer.Option(None, "--reason", metavar="TEXT",
+                       help="why (shown on the node and in the audit trail)")
+
+
+@nodes_app.command("list")
+def nodes_list(output: str = _OUT, url: str | None = _URL, token: str | None = _TOKEN) -> None:
+    """Every node: GPU type, cards free, and whether it takes new jobs (cordoned, draining)."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_nodes_list, url=url, token=token, output=output))
+
+
+@nodes_app.command("cordon")
+def nodes_cordon(node: str = _NODE, reason: str | None = _REASON, output: str = _OUT,
+                 url: str | None = _URL, token: str | None = _TOKEN) -> None:
+    """Admin: no new jobs on NODE (what runs there keeps running). Works on every node,
+    whoever defined it; a config apply or node sync leaves it cordoned.
+
+    \b
+    Example:
+      gpuq nodes cordon a100-0 --reason "replacing a fan"
+    """
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_node_action, node, "cordon", reason, output, url=url,
+                           token=token))
+
+
+@nodes_app.command("drain")
+def nodes_drain(node: str = _NODE, reason: str | None = _REASON, output: str = _OUT,
+                url: str | None = _URL, token: str | None = _TOKEN) -> None:
+    """Admin: cordon NODE and stop the jobs running there; the dispatcher requeues them
+    (with their submit time) within a few seconds. `gpuq nodes uncordon` ends it."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_node_action, node, "drain", reason, output, url=url,
+                           token=token))
+
+
+@nodes_app.command("uncordon")
+def nodes_uncordon(node: str = _NODE, output: str = _OUT, url: str | None = _URL,
+                   token: str | None = _TOKEN) -> None:
+    """Admin: NODE takes new jobs again (ends a drain too)."""
+    from app import client_cli as c
+
+    raise typer.Exit(c.run(c.cmd_node_action, node, "uncordon", None, output, url=url,
+                           token=token))
+
+
 tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (admin)", **PLAIN)  # type: ignore[arg-type]
 app.add_typer(tokens_app, name="tokens")
 _TOKEN_ID = typer.Argument(..., metavar="TOKEN_ID", help="token id (gpuq tokens list)")

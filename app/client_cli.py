@@ -425,13 +425,19 @@ def _follow(client: Client, console: Console, job_id: str, evs: list[dict[str, A
             poll_s: float, timeout_s: float | None) -> int:
     start = time.monotonic()
     shown: set[str] = set()
-    while True:
+
+    def show(evs: list[dict[str, Any]]) -> None:
         for e in evs:
             if str(e.get("id")) not in shown:
                 shown.add(str(e.get("id")))
                 console.print(_event_line(e), highlight=False, soft_wrap=True, markup=False)
+
+    while True:
+        show(evs)
         status = client.get(f"/v1/jobs/{job_id}").get("status")
         if status in ENDED:
+            # it may have ended after the events were read: the last ones too
+            show(client.get(f"/v1/jobs/{job_id}/events"))
             return 0 if status == "succeeded" else 1
         if timeout_s is not None and time.monotonic() - start >= timeout_s:
             raise ClientError(f"job {job_id} still {status} after {timeout_s:g} s", code=3)
@@ -500,6 +506,46 @@ def cmd_cancel(client: Client, console: Console, job_id: str, output: str = "tab
         return 0
     status = job.get("status") if isinstance(job, dict) else "cancelled"
     console.print(f"job [bold]{job_id}[/]: {status_text(status)}")
+    return 0
+
+
+def _node_state(n: Mapping[str, Any]) -> str:
+    cordon = n.get("cordon")
+    if cordon:
+        what = "draining" if cordon.get("drain") else "cordoned"
+        why = f": {cordon['reason']}" if cordon.get("reason") else ""
+        return f"[yellow]{what}[/] by {cordon.get('by')}{why}"
+    return "ready" if n.get("schedulable", True) else "[yellow]not schedulable[/]"
+
+
+def cmd_nodes_list(client: Client, console: Console, output: str = "table") -> int:
+    rows = client.get("/v1/nodes")
+    if emit(console, output, rows):
+        return 0
+    t = Table(title=f"nodes ({len(rows)})", header_style="bold")
+    for col in ("name", "type", "cards free", "CPU free", "memory free", "state"):
+        t.add_column(col, overflow="fold")
+    for n in rows:
+        free = n.get("free") or {}
+        t.add_row(n["name"], n.get("gpu_type") or "CPU only",
+                  f"{fmt_num(free.get('gpus'))}/{fmt_num(n.get('gpus'))}",
+                  fmt_num(free.get("cpu")), f"{fmt_num(free.get('memory_gb'))} GB",
+                  _node_state(n))
+    console.print(t)
+    return 0
+
+
+def cmd_node_action(client: Client, console: Console, node: str, action: str,
+                    reason: str | None = None, output: str = "table") -> int:
+    """cordon, drain or uncordon one node."""
+    body = {"reason": reason} if reason else None
+    n = client.post(f"/v1/nodes/{node}/{action}", body)
+    if emit(console, output, n):
+        return 0
+    console.print(f"node [bold]{n['name']}[/]: {_node_state(n)}")
+    if action == "drain":
+        console.print("its jobs are stopped and requeued within the dispatcher's next pass; "
+                      f"`gpuq nodes uncordon {n['name']}` puts it back in service")
     return 0
 
 

@@ -24,6 +24,7 @@ from app.cluster.base import Cluster
 from app.cluster.k8s_settings import KubeSettings
 from app.dispatch.base import LoopService
 from app.dispatch.descheduler import Descheduler
+from app.dispatch.drain import Drainer
 from app.dispatch.leader import LeaderElector
 from app.dispatch.leases import LeaseReaper
 from app.dispatch.metrics import MeteredDispatcher
@@ -318,6 +319,7 @@ def open_services(
             dispatcher.add_step(
                 LeaseReaper(dispatcher, interval=settings.lease_reaper_interval_s)
             )
+            dispatcher.add_step(Drainer(dispatcher, interval=settings.lease_reaper_interval_s))
             dispatcher.add_step(TunerLoop(loop_sf, clock=clock))
             loops.append(dispatcher)
     except BaseException:

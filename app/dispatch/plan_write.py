@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TypeVar
 
@@ -32,6 +33,7 @@ from app.scheduling.policies import get_policy
 from app.scheduling.preemption import stop_sentence
 from app.scheduling.releasing import hold_in_snapshot
 from app.store import batch_states, queue_order
+from app.store.cordon import cordoned_nodes
 from app.store.leases import return_leases
 from app.store.node_rows import fingerprint
 from app.store.requeue import any_unschedulable, requeue_if_fits
@@ -139,7 +141,12 @@ class PlanAndWrite:
         if held:  # a new list: the picture keeps its own
             ctx.snapshot.pending = [j for j in ctx.snapshot.pending if j.id not in held]
         if live_nodes is not None:
-            ctx.snapshot.nodes = list(live_nodes)
+            # an operator's cordon applies to a live cluster's nodes too (app/store/cordon.py)
+            cordoned = cordoned_nodes(session)
+            ctx.snapshot.nodes = [
+                replace(n, schedulable=False) if n.name in cordoned and n.schedulable else n
+                for n in live_nodes
+            ]
             hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity
         return ctx
 

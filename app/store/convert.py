@@ -60,7 +60,8 @@ def node_info(r: NodeRow) -> Node:
             (t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
             for t in (r.taints or [])
         ),
-        schedulable=r.schedulable,
+        # an operator's cordon takes it out of service whatever its definition says
+        schedulable=r.schedulable and r.cordon is None,
     )
 
 

@@ -106,6 +106,9 @@ class NodeRow(ManagedBy, Timestamps, Base):
     # the device layer of a Kubernetes node (app/cluster/k8s_devices.py): mode, offered...
     sharing: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict,
                                                     server_default=text("'{}'::jsonb"))
+    # an operator's cordon, apart from the definition (config apply and node sync leave
+    # it alone): None, or {"by", "at", "reason", "drain"} (app/store/cordon.py)
+    cordon: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True), nullable=True)
 
 
 class PoolRow(ManagedBy, Timestamps, Base):

@@ -149,7 +149,9 @@ def node_card(node: NodeRow, view: dict[str, Any], jobs, visible) -> dict[str, A
     return {
         **catalog.node_dict(node),
         "cards": [cards[d] for d in sorted(cards)],
-        "cordoned": bool(taint_keys & CORDON_TAINTS) or (not node.schedulable and not not_ready),
+        "cordoned": (bool(taint_keys & CORDON_TAINTS) or node.cordon is not None
+                     or (not node.schedulable and not not_ready)),
+        "cordon": node.cordon,
         "not_ready": not_ready,
         "releasing": any(a["releasing"] for a in view["allocations"]),
         "free_cpu": view["free"]["cpu"],

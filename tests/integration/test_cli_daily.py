@@ -71,7 +71,13 @@ def test_submit_wait_returns_when_the_job_runs(server, tmp_path):
                           "--timeout", "30", "--url", url, "--token", ADMIN],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.5)
+        for _ in range(300):  # the CLI submits (a loaded machine starts Python slowly)
+            items = env.client.get("/v1/jobs", headers={"Authorization": f"Bearer {ADMIN}"},
+                                   params={"team": "nlp"}).json()["items"]
+            if any(j["name"] == "waiter" for j in items):
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
         assert p.poll() is None  # still waiting: nothing ran a cycle
         env.dispatch()
         out, err = p.communicate(timeout=30)
@@ -140,3 +146,18 @@ def test_help_has_metavars_examples_and_fields():
     assert "--file FILE" in out and "Examples:" in out and "min_gpu_memory_gb" in out
     out = subprocess.run([*GPUQ, "simulate", "--help"], capture_output=True, text=True).stdout
     assert "kueue" in out and "fgd" in out
+
+
+def test_nodes_cordon_list_uncordon_through_a_real_server(server):
+    _env, url = server
+    r = gpuq(url, "nodes", "cordon", "a100-0", "--reason", "fan")
+    assert r.returncode == 0 and "cordoned" in r.stdout and "fan" in r.stdout, r.stderr
+    r = gpuq(url, "nodes", "list", "-o", "json")
+    node = next(n for n in json.loads(r.stdout) if n["name"] == "a100-0")
+    assert node["schedulable"] is False and node["cordon"]["reason"] == "fan"
+    r = gpuq(url, "nodes", "list")
+    assert r.returncode == 0 and "cordoned" in r.stdout
+    r = gpuq(url, "nodes", "uncordon", "a100-0")
+    assert r.returncode == 0 and "ready" in r.stdout, r.stderr
+    r = gpuq(url, "nodes", "drain", "no-such-node")
+    assert r.returncode != 0 and "no-such-node" in r.stderr

@@ -1,10 +1,12 @@
-"""Nodes with what is free on them; writes only for static/simulated clusters."""
+"""Nodes with what is free on them; definition writes only for static/simulated
+clusters; cordon, uncordon and drain on every node (operational state, app/store/cordon.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -16,6 +18,7 @@ from app.domain.people import for_people
 from app.domain.principal import Principal
 from app.settings import Settings
 from app.store import catalog
+from app.store.cordon import REASON_MAX, cordon_node, cordon_view, uncordon_node
 from app.store.orm import JobRow, NodeRow
 from app.store.usage import node_allocations, node_view
 
@@ -48,6 +51,7 @@ def _view(row: NodeRow, allocs: dict[str, list], viewer: Principal | None = None
         "source": row.source,
         "sharing": sharing(row),
         **view,
+        **cordon_view(row),
     })
 
 
@@ -97,9 +101,21 @@ def patch_node(
     by: AdminWriteDep,
     patch: NodePatch,
 ) -> dict[str, Any]:
-    _static_only(settings)
+    changes = patch.model_dump(exclude_unset=True)
     row = catalog.get_named(session, NodeRow, name)
-    row = catalog.patch_named(session, row, patch.model_dump(exclude_unset=True), by)
+    if set(changes) == {"schedulable"} and changes["schedulable"] is not None:
+        # being schedulable is operational state (as kubectl cordon), not the node's
+        # definition: a cordon on any node, whoever defined it
+        if changes["schedulable"]:
+            uncordon_node(session, row, by)
+            if not row.managed_by and row.source != "kubernetes" and not row.schedulable:
+                row = catalog.patch_named(session, row, changes, by)  # its API definition
+        else:
+            cordon_node(session, row, by)
+        session.commit()
+        return _view(row, node_allocations(session))
+    _static_only(settings)
+    row = catalog.patch_named(session, row, changes, by)
     session.commit()
     return _view(row, node_allocations(session))
 
@@ -111,3 +127,46 @@ def delete_node(
     _static_only(settings)
     catalog.delete_named(session, catalog.get_named(session, NodeRow, name), by)
     session.commit()
+
+
+class CordonBody(BaseModel):
+    """Why the node is taken out of service (shown on the node and in the audit trail)."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(None, max_length=REASON_MAX,
+                               examples=["replacing a failed fan"])
+
+
+@router.post("/{name}/cordon")
+def cordon(
+    name: NamePath, session: SessionDep, by: AdminWriteDep,
+    body: CordonBody | None = Body(None),
+) -> dict[str, Any]:
+    """Admins: take the node out of service for new jobs (what runs there keeps running),
+    on any node whoever defined it; a config apply or node sync leaves the cordon alone."""
+    row = catalog.get_named(session, NodeRow, name)
+    cordon_node(session, row, by, body.reason if body else None)
+    session.commit()
+    return _view(row, node_allocations(session))
+
+
+@router.post("/{name}/drain")
+def drain(
+    name: NamePath, session: SessionDep, by: AdminWriteDep,
+    body: CordonBody | None = Body(None),
+) -> dict[str, Any]:
+    """Admins: cordon the node and stop the jobs running there; the dispatcher requeues
+    them (with their submit time, as a preemption) within its next pass. Uncordon ends it."""
+    row = catalog.get_named(session, NodeRow, name)
+    cordon_node(session, row, by, body.reason if body else None, drain=True)
+    session.commit()
+    return _view(row, node_allocations(session))
+
+
+@router.post("/{name}/uncordon")
+def uncordon(name: NamePath, session: SessionDep, by: AdminWriteDep) -> dict[str, Any]:
+    """Admins: put the node back in service (ends a drain too)."""
+    row = catalog.get_named(session, NodeRow, name)
+    uncordon_node(session, row, by)
+    session.commit()
+    return _view(row, node_allocations(session))
