@@ -9,17 +9,20 @@
    lease are preempted (pool_steps.reclaim_expired).
 3. Order: priority, pools below guarantee, team dominant share, age
    (ordering.FairOrder, re-read after every admission).
-4. Admit each job in order: never-fits check -> team quota -> placement
-   -> pool quota (guarantee, shared share, leases: pools.PoolLedger) ->
-   [preemption when placement or pool quota fails: preemption.py]; a
-   long-waiting job that does not fit gets a reservation; others behind
-   it may backfill.
+4. Admit each job in order: a loop over the gates of
+   :mod:`app.scheduling.gates` (never fits -> cordoned -> admission cap ->
+   team quota -> placement -> pool charge); a ``Preempt`` verdict from any of
+   them goes to the one preemptor (:meth:`Cycle.try_preempt`,
+   preemption.py); a long-waiting job that does not fit gets a
+   reservation; others behind it may backfill. Every change to the cluster
+   state and the two ledgers goes through the books (books.py).
 5. Explain: every job left pending has a reason (filled in step 4).
 
-Speed: identical request shapes that failed for capacity are remembered
-for the rest of the cycle (the state only fills up within a cycle,
-unless something is released, which bumps ``state.release_epoch``), so a
-backlog of 100,000 unschedulable jobs costs a dict lookup each.
+Speed: answers are remembered in one memo keyed by the job signature
+(gates.py): a shape that failed for capacity stays failed for the rest of
+the cycle (the state only fills up within a cycle, unless something is
+released, which bumps ``state.release_epoch``), so a backlog of 100,000
+unschedulable jobs costs a few dict lookups each.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from app.scheduling.context import PlacementContext
 from app.scheduling.demands import replica_options
 from app.scheduling.fair_share import FairLevels, FairShareRule, fair_share_rule
 from app.scheduling.filters import allowed_types
+from app.scheduling.gates import GATES, Gate, Memo, Placement
 from app.scheduling.leases import is_expired, pools_below_guarantee
 from app.scheduling.model import (
     Admission,
@@ -55,25 +59,12 @@ from app.scheduling.quota import QuotaLedger, units_by_type
 from app.scheduling.reasons import (
     StaticCapacity,
     capacity_reason,
-    cordoned_reason,
-    never_fits,
 )
 from app.scheduling.reservations import add_holds, reserve_for
 from app.scheduling.state import ClusterState
-from app.scheduling.verdicts import Reason, ReasonCode, code_of
+from app.scheduling.verdicts import FIT, Fit, NoFit, Reason, ReasonCode, code_of
 
 EPS = 1e-9
-ADMISSION_LIMIT = Reason(ReasonCode.ADMISSION_LIMIT, "cycle admission limit reached; next cycle")
-
-
-def shape_key(job: JobRequest) -> tuple:
-    """Everything placement feasibility depends on, except identity and priority."""
-    return (
-        job.pool, job.gpus, job.gpu_units, job.mig, job.gpu_share, job.min_gpu_memory_gb,
-        job.gpu_types, job.avoid_gpu_types, job.allow_mixed_types, job.cpu, job.memory_gb,
-        job.replicas, job.min_available, job.placement, job.topology, job.tolerations,
-        job.speed,
-    )
 
 
 class Cycle:
@@ -93,11 +84,7 @@ class Cycle:
             StaticCapacity.of(snap.nodes, schedulable_only=True)
             if self.static.unschedulable else None
         )
-        self.cordon_memo: dict[tuple, str | None] = {}
-        self.never_memo: dict[tuple, str | None] = {}
-        self.fail_memo: dict[tuple, tuple[int, str]] = {}
-        self.min_units_memo: dict[tuple, float] = {}
-        self.no_reservation: dict[tuple, int] = {}  # shape -> release epoch it failed at
+        self.memo = Memo()  # the cycle's one memo, keyed by job signature (gates.py)
         self.reservations = 0
         self.admitted = 0
         self.max_admissions = snap.config.max_cycle_admissions
@@ -109,6 +96,9 @@ class Cycle:
         # pools, leases, preemption
         self.pools = PoolLedger.from_snapshot(snap)
         self.books = Books(self.state, self.ledger, self.pools)
+        # the gates in their order, less those that let every job of this cycle through
+        self.gates = tuple(g for g in GATES if g.applies(self))
+        self.placement_gate = next(g for g in GATES if isinstance(g, Placement))
         self.gone: set[str] = set()  # running jobs stopped this cycle
         preemptible = [r.request.priority_value for r in snap.running if r.request.preemptible]
         self.lowest_victim = min(preemptible, default=10**9)
@@ -125,7 +115,6 @@ class Cycle:
             is_expired(x, snap.now) for r in snap.running if r.request.preemptible
             for x in r.leases
         )
-        self.preempt_memo: dict[tuple, int] = {}  # failed searches, by release epoch
         self.victim_pool: VictimPool | None = None  # built at the first preemption
         # fair-share preemption: levels built at the first search; CU need per job shape
         self.fair_levels: FairLevels | None = None
@@ -185,67 +174,56 @@ class Cycle:
 
     # -- step 4 -------------------------------------------------------------
     def admit(self, job: JobRequest) -> None:
-        res = self.result
-        key = shape_key(job)
-        never = self.never_memo.get(key, False)
-        if never is False:
-            never = never_fits(job, self.static, self.ctx)
-            self.never_memo[key] = never
-        if never:
-            res.unschedulable[job.id] = never
-            return
-        if self.ready is not None:  # fits the full inventory: but the schedulable part?
-            blocked = self.cordon_memo.get(key, False)
-            if blocked is False:
-                why = never_fits(job, self.ready, self.ctx)
-                blocked = cordoned_reason(job, why, self.static) if why else None
-                self.cordon_memo[key] = blocked
-            if blocked:
-                res.reasons[job.id] = blocked
+        """Ask the gates in order (:data:`app.scheduling.gates.GATES`); the first that
+        does not let the job through decides: it waits, never runs, or the preemptor
+        tries to make room."""
+        sig = self.memo.number(job)
+        fit = FIT
+        for gate in self.gates:
+            v = gate.check(self, job, sig, fit)
+            kind = type(v)
+            if kind is Fit:
+                fit = v  # type: ignore[assignment]
+                continue
+            if kind is NoFit:
+                self._wait(job, gate, v.reason)  # type: ignore[arg-type]
                 return
-        if self.admitted >= self.max_admissions:
-            res.reasons[job.id] = ADMISSION_LIMIT
-            return
-        if job.team in self.capped_teams:
-            quota_pre = self._quota_precheck(job, key)
-            if quota_pre:
-                if not (self._may_preempt_own(job, quota_pre) and self.try_preempt(job)):
-                    res.reasons[job.id] = quota_pre
+            if self.try_preempt(job, sig):  # Preempt: the one preemptor
                 return
-        # failures are remembered per shape, priority and team (preemption depends on
-        # both), and per reservation class when capacity is held
-        fkey = (key, job.priority_value, job.team,
-                self._hold_class(job) if self.ctx.holds else 0)
-        failed = self.fail_memo.get(fkey)
-        if failed is not None and failed[0] == self.state.release_epoch:
-            res.reasons[job.id] = failed[1]
-            self._maybe_reserve(job)
+            reason = v.reason
+            if reason is None:  # placement: explained only now
+                reason = self.explain_no_room(job, sig)
+            elif reason.code is not ReasonCode.TEAM_QUOTA:
+                reason = reason.extend(self._protected_note(job))
+            self._wait(job, gate, reason)
             return
-        placed = try_place(job, self.state, self.ctx)
-        if placed is None:
-            preempted = self.try_preempt(job)
-            if preempted:
-                return
-            reason = self._held_reason(job) or capacity_reason(job, self.state.index, self.ctx)
-            reason = reason.extend(self._protected_note(job))
-            self.fail_memo[fkey] = (self.state.release_epoch, reason)
-            res.reasons[job.id] = reason
-            self._maybe_reserve(job)
-            return
-        by_type = units_by_type(placed.placements)
-        why = self.ledger.check(job, by_type)
-        if why:
-            if not (self._may_preempt_own(job, why) and self.try_preempt(job)):
-                res.reasons[job.id] = why
-            return
-        adm = charge(job, placed.placements, self.pools, self.snap)  # 4b pool quota
-        if isinstance(adm, str):
-            if not self.try_preempt(job):
-                res.reasons[job.id] = adm.extend(self._protected_note(job))
-            return
+        adm = fit.admission
+        assert adm is not None  # the last gate's Fit carries the admission
         self.books.reserve(holding(job, adm, self.snap.now))
         self.admitted += 1
-        res.admissions.append(adm)
+        self.result.admissions.append(adm)
+
+    def _wait(self, job: JobRequest, gate: Gate, reason: Reason) -> None:
+        if reason.code is ReasonCode.NEVER_FITS:
+            self.result.unschedulable[job.id] = reason
+            return
+        self.result.reasons[job.id] = reason
+        if gate is self.placement_gate and job.submitted_at <= self.reserve_before:
+            self._maybe_reserve(job)
+
+    def failure_context(self, job: JobRequest) -> tuple:
+        """What a remembered placement failure depends on beside the job signature: the
+        preemption search that followed it (priority, team) and the reservations."""
+        return (job.priority_value, job.team, self._hold_class(job) if self.ctx.holds else 0)
+
+    def explain_no_room(self, job: JobRequest, sig: int) -> Reason:
+        """Why nothing fits (whose reservations stand in the way, else the capacity),
+        remembered for the signature until something is released."""
+        reason = self._held_reason(job) or capacity_reason(job, self.state.index, self.ctx)
+        reason = reason.extend(self._protected_note(job))
+        self.memo.put("placement", sig, NoFit(reason), self.failure_context(job),
+                      self.state.release_epoch)
+        return reason
 
     def fair_rule(self, job: JobRequest) -> FairShareRule | None:
         """Fair-share preemption for ``job`` (``fair_preemption``; the rule is in
@@ -256,8 +234,8 @@ class Cycle:
         teams = self.fair_victim_teams.get((job.pool, job.priority_value))
         if not teams or teams <= {job.team}:
             return None  # no same-priority job of another team in the pool to stop
-        key = shape_key(job)
-        need = self.need_memo.get(key)
+        sig = self.memo.number(job)
+        need = self.memo.get("fair_need", sig)
         if need is None:
             opts = replica_options(job, allowed_types(job, self.ctx.gpu_types, self.ctx.pools))
             by_type: dict[str, float] = {}
@@ -265,13 +243,14 @@ class Cycle:
                 if d.gpu_type is not None:
                     u = d.units * job.min_available
                     by_type[d.gpu_type] = min(by_type.get(d.gpu_type, u), u)
-            need = self.need_memo[key] = (by_type, min(by_type.values(), default=0.0))
+            need = self.memo.put("fair_need", sig, (by_type, min(by_type.values(), default=0.0)))
         if self.fair_levels is None:
             self.fair_levels = FairLevels.of(self.snap, self.cards_by_type)
         return fair_share_rule(job, self.snap, self.ledger, self.fair_levels, need[0], need[1])
 
-    def try_preempt(self, job: JobRequest) -> bool:
-        """4c: stop the cheapest minimal set of victims and admit ``job`` instead."""
+    def try_preempt(self, job: JobRequest, sig: int | None = None) -> bool:
+        """The one preemptor (a gate's ``Preempt``, or the descheduler's P0 room): stop
+        the cheapest minimal set of victims and admit ``job`` instead."""
         fair = self.fair_rule(job)
         if fair is None and not may_preempt_anyone(
             job, self.snap, self.lowest_victim, self.any_lease
@@ -279,8 +258,11 @@ class Cycle:
             return False
         # the team matters to fair share and to the team quota the what-if checks
         by_team = fair is not None or job.team in self.capped_teams
-        key = (shape_key(job), job.priority_value, job.team if by_team else "")
-        if self.preempt_memo.get(key) == self.state.release_epoch:
+        if sig is None:
+            sig = self.memo.number(job)
+        context = (job.priority_value, job.team if by_team else "")
+        epoch = self.state.release_epoch
+        if self.memo.get("preempt", sig, context, epoch):
             return False
         ctx = self.ctx
         needs_gpu = job.mode != "gpus" or (job.gpus or 0) > 0
@@ -303,7 +285,7 @@ class Cycle:
             fair,
         )
         if done is None:
-            self.preempt_memo[key] = self.state.release_epoch
+            self.memo.put("preempt", sig, True, context, self.state.release_epoch)
             return False
         preemptions, adm = done
         self.admitted += 1
@@ -311,7 +293,7 @@ class Cycle:
         self.result.admissions.append(adm)
         return True
 
-    def _may_preempt_own(self, job: JobRequest, why: Reason) -> bool:
+    def may_preempt_own(self, job: JobRequest, why: Reason) -> bool:
         """A job its team's quota holds back may preempt the team's own lower-priority
         work (not when it needs more than the whole quota)."""
         lowest = self.team_lowest_victim.get(job.team)
@@ -339,15 +321,14 @@ class Cycle:
             f"({cfg.min_run_time_s:g} s): may be preempted for it in {wait:.0f} s"
         )
 
-    def _quota_precheck(self, job: JobRequest, key: tuple) -> Reason | None:
+    def quota_precheck(self, job: JobRequest, sig: int) -> Reason | None:
         """Reject without placing when even the cheapest option breaks the team's total quota."""
         room = self.ledger.headroom(job.team)
         if room is None:
             return None
-        least = self.min_units_memo.get(key)
+        least = self.memo.get("min_units", sig)
         if least is None:
-            least = min_units(job, self.ctx)
-            self.min_units_memo[key] = least
+            least = self.memo.put("min_units", sig, min_units(job, self.ctx))
         if least > room + EPS:
             info = self.ledger.teams[job.team]
             used = self.ledger.team_total[job.team]
@@ -403,12 +384,13 @@ class Cycle:
             return
         if self.reservations >= self.snap.config.max_reservations:
             return
-        key = shape_key(job)
-        if self.no_reservation.get(key) == self.state.release_epoch:
-            return  # this shape could not be given a reservation this cycle
+        sig = self.memo.number(job)
+        epoch = self.state.release_epoch
+        if self.memo.get("no_reservation", sig, (), epoch):
+            return  # this signature could not be given a reservation this cycle
         r = reserve_for(job, self.state, self.ctx, self.snap.running)
         if r is None:
-            self.no_reservation[key] = self.state.release_epoch
+            self.memo.put("no_reservation", sig, True, (), epoch)
             return
         self.reservations += 1
         add_holds(self.ctx, r)
@@ -431,29 +413,10 @@ class Cycle:
         self.return_leases()  # 1b
         self.result.preemptions.extend(self.reclaim_leases())  # 2
         order = self.result.order
-        reasons = self.result.reasons
-        never_memo, fail_memo, state = self.never_memo, self.fail_memo, self.state
-        capped, ctx = self.capped_teams, self.ctx
-        young, max_res = self.reserve_before, self.snap.config.max_reservations
-        no_res = self.no_reservation
+        admit = self.admit
         for job in self.order():  # 3
             order.append(job.id)
-            # fast path (same outcome as admit's memo hit): a shape that already failed
-            # for capacity this cycle, for a job that cannot take a reservation now
-            if not ctx.holds and job.team not in capped:
-                key = shape_key(job)
-                if never_memo.get(key, False) is None and (
-                    job.submitted_at > young
-                    or self.reservations >= max_res
-                    or no_res.get(key) == state.release_epoch
-                ):
-                    failed = fail_memo.get((key, job.priority_value, job.team, 0))
-                    if failed is not None and failed[0] == state.release_epoch and (
-                        self.admitted < self.max_admissions
-                    ):
-                        reasons[job.id] = failed[1]
-                        continue
-            self.admit(job)  # 4 (5: reasons are written as jobs are passed over)
+            admit(job)  # 4 (5: reasons are written as jobs are passed over)
         return self.result
 
 

@@ -39,6 +39,7 @@ from app.scheduling.filters import (
     pick_whole,
     tolerates,
 )
+from app.scheduling.job_reads import job_view
 from app.scheduling.model import GpuType, JobRequest, Node, ReplicaPlacement
 from app.scheduling.node_reads import node_signature, reads
 from app.scheduling.scores import memory_waste, score
@@ -297,6 +298,7 @@ def _candidates(
 
 
 HOLD_TRIES = 4  # nodes of one state tried when holds turn the first ones away
+SCORE_READS = job_view(score)
 
 
 def _state_candidates(
@@ -316,9 +318,8 @@ def _state_candidates(
     cap_states = ctx.config.candidate_states
     gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
     types = [d.gpu_type or ""] if d.kind != "none" else index.group_types()
-    # everything score() reads of the job (the type prices read its allowed types)
-    shape = (job.pool, job.placement, job.cpu, job.memory_gb, job.min_gpu_memory_gb,
-             job.tolerations, job.speed, job.gpu_types, job.avoid_gpu_types, d)
+    # everything score() declares it reads of the job, and the demand
+    shape = (SCORE_READS(job), d)
     cache = ctx.score_cache
     nodes = state.nodes
     caps = index.caps

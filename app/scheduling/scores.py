@@ -14,6 +14,7 @@ from app.scheduling.capacity_index import NodeCapacity
 from app.scheduling.context import PlacementContext
 from app.scheduling.demands import Demand
 from app.scheduling.fragmentation import fragmentation_delta
+from app.scheduling.job_reads import reads_job
 from app.scheduling.model import GpuType, JobRequest, Node, ReplicaPlacement
 from app.scheduling.node_reads import reads
 
@@ -98,6 +99,10 @@ def headroom_penalty(
 
 
 @reads("cards", "cpu")  # name and rack only relative to a gang (see node_reads)
+@reads_job(  # the demand it scores carries the mode and size; type prices read the rest
+    "pool", "placement", "cpu", "memory_gb", "min_gpu_memory_gb", "tolerations", "speed",
+    "gpu_types", "avoid_gpu_types", "gpus", "gpu_units", "mig", "gpu_share",
+)
 def score(
     job: JobRequest,
     demand: Demand,

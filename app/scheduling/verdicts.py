@@ -34,7 +34,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from app.scheduling.model import ReplicaPlacement
+from app.scheduling.model import Admission, ReplicaPlacement
 
 
 class ReasonCode(StrEnum):
@@ -104,9 +104,11 @@ def code_of(reason: str | None) -> ReasonCode | None:
 
 @dataclass(frozen=True, slots=True)
 class Fit:
-    """The gate lets the job through; placement's gate fills ``placements``."""
+    """The gate lets the job through; placement's gate fills ``placements``, the pool
+    charge's gate the ``admission`` (with its leases)."""
 
     placements: tuple[ReplicaPlacement, ...] = ()
+    admission: Admission | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +118,11 @@ class NoFit:
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
-    """Does not fit now; stopping others might make room (the preemptor decides)."""
+    """Does not fit now; stopping others might make room (the preemptor decides).
+    ``reason`` None: the gate's reason costs more than the preemptor's pre-check, so
+    it is written only if the preemptor finds nothing (placement's)."""
 
-    reason: Reason
+    reason: Reason | None
 
 
 Verdict = Fit | NoFit | Preempt
