@@ -210,7 +210,8 @@ def build_pod(
     plugin names what the placement holds); :class:`UnsupportedDevice` when it has no
     exact name for it."""
     meta, spec = _split_template(req.pod_template)
-    namespace = meta.pop("namespace", None) or ks.namespace
+    namespace = meta.pop("namespace", None) or (
+        policy.default_namespace if policy is not None else ks.namespace)
     for k in ("name", "generateName", "resourceVersion", "uid"):
         meta.pop(k, None)
     labels = {**(meta.get("labels") or {}), **req.labels}  # the job's labels over the template's

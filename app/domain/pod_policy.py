@@ -124,6 +124,13 @@ class PodPolicy:
     def allowed_namespaces(self) -> tuple[str, ...]:
         return self.namespaces or (self.install.job_namespace,)
 
+    @property
+    def default_namespace(self) -> str:
+        """Where a Pod whose template names no namespace runs: the team's first own
+        namespace, else the install's job namespace (the namespace is the tenant
+        boundary, so a team that has one works there by default)."""
+        return self.namespaces[0] if self.namespaces else self.install.job_namespace
+
 
 # -- entry points -----------------------------------------------------------
 
@@ -663,7 +670,7 @@ def reference_violations(
     named = meta.get("namespace")
     if named is not None and named not in policy.allowed_namespaces:
         return []  # refused already by its namespace
-    ns = named or policy.install.job_namespace  # where the Pod is created without one
+    ns = named or policy.default_namespace  # where the Pod is created without one
     if ns in policy.private_namespaces:
         return []
     why = (f"namespace {ns!r} is shared with other teams: a template may name "

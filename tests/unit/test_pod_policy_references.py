@@ -60,9 +60,29 @@ def test_references_in_a_shared_namespace_are_refused(extra, path) -> None:
     t = template(extra)
     t["metadata"]["namespace"] = "nlp"
     assert [v.path for v in check_template(t, own)] == []
-    # ...but not when the template leaves the namespace out (the Pod would go to the
-    # shared job namespace)
-    assert check_template(template(extra), own)
+    # ...and when the template leaves the namespace out: the Pod runs in the team's own
+    # namespace by default
+    assert own.default_namespace == "nlp"
+    assert [v.path for v in check_template(template(extra), own)] == []
+    # but naming the shared job namespace brings the refusal back
+    t["metadata"]["namespace"] = "gpuq-jobs"
+    assert check_template(t, own)
+
+
+def test_a_team_with_its_own_namespace_gets_its_pods_there() -> None:
+    """Before, a template without a namespace went to the shared job namespace even for
+    a team with a namespace of its own."""
+    from app.cluster.k8s_pods import build_pod
+    from app.domain.pod_policy import InstallPolicy
+    from app.scheduling.model import ReplicaPlacement
+    from tests.unit.test_k8s_pods import KS, req
+
+    cat = catalog(nlp=("nlp-jobs", "nlp-batch"), recsys=())
+    p = ReplicaPlacement(0, "n", None, cpu=1, memory_gb=2)
+    for team, want in (("nlp", "nlp-jobs"), ("recsys", KS.namespace)):
+        policy = cat.pod_policy(cat.teams[team], InstallPolicy(job_namespace=KS.namespace))
+        pod = build_pod(req([p]), p, bind_id="x1", gpu_type=None, ks=KS, policy=policy)
+        assert pod["metadata"]["namespace"] == want
 
 
 def test_a_namespace_two_teams_list_is_not_private() -> None:
