@@ -44,6 +44,12 @@ class BindRequest:
     # the Kubernetes workload (Job, JobSet) the job came from: its own controller makes
     # the Pods, gpuq starts and stops it and binds its Pods (app/cluster/workloads/)
     owner: WorkloadOwner | None = None
+    # the admission this bind performs (the job's revision when it was admitted): the
+    # Pod names derive from it, so two binds of one admission (a deposed and a new
+    # leader, a retried call) collide on the names instead of making two Pod sets
+    attempt: str = ""
+    # the binding leader's epoch (fencing token), stamped on every Pod
+    leader_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,18 @@ class BindError(Exception):
     #: True when retrying cannot help (the cluster rejects the job's Pod as
     #: invalid): the job should fail instead of being requeued forever.
     permanent: bool = False
+    #: False when a new admission gets past it at once (see :class:`NameTaken`): the
+    #: job is requeued without sitting out a backoff.
+    hold: bool = True
+
+
+class NameTaken(BindError):
+    """A Pod name of this admission exists already (409 AlreadyExists): another bind of
+    the same admission made it (a deposed leader's, or an earlier attempt whose Pods
+    are still terminating). The job is requeued at once; its next admission gets new
+    names, and the other Pods are stopped as not holding capacity."""
+
+    hold = False
 
 
 class InvalidPodError(BindError):

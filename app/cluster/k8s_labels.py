@@ -27,6 +27,8 @@ ANN_GPU_TYPE = "gpuq.io/gpu-type"
 ANN_DEVICES = "gpuq.io/devices"  # "0,1,2"
 ANN_MIG = "gpuq.io/mig"  # "dev:slice:profile;..."
 ANN_SHARE = "gpuq.io/share"
+# the leader epoch (fencing token) of the dispatcher that bound the Pod
+ANN_LEADER_EPOCH = "gpuq.io/leader-epoch"
 
 # --- on Nodes: gpuq's own labels ------------------------------------------
 ARTICLE_GPU_TYPE = "gpu-type"  # a100

@@ -42,8 +42,10 @@ DEFAULT_SECURITY_CONTEXT: dict[str, Any] = {
 
 
 def pod_name(req: BindRequest, replica: int, bind_id: str) -> str:
-    """``<job name>-<job id prefix>-<bind id>-<replica>``: unique per bind attempt,
-    so a retry never collides with the Pods of an attempt still terminating."""
+    """``<job name>-<job id prefix>-<bind id>-<replica>``: the bind id names the
+    admission (app/cluster/kubernetes.py attempt_id), so two binds of one admission
+    collide at the apiserver (409) instead of making two Pod sets; a new admission
+    gets new names, so it never collides with an earlier one's terminating Pods."""
     base = _NAME_BAD.sub("-", req.name.lower())[:40].strip("-") or "job"
     jid = _NAME_BAD.sub("", req.job_id.lower())[:8] or "x"
     return f"{base}-{jid}-{bind_id}-{replica}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
@@ -45,6 +46,7 @@ from app.cluster.base import (
     Capabilities,
     InvalidPodError,
     JobStatusEvent,
+    NameTaken,
     ReconcileReport,
 )
 from app.cluster.k8s_client import bound_calls
@@ -101,6 +103,21 @@ class _Track:
     # and the workload's status, not a Pod, says when the job is over
     workload: bool = False
     ended_at: float | None = None  # monotonic time its outcome was reported (finished-Pod TTL)
+
+
+def attempt_id(attempt: str) -> str:
+    """The bind id of an admission: five base-36 digits of the job's revision when it
+    was admitted (the same for every leader binding that admission, so their Pod names
+    collide at the apiserver, 409, instead of two Pod sets running; attempts of one
+    job differ unless 36**5 revisions apart)."""
+    n = int(attempt) if attempt.isdigit() else int(hashlib.sha256(attempt.encode())
+                                                   .hexdigest(), 16)
+    n %= 36**5
+    out = ""
+    for _ in range(5):
+        n, r = divmod(n, 36)
+        out = "0123456789abcdefghijklmnopqrstuvwxyz"[r] + out
+    return out
 
 
 class StaleCache(RuntimeError):
@@ -336,7 +353,7 @@ class KubernetesCluster:
 
     def bind(self, req: BindRequest) -> None:
         """Create all the job's Pods, then bind them; all or nothing."""
-        bind_id = uuid.uuid4().hex[:5]
+        bind_id = attempt_id(req.attempt) if req.attempt else uuid.uuid4().hex[:5]
         with self._lock:
             old = self._tracks.get(req.job_id)
             if old is not None and not old.stopped:
@@ -370,6 +387,9 @@ class KubernetesCluster:
                                           layer=layer))
                 except UnsupportedDevice as e:  # e.g. a share queued before it was refused
                     raise InvalidPodError(f"node {p.node}: {e}") from None
+                if req.leader_epoch is not None:  # who bound it (fencing token)
+                    pods[-1]["metadata"].setdefault("annotations", {})[
+                        L.ANN_LEADER_EPOCH] = str(req.leader_epoch)
             # defence in depth: the finished Pods meet the team's policy of now
             for pod in pods:
                 violations = check_pod(pod, policy)
@@ -387,7 +407,8 @@ class KubernetesCluster:
                 except ApiException as e:
                     message = str(_body(e).get("message", e.reason))
                     # the job's own refusal fails it; a passing one is held and retried
-                    err = InvalidPodError if is_permanent(e.status, message) else BindError
+                    err = InvalidPodError if is_permanent(e.status, message) else (
+                        NameTaken if e.status == 409 else BindError)
                     raise err(f"create pod {ns}/{name}: {e.status} {message}") from e
                 except ValueError as e:  # the client's own model validation
                     raise InvalidPodError(f"pod {ns}/{name} is invalid: {e}") from e

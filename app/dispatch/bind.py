@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from app.cluster.base import BindError, BindRequest
 from app.dispatch.base import Part, log
 from app.dispatch.bind_holds import BindHolds
+from app.dispatch.leader import LeaderElector
 from app.dispatch.plan import Plan
 from app.dispatch.releasing import cluster_view
 from app.store.dispatch_rows import lock_job
@@ -27,9 +28,22 @@ from app.store.states import change_state
 class Binder(Part):
     grace_seconds: float = 30.0  # unless the scheduler config sets preemption_grace_s
     holds: BindHolds = field(default_factory=BindHolds)  # shared with the planner
+    # the leader elector: every stop and bind of a committed plan re-checks leadership
+    # and stamps the epoch (None: a single dispatcher, always leading)
+    elector: LeaderElector | None = None
+
+    def leading(self) -> bool:
+        """Still the leader, right before a cluster call (lock and epoch re-checked)."""
+        if self.elector is None or self.elector.still_leader():
+            return True
+        log.warning("leadership lost mid-pass: the committed plan is left to the new "
+                    "leader (its reconcile binds or stops what this one did not)")
+        return False
 
     def perform(self, plan: Plan) -> None:
         grace = self.grace_seconds if plan.grace_seconds is None else plan.grace_seconds
+        if (plan.stops or plan.binds) and not self.leading():
+            return
         for job_id, reason in plan.stops:
             try:
                 self.cluster.stop(job_id, reason, grace_seconds=grace)
@@ -40,10 +54,14 @@ class Binder(Part):
             if req.job_id in blocked:
                 log.info("job %s stays admitted: %s", req.job_id, blocked[req.job_id])
                 continue  # bound by reconcile once the capacity is released
+            if not self.leading():
+                return
+            if self.elector is not None:
+                req.leader_epoch = self.elector.epoch
             try:
                 self.cluster.bind(req)
             except BindError as e:
-                self.undo_bind(req.job_id, str(e), permanent=e.permanent)
+                self.undo_bind(req.job_id, str(e), permanent=e.permanent, hold=e.hold)
             else:
                 self.holds.clear(req.job_id)
 
@@ -58,9 +76,10 @@ class Binder(Part):
                 session.commit()
             return blocked_binds(session, binds)
 
-    def undo_bind(self, job_id: str, message: str, *, permanent: bool = False) -> None:
+    def undo_bind(self, job_id: str, message: str, *, permanent: bool = False,
+                  hold: bool = True) -> None:
         reason = f"bind failed: {message}"
-        if not permanent:
+        if not permanent and hold:
             held = self.holds.hold(job_id)
             reason += f" (next try in {held:.0f} s, try {self.holds.failures(job_id)})"
         with self.session_factory() as session:
@@ -75,6 +94,8 @@ class Binder(Part):
                     event_type="bind_failed",
                     reason=reason,
                 )
+                if self.elector is not None:
+                    self.elector.fence(session)  # a deposed leader never requeues a job
                 session.commit()
                 # the cluster undid the bind: free at once what it no longer holds
                 if finalise(session, cluster_view(self.cluster)):

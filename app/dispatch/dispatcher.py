@@ -96,12 +96,15 @@ class Dispatcher(LoopService):
         if elector is not None:
             elector.on_change = self._leadership_changed
         self.ingest = Ingest(session_factory, cluster, clock, max_retries)
-        self.reconciler = Reconcile(session_factory, cluster, clock, grace_seconds)
+        self.reconciler = Reconcile(session_factory, cluster, clock, grace_seconds,
+                                    elector=elector)
         # the queue and the cluster as of the last pass, refreshed incrementally
-        self.planner = PlanAndWrite(session_factory, picture or QueuePicture(), clock, policy)
+        # writes fenced by the leader epoch; cluster calls re-check leadership first
+        self.planner = PlanAndWrite(session_factory, picture or QueuePicture(), clock, policy,
+                                    elector=elector)
         # a bind refused for a passing reason holds its job out of the plan (backoff)
         self.binder = Binder(session_factory, cluster, clock, grace_seconds,
-                             holds=self.planner.holds)
+                             holds=self.planner.holds, elector=elector)
         # Kubernetes-native workloads join the queue (and leave it) before ingest
         self.front_door = (FrontDoor(session_factory, cluster, clock)
                            if cluster.capabilities.workloads else None)

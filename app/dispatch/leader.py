@@ -1,13 +1,26 @@
-"""Leader election for dispatcher replicas with a PostgreSQL advisory lock.
+"""Leader election for dispatcher replicas with a PostgreSQL advisory lock, fenced.
 
 Any number of dispatchers may run; only the holder of a session-level
 advisory lock dispatches. The lock lives on a dedicated connection, so it
-is released by PostgreSQL itself when the leader dies (process killed, node
-lost, connection cut): no lease renewals, no clock skew. Leadership is
-re-checked at the start of every cycle (:meth:`LeaderElector.ensure`), and
-the cycle's write transaction can additionally take a transaction-level
-lock (:func:`fence`) so two cycles never commit at once even in the
-instant between a leader losing its connection and noticing it.
+is released by PostgreSQL itself when the leader's session ends. Two things make
+that safe:
+
+* **The server notices a dead leader host.** Client-side keepalives only make the
+  leader notice; a host that vanished without a FIN keeps its session (and the lock)
+  on the server for ``tcp_keepalives_idle`` (7200 s by default) plus the probes, about
+  2 h 11 min. The elector's session sets the server's keepalives and
+  ``tcp_user_timeout`` itself (:data:`SESSION_OPTIONS`), so PostgreSQL drops a dead
+  leader's session within about 25 s and a standby takes the lock.
+* **A deposed leader cannot act.** Each gain of leadership increments a leader epoch
+  (a fencing token) in the ``settings`` row ``leader:<name>``. The pass's write
+  transactions check it (:meth:`LeaderElector.fence`, holding the row ``FOR SHARE``,
+  so a new leader's increment waits for them and then sees their writes), and the
+  cluster calls of a committed plan re-check the lock and the epoch before every
+  bind and stop (:meth:`LeaderElector.still_leader`). The epoch is stamped on every
+  Pod. What remains between a check and the call is closed by the apiserver: a bind's
+  Pod names derive from the admission (app/cluster/kubernetes.py), so a deposed and
+  a new leader binding the same admission collide on the names (409) instead of
+  making two Pod sets.
 """
 
 from __future__ import annotations
@@ -24,6 +37,22 @@ from sqlalchemy import text
 from app.store.db import normalize_url, psycopg_conninfo
 
 log = logging.getLogger(__name__)
+
+#: the elector session's server-side TCP settings (PostgreSQL GUCs any user may set):
+#: probe after 10 s idle, every 5 s, give up after 3; unacknowledged data for 25 s ends
+#: the session (tcp_user_timeout, Linux). A dead leader's lock goes within ~25 s.
+SESSION_OPTIONS = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "25000",
+}
+#: the settings row holding the leader epoch of an elector name
+EPOCH_KEY = "leader:{name}"
+
+
+class NotLeader(RuntimeError):
+    """This process lost leadership (its epoch is not the current one)."""
 
 
 def lock_key(name: str) -> int:
@@ -59,6 +88,9 @@ class LeaderElector:
         self.connect_timeout_s = connect_timeout_s
         self._conn: psycopg.Connection | None = None
         self._leader = False
+        # the fencing token of the current term (None: not leading, or no settings table)
+        self.epoch: int | None = None
+        self.epoch_key = EPOCH_KEY.format(name=name)[:63]
 
     @property
     def is_leader(self) -> bool:
@@ -71,6 +103,7 @@ class LeaderElector:
     def _set(self, leader: bool) -> None:
         if leader != self._leader:
             self._leader = leader
+            self.epoch = self._next_epoch() if leader else None
             log.info("%s: %s leadership", self.name, "gained" if leader else "lost")
             if self.on_change is not None:
                 self.on_change(leader)
@@ -85,8 +118,9 @@ class LeaderElector:
         self._set(False)
 
     def _connect(self) -> psycopg.Connection:
-        # TCP keepalives so a silent network cut is noticed, and the server
-        # drops the session (and the lock) when the leader host vanishes.
+        # TCP keepalives on both ends: the client notices a silent network cut, and
+        # the server drops the session (and the lock) when the leader host vanishes
+        options = " ".join(f"-c {k}={v}" for k, v in SESSION_OPTIONS.items())
         return psycopg.connect(
             self.dsn,
             autocommit=True,
@@ -95,8 +129,74 @@ class LeaderElector:
             keepalives_idle=10,
             keepalives_interval=5,
             keepalives_count=3,
+            tcp_user_timeout=25000,
+            options=options,
             application_name=f"gpuq-leader:{self.name}"[:63],
         )
+
+    def _next_epoch(self) -> int | None:
+        """A new term: increment the leader epoch (on the lock's own session, so it
+        is written only while the lock is held). None when the database has no
+        settings table (an unmigrated one in tests): not fenced then."""
+        assert self._conn is not None
+        try:
+            row = self._conn.execute(
+                "INSERT INTO settings (key, value, updated_at) "
+                "VALUES (%s, jsonb_build_object('epoch', 1, 'pid', pg_backend_pid()), now()) "
+                "ON CONFLICT (key) DO UPDATE SET value = jsonb_build_object('epoch', "
+                "COALESCE((settings.value->>'epoch')::bigint, 0) + 1, 'pid', pg_backend_pid()),"
+                " updated_at = now() RETURNING (value->>'epoch')::bigint",
+                (self.epoch_key,),
+            ).fetchone()
+        except psycopg.errors.UndefinedTable:
+            log.warning("%s: no settings table; leader epoch not kept (not fenced)", self.name)
+            return None
+        epoch = int(row[0]) if row else None
+        log.info("%s: leader epoch %s", self.name, epoch)
+        return epoch
+
+    def current_epoch(self, connection: Any) -> int | None:
+        """The epoch in the database, read in the caller's transaction and held FOR
+        SHARE until it ends (a new leader's increment waits for it)."""
+        q = "SELECT (value->>'epoch')::bigint FROM settings WHERE key = %s FOR SHARE"
+        if hasattr(connection, "exec_driver_sql"):  # SQLAlchemy Connection
+            row = connection.exec_driver_sql(q, (self.epoch_key,)).fetchone()
+        elif hasattr(connection, "get_bind"):  # ORM Session
+            row = connection.execute(text(q.replace("%s", ":k")), {"k": self.epoch_key}).first()
+        else:
+            row = connection.execute(q, (self.epoch_key,)).fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
+    def fence(self, connection: Any) -> None:
+        """Raise :class:`NotLeader` unless this term's epoch is still the current one;
+        call inside a write transaction before it commits."""
+        if self.epoch is None:
+            if self._leader:
+                return  # no settings table: not fenced (logged when the term began)
+            raise NotLeader(f"{self.name}: not the leader")
+        current = self.current_epoch(connection)
+        if current != self.epoch:
+            raise NotLeader(f"{self.name}: leader epoch {self.epoch} is over "
+                            f"(the database is at {current})")
+
+    def still_leader(self) -> bool:
+        """Re-check before acting on the cluster: the lock still held by this session
+        and the epoch still ours. Never takes the lock (use :meth:`ensure`)."""
+        if not self._leader or self._conn is None or self._conn.closed:
+            return False
+        try:
+            row = self._conn.execute(_HOLDS_LOCK, (self.key, self.key)).fetchone()
+            if not (row and row[0] > 0):
+                self._set(False)
+                return False
+            if self.epoch is not None and self.current_epoch(self._conn) != self.epoch:
+                self._set(False)
+                return False
+        except psycopg.Error as e:
+            log.warning("%s: leader connection failed (%s); not leading", self.name, e)
+            self._drop()
+            return False
+        return True
 
     def ensure(self) -> bool:
         """Am I the leader now? Verifies a held lock, else tries to take it."""
@@ -105,12 +205,7 @@ class LeaderElector:
                 self._conn = self._connect()
             if self._leader:
                 # Still the same live session holding our lock?
-                row = self._conn.execute(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                    "AND pid = pg_backend_pid() AND objid = (%s::bigint & 4294967295)::oid "
-                    "AND classid = ((%s::bigint >> 32) & 4294967295)::oid AND objsubid = 1",
-                    (self.key, self.key),
-                ).fetchone()
+                row = self._conn.execute(_HOLDS_LOCK, (self.key, self.key)).fetchone()
                 if row and row[0] > 0:
                     return True
                 self._set(False)
@@ -133,6 +228,13 @@ class LeaderElector:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+_HOLDS_LOCK = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    "AND pid = pg_backend_pid() AND objid = (%s::bigint & 4294967295)::oid "
+    "AND classid = ((%s::bigint >> 32) & 4294967295)::oid AND objsubid = 1"
+)
 
 
 def fence(connection: Any, name: str = "gpuq-dispatcher") -> bool:

@@ -54,4 +54,5 @@ def bind_request(
         world_size=len(placements),
         labels=dict(spec.get("labels") or {}),
         owner=owner_of(job.submitted_by, job.idempotency_key),
+        attempt=str(job.revision),
     )

@@ -19,6 +19,7 @@ from typing import TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.dispatch.bind_holds import BindHolds
+from app.dispatch.leader import LeaderElector
 from app.dispatch.picture import QueuePicture
 from app.dispatch.plan import Plan, bind_request
 from app.scheduling.model import (
@@ -52,7 +53,10 @@ class PlanAndWrite:
         clock: Callable[[], datetime],
         policy: str = "gpuq",
         holds: BindHolds | None = None,
+        elector: LeaderElector | None = None,
     ) -> None:
+        # the leader elector: the write transaction commits only in its epoch (fenced)
+        self.elector = elector
         self.session_factory = session_factory
         # jobs whose bind was refused for a passing reason sit out their backoff
         self.holds = holds or BindHolds()
@@ -128,6 +132,8 @@ class PlanAndWrite:
             order: list[int] | None = None
             if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
                 order, reasons = self._write_queue(session, ctx, result, decided)
+            if self.elector is not None:
+                self.elector.fence(session)  # NotLeader: a new leader's term; roll back
             session.commit()
             self.picture.queue_written(reasons, order, ctx.snapshot.now)
             timings["write"] = time.perf_counter() - t2

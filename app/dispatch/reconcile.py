@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.dispatch.base import Part, log
+from app.dispatch.leader import LeaderElector, NotLeader
 from app.dispatch.plan import Plan, bind_request
 from app.dispatch.releasing import cluster_view
 from app.scheduling.model import Node
@@ -32,6 +33,7 @@ class Reconcile(Part):
     grace_seconds: float = 30.0  # for Pods a reconcile evicts
     after_leader_change: bool = True  # the first pass as leader squares the cluster
     live_nodes: list[Node] | None = None  # a live cluster's nodes, this pass
+    elector: LeaderElector | None = None  # re-checked before it stops orphans; fences writes
     _nodes_fingerprint: str | None = field(default=None, repr=False)
 
     def sync_cluster(self) -> None:
@@ -55,6 +57,8 @@ class Reconcile(Part):
                     self._nodes_fingerprint = fp
                 self.live_nodes = nodes
             if self.after_leader_change:
+                if self.elector is not None and not self.elector.still_leader():
+                    raise NotLeader("leadership lost before reconciling the cluster")
                 # a moved job's old Pods are not its current attempt
                 report = self.cluster.reconcile(
                     set(active_states(session)), moved_placements(session), self.grace_seconds
@@ -107,5 +111,7 @@ class Reconcile(Part):
                         )
                         changed = True
             if changed:
+                if self.elector is not None:
+                    self.elector.fence(session)
                 session.commit()
         return plan

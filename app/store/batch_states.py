@@ -38,6 +38,7 @@ class AdmittedRow:
     spec: dict[str, Any]
     submitted_by: str | None = None  # with idempotency_key: the workload it came from
     idempotency_key: str | None = None
+    revision: int = 0  # the job's revision once admitted: names the bind attempt
 
 
 def admission_event_data(a: Admission) -> dict[str, Any]:
@@ -83,7 +84,7 @@ def admit_many(
     admitted = {
         # only what a bind reads of the spec (the whole spec is the largest column)
         r.id: AdmittedRow(r.id, r.name, r.team, r.pool, r.priority, _bind_spec(r),
-                          r.submitted_by, r.idempotency_key)
+                          r.submitted_by, r.idempotency_key, r.revision)
         for r in rows.values()
     }
     allocations: list[dict[str, Any]] = []

@@ -169,7 +169,7 @@ def test_bind_request_carries_the_specs_labels():
     from app.dispatch.plan import bind_request
 
     row = SimpleNamespace(id=7, name="a", team="nlp", pool="training", priority="P1",
-                          submitted_by=None, idempotency_key=None,
+                          submitted_by=None, idempotency_key=None, revision=41,
                           spec={"labels": {"exp": "1"}, "pod_template": {}})
     p = ReplicaPlacement(0, "a100-2", "a100-80g", (0,), units=10)
     assert bind_request(row, [p]).labels == {"exp": "1"}
