@@ -50,6 +50,11 @@ class BindRequest:
     attempt: str = ""
     # the binding leader's epoch (fencing token), stamped on every Pod
     leader_epoch: int | None = None
+    # the job's resources.cpu / memory_gb: the main container's own requests. A
+    # placement's cpu/memory_gb are the whole Pod's (sidecars, init containers...:
+    # app/domain/pod_resources.py); None: the placement's (no template extras)
+    main_cpu: float | None = None
+    main_memory_gb: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

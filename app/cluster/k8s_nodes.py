@@ -16,8 +16,11 @@ without a server. What is read, and why:
   MPS replicas, HAMi, DRA only: :mod:`app.cluster.k8s_devices`) offers no cards.
 * Usage by Pods gpuq does not manage: their CPU, memory and accelerator
   requests count as used (cards marked ``external``, slices used).
-* Cordoned, NotReady, or tainted NoSchedule/NoExecute (other than the
-  tolerated GPU taints) -> ``schedulable=False``.
+* Usage by gpuq's own Pods is what the dispatcher booked for them: the Pod's
+  effective requests (app/domain/pod_resources.py ``booked``), so no second count.
+* Cordoned or NotReady -> ``schedulable=False``. Taints NoSchedule/NoExecute (other
+  than the tolerated GPU taints) go to ``Node.taints``: placement uses the node only
+  for a job whose template tolerates them.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from app.cluster import k8s_labels as L
 from app.cluster.k8s_devices import MIG_SINGLE, DeviceLayer, device_layer
 from app.cluster.k8s_settings import KubeSettings
 from app.domain.config import GpuTypeConfig
+from app.domain.pod_resources import effective_requests
 from app.scheduling.model import Device, Node
 
 EPS = 1e-6
@@ -152,27 +156,9 @@ def mig_prefix(resource_name: str) -> str:
 
 
 def pod_requests(pod: Mapping) -> dict[str, Decimal]:
-    """Effective requests as the scheduler counts them: max(sum(containers),
-    each init container) + overhead; an extended resource with only a limit
-    requests its limit."""
-    spec = pod.get("spec") or {}
-
-    def one(c: Mapping) -> dict[str, Decimal]:
-        res = c.get("resources") or {}
-        out = {k: quantity(v) for k, v in (res.get("limits") or {}).items() if "/" in k}
-        out.update({k: quantity(v) for k, v in (res.get("requests") or {}).items()})
-        return out
-
-    total: dict[str, Decimal] = defaultdict(Decimal)
-    for c in spec.get("containers") or []:
-        for k, v in one(c).items():
-            total[k] += v
-    for c in spec.get("initContainers") or []:
-        for k, v in one(c).items():
-            total[k] = max(total[k], v)
-    for k, v in (spec.get("overhead") or {}).items():
-        total[k] += quantity(v)
-    return dict(total)
+    """Effective requests as kube-scheduler and the kubelet count them (containers,
+    sidecars, the largest init container, overhead): :func:`effective_requests`."""
+    return effective_requests(pod.get("spec") or {})
 
 
 def pod_holds_resources(pod: Mapping) -> bool:
@@ -295,8 +281,6 @@ def node_view(
         if effect not in ("NoSchedule", "NoExecute") or key in ks.tolerated_taints:
             continue
         taints.append((key, t.get("value", "") or "", effect))
-    if taints:
-        reasons.append("tainted " + ", ".join(f"{k}:{e}" for k, _v, e in taints))
 
     # --- usage by Pods gpuq does not manage
     used: dict[str, Decimal] = defaultdict(Decimal, foreign or {})

@@ -256,10 +256,13 @@ def build_pod(
             res = dict(c.get("resources") or {})
             requests = dict(res.get("requests") or {})
             limits = dict(res.get("limits") or {})
-            if p.cpu:
-                requests["cpu"] = f"{p.cpu:g}"
-            if p.memory_gb:
-                requests["memory"] = f"{int(p.memory_gb * 1e9)}"
+            # the main container's own share of what the placement booked for the Pod
+            cpu = p.cpu if req.main_cpu is None else req.main_cpu
+            mem = p.memory_gb if req.main_memory_gb is None else req.main_memory_gb
+            if cpu:
+                requests["cpu"] = f"{cpu:g}"
+            if mem:
+                requests["memory"] = f"{int(mem * 1e9)}"
             requests.update(accel)
             limits.update(accel)  # extended resources: limit must equal request
             res["requests"] = requests

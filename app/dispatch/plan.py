@@ -55,4 +55,6 @@ def bind_request(
         labels=dict(spec.get("labels") or {}),
         owner=owner_of(job.submitted_by, job.idempotency_key),
         attempt=str(job.revision),
+        main_cpu=(spec.get("resources") or {}).get("cpu"),
+        main_memory_gb=(spec.get("resources") or {}).get("memory_gb"),
     )

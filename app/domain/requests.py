@@ -6,6 +6,7 @@ Shared by the dispatcher (rows from PostgreSQL) and the simulator
 
 from __future__ import annotations
 
+from app.domain.pod_resources import booked, tolerations
 from app.domain.spec import JobSpec
 from app.scheduling.model import JobRequest, PriorityInfo
 
@@ -23,6 +24,8 @@ def request_from_spec(
 ) -> JobRequest:
     r = spec.resources
     gpus = r.gpus if r.mode == "gpus" else None
+    # the node must have the Pod's effective requests free, not just the main container's
+    cpu, memory_gb = booked(spec.pod_template, r.cpu, r.memory_gb)
     return JobRequest(
         id=job_id,
         name=spec.name,
@@ -42,8 +45,9 @@ def request_from_spec(
         gpu_types=tuple(r.gpu_types),
         avoid_gpu_types=tuple(r.avoid_gpu_types),
         allow_mixed_types=r.allow_mixed_types,
-        cpu=r.cpu,
-        memory_gb=r.memory_gb,
+        cpu=cpu,
+        memory_gb=memory_gb,
+        tolerations=tolerations(spec.pod_template),
         placement=spec.placement or default_placement,
         topology=spec.topology,
         duration_estimate_s=spec.duration_estimate_s,

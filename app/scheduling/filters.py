@@ -50,13 +50,14 @@ def allowed_types(
 
 @reads("taints")
 def tolerates(job: JobRequest, node: Node) -> bool:
-    """Kubernetes-style taints: NoSchedule/NoExecute need a matching toleration."""
+    """Kubernetes-style taints: NoSchedule/NoExecute need a matching toleration (an
+    empty key, value or effect in a toleration matches any: ``operator: Exists``)."""
     for key, value, effect in node.taints:
         if effect == "PreferNoSchedule":
             continue
         ok = False
         for tk, tv, te in job.tolerations:
-            if tk == key and (tv in ("", value)) and (te in ("", effect)):
+            if (tk in ("", key)) and (tv in ("", value)) and (te in ("", effect)):
                 ok = True
                 break
         if not ok:

@@ -16,7 +16,8 @@ from sqlalchemy import Connection, func, select, text
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain.errors import Conflict, InputError, NotFound, PodPolicyError, unknown
-from app.domain.pod_policy import InstallPolicy, check_template
+from app.domain.pod_policy import InstallPolicy, Violation, check_template
+from app.domain.pod_resources import template_violations
 from app.domain.spec import JobSpec, job_id_number
 from app.domain.states import CANCELLABLE, STATUSES, TERMINAL
 from app.store.catalog_cache import (
@@ -84,6 +85,12 @@ def resolve_references(
         )
         if violations:
             raise PodPolicyError(violations)
+        # what the template asks that gpuq would contradict or ignore (requests,
+        # limits, node selection): a 422 now, not a Pod the apiserver or kubelet refuses
+        contradictions = template_violations(spec.pod_template, spec.resources.cpu,
+                                             spec.resources.memory_gb)
+        if contradictions:
+            raise PodPolicyError([Violation(p, m) for p, m in contradictions])
     pool_name = spec.pool or team.pool
     pool = cat.pools.get(pool_name)
     if pool is None:

@@ -12,7 +12,9 @@ Enough of the core/v1 API for gpuq's backend, driven by the official
 * ``POST /api/v1/namespaces/{ns}/pods`` (409 ``AlreadyExists``),
   ``GET``/``DELETE`` one Pod (404 ``NotFound``).
 * ``POST .../pods/{name}/binding`` (409 ``Conflict`` when already bound,
-  injectable failures), ``POST .../pods/{name}/eviction`` (policy/v1; 429
+  injectable failures; then the node's kubelet admits the Pod or fails it
+  ``OutOf<resource>`` / ``NodeAffinity``: tests/fakekube/kubelet.py),
+  ``POST .../pods/{name}/eviction`` (policy/v1; 429
   ``TooManyRequests`` for Pods a "disruption budget" protects).
 * ``POST /api/v1/namespaces/{ns}/events``.
 * Services: ``POST /api/v1/namespaces/{ns}/services`` (409 ``AlreadyExists``; a
@@ -44,6 +46,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tests.fakekube import kubelet
 from tests.fakekube.selectors import (
     Matcher,
     SelectorError,
@@ -102,6 +105,10 @@ class FakeKube:
         # that answers refuses it, with the upstream code and message
         self.admission: list[Callable[[str, dict], tuple[int, dict] | None]] = []
         self.pdb_protected: set[str] = set()  # pod names whose eviction answers 429
+        # the node's kubelet admits each bound Pod (tests/fakekube/kubelet.py): a Pod
+        # that does not fit ends Failed OutOf<resource> / NodeAffinity
+        self.kubelet_admission = True
+        self.rejected: list[tuple[str, str, str]] = []  # (ns, pod, reason)
         # True: an eviction/delete with a grace period > 0 only marks the Pod
         # terminating (deletionTimestamp) like a kubelet draining it; the test
         # removes it with finish_terminating(). False: removed at once.
@@ -376,6 +383,15 @@ class FakeKube:
             pod["spec"]["nodeName"] = target
             self.bindings.append((ns, name, target))
             self._emit("pods", "MODIFIED", pod)
+            node = self.nodes.get(target)
+            if self.kubelet_admission and node is not None:
+                refused = kubelet.admit(node, pod, [p for k, p in self.pods.items()
+                                                    if k != (ns, name)])
+                if refused is not None:  # the kubelet rejects it (tests/fakekube/kubelet.py)
+                    pod["status"] = {"phase": "Failed", "reason": refused[0],
+                                     "message": refused[1]}
+                    self.rejected.append((ns, name, refused[0]))
+                    self._emit("pods", "MODIFIED", pod)
             return 201, status(201, "", "", name=name)
 
     def evict(self, ns: str, name: str, body: dict) -> tuple[int, dict]:

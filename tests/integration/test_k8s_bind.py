@@ -144,8 +144,10 @@ def test_status_events_running_succeeded_failed_gone(kube, cluster, nodes):
     """On the real cluster a Pod deleted by someone else ends Failed (exit 143, the
     kubelet's graceful stop) before it goes: that is a deletion (gone: requeued), not
     the workload's failure."""
-    for jid in ("ok", "bad", "lost"):
-        cluster.bind(gang(job_id=jid))
+    # three 4-card gangs over three 8-card nodes (the kubelet refuses a fourth 4 cards)
+    for jid, on in (("ok", ("a100-0", "a100-1")), ("bad", ("a100-0", "a100-2")),
+                    ("lost", ("a100-1", "a100-2"))):
+        cluster.bind(gang(job_id=jid, nodes=on))
     pods = {}
     for p in kube.gpuq_pods():
         pods.setdefault(p["metadata"]["labels"]["gpuq.io/job-id"], []).append(

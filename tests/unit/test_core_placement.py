@@ -247,6 +247,11 @@ def test_taints_need_toleration() -> None:
     assert placed(res, "j") is None
     tol = job("k", tolerations=(("dedicated", "p0", "NoSchedule"),))
     assert placed(schedule(snap([n], [tol])), "k") is not None
+    # `operator: Exists` with no key tolerates every taint (Kubernetes' rule)
+    anything = job("m", tolerations=(("", "", ""),))
+    assert placed(schedule(snap([n], [anything])), "m") is not None
+    other = job("o", tolerations=(("other", "", ""),))
+    assert placed(schedule(snap([n], [other])), "o") is None
 
 
 def test_place_job_leaves_state_unchanged_and_reserve_is_callers_choice() -> None:

@@ -66,11 +66,13 @@ def test_mig_mixed_strategy_resources_become_slices():
     assert v.unknown_mig == ["7g.80gb"]
 
 
-def test_cordoned_notready_tainted_are_not_schedulable():
+def test_cordoned_notready_are_not_schedulable_tainted_need_a_toleration():
     assert not view(article_a100(unschedulable=True)).node.schedulable
     assert not view(article_a100(ready=False)).node.schedulable
+    # a taint keeps the node for the jobs whose template tolerates it (placement's
+    # filter); it used to exclude the node even for them
     t = view(article_a100(taints=[{"key": "maintenance", "effect": "NoSchedule"}]))
-    assert not t.node.schedulable and t.node.taints == (("maintenance", "", "NoSchedule"),)
+    assert t.node.schedulable and t.node.taints == (("maintenance", "", "NoSchedule"),)
     # the usual GPU taint is tolerated by gpuq's Pods; PreferNoSchedule is only a preference
     ok = view(article_a100(taints=[{"key": "nvidia.com/gpu", "value": "present",
                                      "effect": "NoSchedule"},

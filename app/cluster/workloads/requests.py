@@ -30,8 +30,7 @@ from app.cluster import k8s_labels as L
 from app.cluster.k8s_nodes import match_gpu_type, mig_prefix, pod_requests
 from app.cluster.workloads.base import PodSet, Unhonourable, WorkloadAdaptor
 from app.domain.config import GpuTypeConfig
-
-GiB = Decimal(1024**3)
+from app.domain.pod_resources import GB, container_requests
 
 
 def _annotation(obj: Mapping[str, Any], sets: Sequence[PodSet], key: str) -> str | None:
@@ -74,8 +73,13 @@ def _shape(template: Mapping[str, Any], types: Sequence[GpuTypeConfig]) -> dict[
     """Per-Pod resources (JobSpec ``resources`` fields) of one Pod template."""
     spec = template.get("spec") or {}
     req = pod_requests({"spec": spec})
-    cpu = float(req.get("cpu", Decimal(0)))
-    mem = float(req.get("memory", Decimal(0)) / GiB)
+    # CPU and memory of the main (first) container, in GB as gpuq writes them: the rest
+    # of the template (sidecars, init containers) is added by the booking itself
+    # (app/domain/pod_resources.py ``booked``), so the job books the Pod's effective
+    # requests exactly once
+    main = container_requests(((spec.get("containers") or [{}])[0]) or {})
+    cpu = float(main.get("cpu", Decimal(0)))
+    mem = float(main.get("memory", Decimal(0)) / GB)
     out: dict[str, Any] = {"cpu": round(cpu, 3), "memory_gb": round(mem, 3)}
     names = {t.resource_name for t in types} | {"nvidia.com/gpu"}
     cards = {k: v for k, v in req.items() if k in names and v}

@@ -1,0 +1,92 @@
+"""What a job's Pod really asks of its node (kube's PodRequests: containers, sidecars,
+init containers, overhead) and the template fields refused at submit (pure)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from app.domain.pod_resources import (
+    booked,
+    effective_requests,
+    quantity,
+    template_violations,
+    tolerations,
+)
+
+
+def c(name, cpu=None, mem=None, **kw):
+    req = {k: v for k, v in (("cpu", cpu), ("memory", mem)) if v is not None}
+    return {"name": name, "image": "x", "resources": {"requests": req}, **kw}
+
+
+def test_quantities():
+    assert quantity("500m") == Decimal("0.5") and quantity("8Gi") == 8 * 2**30
+    assert quantity("1e3") == 1000 and quantity("2k") == 2000 and quantity(3) == 3
+    assert quantity("bogus") == 0
+
+
+def test_effective_requests_follow_component_helpers_pod_requests():
+    # sidecar 1 CPU runs beside the containers (2+1) and beside the later init
+    # container (4+1): the Pod asks max(2+1+1, 4+1) + overhead 0.25
+    spec = {"containers": [c("main", "2"), c("log", "1")],
+            "initContainers": [c("proxy", "1", restartPolicy="Always"), c("fetch", "4")],
+            "overhead": {"cpu": "250m"}}
+    assert effective_requests(spec)["cpu"] == Decimal("5.25")
+    # an init container before the sidecar does not see it
+    spec["initContainers"] = [c("fetch", "4"), c("proxy", "1", restartPolicy="Always")]
+    assert effective_requests(spec)["cpu"] == Decimal("4.25")
+
+
+def test_booked_adds_the_template_to_the_main_container():
+    t = {"spec": {"containers": [c("main"), c("log", "500m", "1G")],
+                  "initContainers": [c("proxy", "1", "2G", restartPolicy="Always")]}}
+    assert booked(t, 4, 16) == (5.5, 19.0)
+    assert booked({}, 4, 16) == (4, 16)  # gpuq's default container: nothing else
+
+
+def test_main_container_request_must_match_and_limits_not_below():
+    t = {"spec": {"containers": [{"name": "m", "image": "x", "resources": {
+        "requests": {"cpu": "8"}, "limits": {"memory": "8Gi"}}}]}}
+    got = dict(template_violations(t, 4, 64))
+    assert "pod_template.spec.containers[0].resources.requests.cpu" in got
+    # the old Pod asked 64 GB under an 8Gi limit: the apiserver's 422, after the wait
+    lim = got["pod_template.spec.containers[0].resources.limits.memory"]
+    assert "below resources.memory_gb (64 GB)" in lim
+    ok = {"spec": {"containers": [{"name": "m", "image": "x", "resources": {
+        "requests": {"cpu": "4", "memory": "16G"}, "limits": {"memory": "16Gi"}}}]}}
+    assert template_violations(ok, 4, 16) == []
+    side = {"containers": [c("m"), {"name": "s", "image": "x", "resources": {
+        "requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}
+    assert [p for p, _ in template_violations(side, 1, 1)] == [
+        "pod_template.containers[1].resources.limits.cpu"]
+
+
+def test_node_selection_gpuq_does_not_evaluate_is_refused():
+    t = {"spec": {"containers": [c("m")],
+                  "nodeSelector": {"disktype": "ssd", "nvidia.com/gpu.product": "A100"},
+                  "affinity": {
+                      "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                          "nodeSelectorTerms": [{"matchExpressions": [
+                              {"key": "nvidia.com/gpu.product", "operator": "In",
+                               "values": ["A100"]},
+                              {"key": "zone", "operator": "In", "values": ["a"]}]}]}},
+                      "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                          {"topologyKey": "kubernetes.io/hostname"}]}},
+                  "topologySpreadConstraints": [
+                      {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"},
+                      {"maxSkew": 1, "topologyKey": "zone"}]}}
+    paths = [p for p, _ in template_violations(t, 1, 1)]
+    base = "pod_template.spec"
+    req = (f"{base}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+           ".nodeSelectorTerms[0]")
+    assert paths == [f"{base}.nodeSelector.disktype", f"{req}.matchExpressions[1]",
+                     f"{base}.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuring"
+                     "Execution", f"{base}.topologySpreadConstraints[1].whenUnsatisfiable"]
+
+
+def test_tolerations_become_the_cores():
+    t = {"spec": {"tolerations": [
+        {"key": "dedicated", "operator": "Equal", "value": "p0", "effect": "NoSchedule"},
+        {"key": "maintenance", "operator": "Exists"}, {"operator": "Exists"}]}}
+    assert tolerations(t) == (("dedicated", "p0", "NoSchedule"), ("maintenance", "", ""),
+                              ("", "", ""))
