@@ -217,6 +217,44 @@ class FakeKube:
                 pod["status"]["containerStatuses"] = [{"name": "main", "state": container_state}]
             self._emit("pods", "MODIFIED", pod)
 
+    def disrupt(self, ns: str, name: str, reason: str = "DeletionByTaintManager") -> None:
+        """A graceful deletion gpuq did not ask for, ended by the kubelet, as a real
+        cluster does it since 1.27: the ``DisruptionTarget`` condition first (its reason:
+        ``EvictionByEvictionAPI`` pkg/registry/core/pod/storage/eviction.go,
+        ``DeletionByTaintManager`` pkg/controller/tainteviction/taint_eviction.go,
+        ``PreemptionByScheduler`` pkg/scheduler/framework/preemption/preemption.go,
+        ``DeletionByPodGC`` pkg/controller/podgc/gc_controller.go), then the kubelet's
+        stop, phase Failed with exit 143 (pkg/kubelet/kubelet.go: a Pod deleted while
+        running ends in a terminal phase before the object goes), then DELETED."""
+        with self.cond:
+            pod = self.pods[(ns, name)]
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            pod["status"].setdefault("conditions", []).append(
+                {"type": "DisruptionTarget", "status": "True", "reason": reason,
+                 "message": f"{reason}: the pod is being deleted", "lastTransitionTime": now})
+            pod["metadata"]["deletionTimestamp"] = now
+            pod["metadata"]["deletionGracePeriodSeconds"] = 30
+            self._emit("pods", "MODIFIED", pod)
+            pod["status"]["phase"] = "Failed"
+            pod["status"]["containerStatuses"] = [{"name": "main", "state": {"terminated": {
+                "exitCode": 143, "reason": "Error"}}}]
+            self._emit("pods", "MODIFIED", pod)
+            self._emit("pods", "DELETED", self.pods.pop((ns, name)))
+
+    def evict_for_pressure(self, ns: str, name: str) -> None:
+        """Node-pressure eviction by the kubelet (pkg/kubelet/eviction/eviction_manager.go):
+        phase Failed, reason ``Evicted``, ``DisruptionTarget`` ``TerminationByKubelet``;
+        the object stays until something deletes it."""
+        with self.cond:
+            pod = self.pods[(ns, name)]
+            pod["status"]["phase"] = "Failed"
+            pod["status"]["reason"] = "Evicted"
+            pod["status"]["message"] = "The node was low on resource: memory."
+            pod["status"].setdefault("conditions", []).append(
+                {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+                 "message": "The node was low on resource: memory."})
+            self._emit("pods", "MODIFIED", pod)
+
     def delete_pod(self, ns: str, name: str) -> None:
         with self.cond:
             pod = self.pods.pop((ns, name))

@@ -17,6 +17,7 @@ import time
 import uuid
 
 import psycopg
+import pytest
 from sqlalchemy import select
 
 from app.clock import utcnow
@@ -25,8 +26,9 @@ from app.dispatch.leader import libpq_dsn
 from app.domain.spec import JobSpec
 from app.domain.states import TERMINAL
 from app.store.jobs import submit_job
+from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
-from tests.fakekube.fixtures import elector, started_cluster
+from tests.fakekube.fixtures import elector, make_cluster, started_cluster
 from tests.fakekube.objects import article_a100
 from tests.fakekube.server import FakeKube
 from tests.invariants import check_cluster, check_database
@@ -148,3 +150,125 @@ def test_leader_kills_keep_every_invariant(kube, db_url, sf):  # noqa: F811
         for d, c in replicas:
             d.elector.release()
             c.close()
+
+
+def _fenced_replica(kube: FakeKube, sf, db_url: str, lock: str) -> tuple[Dispatcher, object]:
+    """A dispatcher replica whose API calls give up after 0.5 s (hangs are injected)."""
+    with sf() as s:
+        types = gpu_type_configs(s)
+    c = make_cluster(kube, request_timeout_s=0.5, watch_idle_timeout_s=1.0)
+    c.set_gpu_types(types)
+    c.start(wait_s=10)
+    return Dispatcher(sf, c, elector=elector(db_url, lock), grace_seconds=1), c
+
+
+SEQUENCES = ("disruption", "pressure", "hang", "gone", "deposed")
+
+
+@pytest.mark.parametrize(("repeats", "jobs"), [
+    (1, 24), pytest.param(4, 60, marks=pytest.mark.long_faults, id="long")])
+def test_kubernetes_fault_sequences_keep_every_invariant(db_url, sf, repeats, jobs):
+    """The real control plane's sequences, injected where the fake can do them on
+    demand, one kind after another while 24 jobs run: a graceful deletion with
+    DisruptionTarget (drain, taint manager: requeued, no retry spent), a node-pressure
+    eviction (Failed/Evicted), an apiserver that stops answering creates and deletes
+    for a few passes, history compacted under the watches (410 Gone, relist), and a
+    deposed leader performing the plan it committed before its session died. After
+    each: no job lost, none with two Pod sets, no card double-booked; at the end every
+    job succeeded and no finished job holds capacity. The long variant (``-m
+    long_faults``) runs each kind 4 times over 60 jobs."""
+    rng = random.Random(23)
+    kube = FakeKube(watch_timeout_s=2)
+    kube.start()
+    for i in range(2):
+        kube.add_node(article_a100(f"a100-{i}"))
+    lock = f"gpuq-dispatcher-{uuid.uuid4().hex[:8]}"
+    replicas = [_fenced_replica(kube, sf, db_url, lock) for _ in range(2)]
+    accepted: list[str] = []
+    done: dict[str, int] = dict.fromkeys(SEQUENCES, 0)
+    disrupted: set[str] = set()  # jobs whose Pod the test took away: rightly requeued
+    try:
+        with FakeKubelet(kube, run_s=0.6) as _kubelet:
+            with sf() as s:
+                for i in range(jobs):
+                    spec = JobSpec.model_validate({
+                        "name": f"f{i}", "team": rng.choice(["nlp", "cv"]),
+                        "priority": rng.choice(["P1", "P2"]),
+                        "resources": {"gpus": rng.choice([1, 2, 4, 8]),
+                                      "gpu_types": ["a100-80g"]}})
+                    accepted.append(str(submit_job(s, spec, now=utcnow()).job.id))
+                    s.commit()
+            deadline = time.monotonic() + 150 * repeats
+            rounds, hang_left = 0, 0
+            while time.monotonic() < deadline:
+                rounds += 1
+                if hang_left and not (hang_left := hang_left - 1):
+                    kube.unhang()
+                if rounds % 4 == 0:
+                    kind = SEQUENCES[(rounds // 4 - 1) % len(SEQUENCES)]
+                    running = [p for p in kube.gpuq_pods()
+                               if p["status"].get("phase") == "Running"
+                               and not p["metadata"].get("deletionTimestamp")]
+                    if kind in ("disruption", "pressure") and running:
+                        meta = rng.choice(running)["metadata"]
+                        disrupted.add(meta["labels"]["gpuq.io/job-id"])
+                        if kind == "disruption":
+                            kube.disrupt(meta["namespace"], meta["name"],
+                                         rng.choice(["EvictionByEvictionAPI",
+                                                     "DeletionByTaintManager"]))
+                        else:
+                            kube.evict_for_pressure(meta["namespace"], meta["name"])
+                        done[kind] += 1
+                    elif kind == "hang":
+                        kube.hang(r"^(POST|DELETE) ")
+                        hang_left = 3
+                        done[kind] += 1
+                    elif kind == "gone":
+                        kube.compact()
+                        done[kind] += 1
+                    elif kind == "deposed":
+                        i = next((k for k, (d, _c) in enumerate(replicas)
+                                  if d.elector.is_leader), None)
+                        if i is not None:
+                            d, c = replicas[i]
+                            d.sync_cluster()
+                            plan = d.reconcile()
+                            plan.extend(d.plan_and_commit())
+                            with psycopg.connect(libpq_dsn(db_url), autocommit=True) as conn:
+                                conn.execute("SELECT pg_terminate_backend(%s, 10000)",
+                                             (d.elector.backend_pid,))
+                            replicas[1 - i][0].run_once()  # the standby leads
+                            d.perform(plan)  # the deposed one carries on: fenced
+                            c.close()
+                            replicas[i] = _fenced_replica(kube, sf, db_url, lock)
+                            done[kind] += 1
+                for d, _c in replicas:
+                    d.run_once()
+                found = check_database(sf, accepted, disrupted) + [
+                    f"job {j} runs {len(a)} sets of Pods" for j, a in _pods_by_job(kube).items()
+                    if len(a) > 1]
+                assert not found, (rounds, found)
+                with sf() as s:
+                    left = s.scalar(select(JobRow.id).where(JobRow.status.not_in(TERMINAL))
+                                    .limit(1))
+                if left is None and min(done.values()) >= repeats:
+                    break
+                time.sleep(0.05)
+            kube.unhang()
+            for d, _c in replicas:
+                d.run_once()
+            found = check_database(sf, accepted, disrupted) + check_cluster(
+                sf, _pods_by_job(kube))
+            assert not found, found
+            with sf() as s:
+                statuses = {str(j.id): j.status for j in s.scalars(select(JobRow))}
+            print(f"kubernetes fault sequences: {done} in {rounds} rounds, "
+                  f"{len(accepted)} jobs, 0 violations")
+            assert min(done.values()) >= repeats, done
+            assert set(statuses.values()) == {"succeeded"}, statuses
+    finally:
+        kube.unhang()
+        for d, c in replicas:
+            d.elector.release()
+            c.close()
+        kube.stop()
