@@ -72,6 +72,12 @@ class Capabilities:
     #: dispatcher runs the front door (app/dispatch/workloads.py) every pass, and the
     #: cluster has ``workloads`` and ``report_finished``.
     workloads: bool = False
+    #: How many jobs' binds the dispatcher performs at once. A bind on Kubernetes is
+    #: network round trips (create each Pod, then its pods/binding), so one at a time
+    #: leaves the API server idle between them; kube-scheduler binds asynchronously,
+    #: up to ``parallelism`` (16) at once (pkg/scheduler/schedule_one.go, the binding
+    #: cycle in a goroutine). 1: one after another (an in-process cluster).
+    bind_workers: int = 1
 
 
 @dataclass(slots=True)

@@ -178,6 +178,8 @@ class KubernetesCluster:
         settings: KubeSettings | None = None,
     ) -> None:
         self.ks = settings or KubeSettings()
+        self.capabilities = Capabilities(live_nodes=True, workloads=True,
+                                         bind_workers=self.ks.bind_workers)
         # every call bounded in time (a hung apiserver must not block the one thread)
         api_client = bound_calls(api_client, self.ks.request_timeout_s)
         self.api = kclient.CoreV1Api(api_client)

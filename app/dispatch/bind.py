@@ -7,10 +7,17 @@ every reserve has an unreserve: the job fails when the cluster refused its Pod f
 a reason of the job's own (app/cluster/k8s_refusals.py), else it goes back to the
 queue and is held out of the plan with backoff (app/dispatch/bind_holds.py), so a
 lasting refusal never becomes a create/delete loop.
+
+Binds of different jobs are independent (the plan reserved distinct capacity), so up
+to ``workers`` of them run at once (the cluster's ``bind_workers``: kube-scheduler's
+asynchronous binding cycle, pkg/scheduler/schedule_one.go): leadership is re-checked
+and the epoch stamped before each such batch, in this thread, and the batch's outcomes
+are applied here in the plan's order.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from app.cluster.base import BindError, BindRequest
@@ -31,6 +38,8 @@ class Binder(Part):
     # the leader elector: every stop and bind of a committed plan re-checks leadership
     # and stamps the epoch (None: a single dispatcher, always leading)
     elector: LeaderElector | None = None
+    workers: int = 1  # binds in flight at once (module docstring)
+    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     def leading(self) -> bool:
         """Still the leader, right before a cluster call (lock and epoch re-checked)."""
@@ -50,20 +59,38 @@ class Binder(Part):
             except Exception:
                 log.exception("stopping job %s failed; will retry at reconcile", job_id)
         blocked = self.release_and_gate(plan.binds)
+        todo = []
         for req in plan.binds:
             if req.job_id in blocked:
                 log.info("job %s stays admitted: %s", req.job_id, blocked[req.job_id])
                 continue  # bound by reconcile once the capacity is released
+            todo.append(req)
+        step = max(1, self.workers)
+        for i in range(0, len(todo), step):
+            batch = todo[i:i + step]
             if not self.leading():
                 return
             if self.elector is not None:
-                req.leader_epoch = self.elector.epoch
-            try:
-                self.cluster.bind(req)
-            except BindError as e:
-                self.undo_bind(req.job_id, str(e), permanent=e.permanent, hold=e.hold)
+                for req in batch:
+                    req.leader_epoch = self.elector.epoch
+            if len(batch) > 1:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="gpuq-bind")
+                outcomes = list(self._pool.map(self._bind_one, batch))
             else:
-                self.holds.clear(req.job_id)
+                outcomes = [self._bind_one(req) for req in batch]
+            for req, err in zip(batch, outcomes, strict=True):
+                if err is not None:
+                    self.undo_bind(req.job_id, str(err), permanent=err.permanent, hold=err.hold)
+                else:
+                    self.holds.clear(req.job_id)
+
+    def _bind_one(self, req: BindRequest) -> BindError | None:
+        try:
+            self.cluster.bind(req)
+        except BindError as e:
+            return e
+        return None
 
     def release_and_gate(self, binds: list[BindRequest]) -> dict[str, str]:
         """After the stops: release what the cluster already let go (a synchronous

@@ -104,7 +104,8 @@ class Dispatcher(LoopService):
                                     elector=elector)
         # a bind refused for a passing reason holds its job out of the plan (backoff)
         self.binder = Binder(session_factory, cluster, clock, grace_seconds,
-                             holds=self.planner.holds, elector=elector)
+                             holds=self.planner.holds, elector=elector,
+                             workers=cluster.capabilities.bind_workers)
         # Kubernetes-native workloads join the queue (and leave it) before ingest
         self.front_door = (FrontDoor(session_factory, cluster, clock)
                            if cluster.capabilities.workloads else None)
