@@ -13,7 +13,9 @@ A100-80GB node, then measures, on the same Nodes one after the other:
 - ``gpuq``: the same backlog submitted to gpuq's store (4 teams, fair sharing on, as
   configured below) before the dispatcher starts; the dispatcher (app/dispatch) creates
   each Pod and binds it through pods/binding; Pods/s = backlog / (first pass -> last Pod
-  bound). With ``--gangs`` also that many 8-Pod gangs (one GPU per Pod), gangs/s.
+  bound). With ``--gangs`` also that many 8-Pod gangs (one GPU per Pod), gangs/s. Once
+  per ``--bind-workers`` value (GPUQ_K8S_BIND_WORKERS; 1 binds one job after another,
+  as the dispatcher did before parallel binds), so old and new run in one run.
 
 Bound times come from one Pod watch per phase (spec.nodeName first seen). The control
 plane's own CPU seconds per phase (from /proc of each process) are printed beside.
@@ -32,6 +34,7 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from kubernetes import client
 
@@ -138,7 +141,7 @@ def bench_kube_scheduler(s: Session, kube: RealKube, n: int) -> tuple[float, str
 
 
 def bench_gpuq(s: Session, kube: RealKube, nodes: int, n: int,
-               replicas: int) -> tuple[float, str]:
+               replicas: int, workers: int) -> tuple[float, str]:
     db = fresh_database(config(nodes * GPUS_PER_NODE))
     url = next(db)
     engine = make_engine(url, pool_size=6)
@@ -153,6 +156,8 @@ def bench_gpuq(s: Session, kube: RealKube, nodes: int, n: int,
         ses.commit()
         types = gpu_type_configs(ses)
     c = make_cluster(kube)
+    # binds in flight at once (GPUQ_K8S_BIND_WORKERS; 1: the dispatcher before parallel binds)
+    c.capabilities = replace(c.capabilities, bind_workers=workers)
     c.set_gpu_types(types)
     c.start(wait_s=120)
     wait_for(lambda: len(c.list_nodes()) == nodes, 60, "gpuq sees the nodes")
@@ -182,6 +187,9 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--gangs", type=int, default=0, help="8-Pod gangs for gpuq (0: none)")
     ap.add_argument("--scheduler-default-qps", action="store_true")
+    ap.add_argument("--bind-workers", default="1,16",
+                    help="gpuq phases, one per value of GPUQ_K8S_BIND_WORKERS (1: binds in "
+                    "turn, the code before parallel binds; default 1,16)")
     a = ap.parse_args()
     if max(a.pods, 8 * a.gangs) > a.nodes * GPUS_PER_NODE:  # phases run one after another
         raise SystemExit("backlog larger than the cluster's GPUs: every Pod must fit")
@@ -205,11 +213,13 @@ def main() -> None:
         rows = []
         rate, cost = bench_kube_scheduler(s, kube, a.pods)
         rows.append(("kube-scheduler (default profile)", "1-Pod jobs", a.pods, rate, cost))
-        rate, cost = bench_gpuq(s, kube, a.nodes, a.pods, 1)
-        rows.append(("gpuq (4 teams, fair share)", "1-Pod jobs", a.pods, rate, cost))
-        if a.gangs:
-            rate, cost = bench_gpuq(s, kube, a.nodes, a.gangs, 8)
-            rows.append(("gpuq (4 teams, fair share)", "8-Pod gangs", a.gangs, rate, cost))
+        for w in (int(x) for x in a.bind_workers.split(",")):
+            who = f"gpuq (4 teams, fair share), {w} bind worker{'s' if w > 1 else ''}"
+            rate, cost = bench_gpuq(s, kube, a.nodes, a.pods, 1, w)
+            rows.append((who, "1-Pod jobs", a.pods, rate, cost))
+            if a.gangs:
+                rate, cost = bench_gpuq(s, kube, a.nodes, a.gangs, 8, w)
+                rows.append((who, "8-Pod gangs", a.gangs, rate, cost))
         print(f"load after: {os.getloadavg()[0]:.1f}")
         print("| scheduler | backlog | count | per s | control plane CPU s in the phase |")
         print("|---|---|---:|---:|---|")
