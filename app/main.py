@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.api.busy import ConcurrencyLimit
 from app.api.db_errors import install_db_error_handlers
+from app.api.estimates import estimator_for
 from app.api.input_hints import hint
 from app.api.oidc import OidcVerifier
 from app.api.openapi import AllowMethods, install_truthful_openapi
@@ -42,6 +43,7 @@ from app.api.routes import (
 from app.api.routes.metrics import metrics_loop_of
 from app.api.submit_rate import SubmitRate
 from app.cluster.k8s_settings import KubeSettings
+from app.dispatch.dispatcher import Dispatcher
 from app.dispatch.metrics import MetricsLoop
 from app.domain.errors import GpuqError, TooManyRequests
 from app.metrics import GpuqMetrics
@@ -82,6 +84,11 @@ def install_services(app: FastAPI, services: Services) -> None:
     services.seed_admin_token()
     app.state.cluster = services.cluster
     app.state.metrics = services.metrics
+    # a queued Kubernetes workload shows the API's estimated start (gpuq.io/estimated-start)
+    estimator = estimator_for(app)
+    for loop in services.loops:
+        if isinstance(loop, Dispatcher) and loop.front_door is not None:
+            loop.front_door.start_of = lambda job_id: estimator.starts(services.clock())(job_id)
 
 
 def _cached_catalog(request: Request) -> CatalogView | None:

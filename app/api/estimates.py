@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, FastAPI, Request
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -111,7 +111,13 @@ class StartEstimator:
 
 def get_estimator(request: Request) -> StartEstimator:
     """One estimator per app, made on first use from the app's own session factory and clock."""
-    state = request.app.state
+    return estimator_for(request.app)
+
+
+def estimator_for(app: FastAPI) -> StartEstimator:
+    """The app's one estimator (the API, the dashboard and the Kubernetes front door's
+    ``gpuq.io/estimated-start`` read the same estimates)."""
+    state = app.state
     est = getattr(state, "estimator", None)
     if est is None:
         est = StartEstimator(

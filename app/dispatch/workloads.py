@@ -16,7 +16,8 @@ Kueue's job reconciler (kueue ``pkg/controller/jobframework/reconciler.go``,
   with ``gpuq.io/reason``, once per reason;
 * every pass mirrors the job's state onto the workload: Events when it changes
   (queued, admitted, preempted, cancelled, ...) and ``gpuq.io/state``,
-  ``gpuq.io/reason`` (why it waits, the API's reason), ``gpuq.io/queue-position``;
+  ``gpuq.io/reason`` (why it waits, the API's reason), ``gpuq.io/queue-position`` and
+  ``gpuq.io/estimated-start`` (the API's ``estimated_start``, when wired: app/main.py);
 * the workload's own verdict (Complete/Failed) ends the job; a workload deleted by
   its owner cancels its job (its Pods are garbage-collected with it, so the cards
   are free at once); a job cancelled through REST suspends its workload.
@@ -27,7 +28,9 @@ read of the jobs the listed workloads made (by their idempotency keys).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -46,6 +49,7 @@ from app.store.catalog_cache import current_catalog
 from app.store.jobs import submit_job
 from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
+from app.store.queue_order import fill_queue_positions
 from app.store.states import change_state
 
 # gpuq.io/state for a job status (pending jobs that were preempted: "preempted")
@@ -64,6 +68,9 @@ OPEN = ("pending", "admitted", "running", "unschedulable")
 class FrontDoor(Part):
     submitted: int = 0  # jobs this front door created (tests and metrics read it)
     refused: dict[str, str] = field(default_factory=dict)  # workload uid -> reason
+    # job id -> its estimated start (the API's estimates, wired by app/main.py); None:
+    # no gpuq.io/estimated-start annotation
+    start_of: Callable[[str], datetime | None] | None = None
 
     @property
     def client(self) -> Any:
@@ -94,6 +101,8 @@ class FrontDoor(Part):
             rows = {r.idempotency_key: r for r in session.scalars(
                 select(JobRow).where(JobRow.idempotency_key.in_(keys))
             )} if keys else {}
+            # their places in the queue, as GET /v1/jobs shows them (computed, not stored)
+            fill_queue_positions(session, rows.values())
             for uid, (a, obj, team) in seen.items():
                 row = rows.get(WorkloadOwner("", "", "", "", uid).idempotency_key())
                 if row is None:
@@ -188,6 +197,7 @@ class FrontDoor(Part):
             L.WL_QUEUE_POSITION: (str(row.queue_position)
                                   if row.queue_position is not None and row.status == "pending"
                                   else None),
+            L.WL_ESTIMATED_START: self._estimated_start(row),
         }
         if all(ann.get(k) == v for k, v in want.items()):
             return
@@ -198,6 +208,14 @@ class FrontDoor(Part):
                 msg += f": {row.reason}"
             self.client.event(owner, reason, msg, type_)
         self.client.annotate(owner, want)
+
+
+    def _estimated_start(self, row: JobRow) -> str | None:
+        """RFC 3339 (what ``kubectl`` shows for times), pending jobs only."""
+        if row.status != "pending" or self.start_of is None:
+            return None
+        t = self.start_of(str(row.id))
+        return None if t is None else t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _why(e: Exception) -> str:

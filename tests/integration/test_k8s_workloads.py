@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 from sqlalchemy import select
 
+from app.api.estimates import StartEstimator
 from app.clock import utcnow
 from app.cluster import k8s_labels as L
 from app.dispatch.dispatcher import Dispatcher
@@ -181,6 +183,9 @@ def test_rest_and_workload_share_one_queue_and_quota(kube, sf, world):
         s.commit()
     kube.add_node(article_a100("a100-0"))
     kube.add_node(article_a100("a100-1"))
+    # the API's estimates, as app/main.py wires them into the front door
+    est = StartEstimator(sf, utcnow, 30.0, background=False)
+    d.front_door.start_of = lambda job_id: est.starts(utcnow())(job_id)
     rest = _rest_job(sf, "rest-one", "nlp", 4)
     d.run_once()
     apply(w, example("indexed-job.yaml"))
@@ -191,6 +196,15 @@ def test_rest_and_workload_share_one_queue_and_quota(kube, sf, world):
     assert row.status == "pending"
     ann = w.objects[("Job", "gpuq-jobs", "sft-indexed")]["metadata"]["annotations"]
     assert ann[L.WL_STATE] == "queued" and "quota" in ann[L.WL_REASON]
+    # its queue position and, once estimated, when it should start: after the REST job,
+    # which has no duration estimate (an hour, the default)
+    assert ann[L.WL_QUEUE_POSITION] == "1"
+    est.refresh()
+    settle(d, lambda: L.WL_ESTIMATED_START in w.objects[("Job", "gpuq-jobs", "sft-indexed")][
+        "metadata"]["annotations"])
+    start = datetime.strptime(w.objects[("Job", "gpuq-jobs", "sft-indexed")]["metadata"][
+        "annotations"][L.WL_ESTIMATED_START], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert start > utcnow() + timedelta(minutes=30)
     assert w.objects[("Job", "gpuq-jobs", "sft-indexed")]["spec"]["suspend"] is True
     assert not pods_of(kube, "sft-indexed")
     # the REST job ends: the Job is admitted on the same cards
@@ -199,6 +213,8 @@ def test_rest_and_workload_share_one_queue_and_quota(kube, sf, world):
             kube.set_pod_phase(p["metadata"]["namespace"], p["metadata"]["name"], "Succeeded")
     settle(d, lambda: len([p for p in pods_of(kube, "sft-indexed")
                            if p["spec"].get("nodeName")]) == 4)
+    settle(d, lambda: L.WL_ESTIMATED_START not in w.objects[("Job", "gpuq-jobs", "sft-indexed")][
+        "metadata"]["annotations"])  # admitted: no estimate
 
 
 def test_preempted_workload_is_suspended_requeued_and_runs_again(kube, sf, world):
