@@ -62,17 +62,22 @@ $(KUBE_BIN)/VERSIONS: tools/kube/build.sh $(wildcard tools/kube/*/go.mod tools/k
 clean:
 	rm -rf $(VENV) .gpuq
 
-# Swagger UI and ReDoc for the off-line /docs and /redoc, vendored from the npm registry
+# Swagger UI and ReDoc for the off-line /docs and /redoc, and uPlot for the dashboard's
+# charts, vendored from the npm registry
 SWAGGER_UI ?= 5.35.0
 REDOC ?= 2.5.1
+UPLOT ?= 1.6.32
 VENDOR := app/ui/static/vendor
 docs-assets:
-	rm -rf .vendor-tmp && mkdir -p .vendor-tmp $(VENDOR)/swagger-ui $(VENDOR)/redoc
-	cd .vendor-tmp && npm pack -q swagger-ui-dist@$(SWAGGER_UI) redoc@$(REDOC) \
-		&& mkdir s r && tar xzf swagger-ui-dist-$(SWAGGER_UI).tgz -C s && tar xzf redoc-$(REDOC).tgz -C r
+	rm -rf .vendor-tmp && mkdir -p .vendor-tmp $(VENDOR)/swagger-ui $(VENDOR)/redoc $(VENDOR)/uplot
+	cd .vendor-tmp && npm pack -q swagger-ui-dist@$(SWAGGER_UI) redoc@$(REDOC) uplot@$(UPLOT) \
+		&& mkdir s r u && tar xzf swagger-ui-dist-$(SWAGGER_UI).tgz -C s && tar xzf redoc-$(REDOC).tgz -C r \
+		&& tar xzf uplot-$(UPLOT).tgz -C u
 	cp .vendor-tmp/s/package/swagger-ui-bundle.js .vendor-tmp/s/package/swagger-ui.css \
 		.vendor-tmp/s/package/favicon-32x32.png .vendor-tmp/s/package/LICENSE \
 		.vendor-tmp/s/package/NOTICE $(VENDOR)/swagger-ui/
 	cp .vendor-tmp/r/package/bundles/redoc.standalone.js .vendor-tmp/r/package/LICENSE $(VENDOR)/redoc/
-	cd $(VENDOR) && sha256sum swagger-ui/* redoc/* > SHA256SUMS
+	cp .vendor-tmp/u/package/dist/uPlot.iife.min.js .vendor-tmp/u/package/dist/uPlot.min.css \
+		.vendor-tmp/u/package/LICENSE $(VENDOR)/uplot/
+	cd $(VENDOR) && sha256sum swagger-ui/* redoc/* uplot/* > SHA256SUMS
 	rm -rf .vendor-tmp

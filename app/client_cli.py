@@ -29,6 +29,7 @@ from rich.table import Table
 
 from app.domain.errors import error_line
 from app.ui.format import num as fmt_num  # numbers rounded for people, as the dashboard does
+from app.ui.format import placement_text, request_text  # the job page's words too
 from app.ui.format import secs as fmt_s  # one duration format for the CLI and the dashboard
 from app.ui.format import when as fmt_when  # ISO 8601 UTC to the second
 
@@ -159,15 +160,6 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
 def status_text(status: str | None) -> str:
     style = STATUS_STYLE.get(status or "", "")
     return f"[{style}]{status}[/]" if style else str(status)
-
-
-def placement_text(job: Mapping[str, Any]) -> str:
-    allocs = job.get("allocations") or []
-    if not allocs:
-        return "-"
-    nodes = sorted({a.get("node", "?") for a in allocs})
-    types = sorted({a.get("gpu_type") or "cpu" for a in allocs})
-    return f"{', '.join(types)} on {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}"
 
 
 def jobs_table(items: Iterable[Mapping[str, Any]], title: str = "jobs") -> Table:
@@ -334,26 +326,6 @@ def lease_text(lease: Mapping[str, Any]) -> str:
     if state == "active":
         return f"{base}, active until {fmt_when(lease.get('expires_at'))}"
     return f"{base}, {state} at {fmt_when(lease.get('ended_at') or lease.get('expires_at'))}"
-
-
-def request_text(spec: Mapping[str, Any] | None) -> str:
-    """What the job asked for, in one line (replicas x GPUs of types, memory, CPU)."""
-    if not spec:
-        return "-"
-    r = spec.get("resources") or {}
-    n = spec.get("replicas") or 1
-    if r.get("gpu_units") is not None:
-        what = f"{fmt_num(r['gpu_units'])} CU"
-    elif r.get("mig"):
-        what = f"MIG {r['mig']}"
-    elif r.get("gpu_share") is not None:
-        what = f"{fmt_num(r['gpu_share'])} of a GPU"
-    else:
-        what = f"{fmt_num(r.get('gpus', 0))} GPU(s)"
-    types = ", ".join(r.get("gpu_types") or []) or "any type"
-    mem = f", >= {fmt_num(r['min_gpu_memory_gb'])} GB/card" if r.get("min_gpu_memory_gb") else ""
-    return (f"{n} x {what} ({types}{mem}), {fmt_num(r.get('cpu', 1))} CPU, "
-            f"{fmt_num(r.get('memory_gb', 1))} GB per replica")
 
 
 def events_table(events: Iterable[Mapping[str, Any]], title: str = "events") -> Table:

@@ -1,13 +1,13 @@
 """Value formatting for people: the dashboard's Jinja2 filters and the CLI share these.
 
-Numbers are rounded (``14.286000000000001`` reads ``14.29``), durations read
+Numbers are rounded (``14.286000000000001`` reads ``14.3``, ``3.33333`` ``3.33``), durations
 ``1h05m``, timestamps are ISO 8601 UTC to the second. Escaping is not done
 here: Jinja2's autoescape escapes every value a template prints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -17,13 +17,29 @@ from markupsafe import Markup
 from app.domain.people import iso_utc
 
 
-def num(value: Any, digits: int = 4) -> str:
-    """A number with at most ``digits`` significant digits (ints unchanged), '-' for None."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
+def num(value: Any) -> str:
+    """A number as people read it, '-' for None: whole numbers with thousands
+    separators (``1,000``); from 100 up no decimals (``4,490``), from 10 one
+    (``14.3``), below that two at most (``3.33``, ``2.86``, ``0.5``), and two
+    significant digits for tiny values (``0.0012``)."""
+    if value is None or isinstance(value, bool):
+        return "-" if value is None else str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not isinstance(value, float):
+        return str(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    a = abs(value)
+    if a >= 100 or value == int(value):
+        return f"{round(value):,}"
+    if a >= 10:
+        text = f"{value:.1f}"
+    elif a >= 0.01:
+        text = f"{value:.2f}"
+    else:
+        return f"{value:.2g}"
+    return text.rstrip("0").rstrip(".")
 
 
 def pct(value: float | None) -> str:
@@ -69,6 +85,35 @@ def bar(ratio: float | None) -> Markup:
     )
 
 
+def request_text(spec: Mapping[str, Any] | None) -> str:
+    """What the job asked for, in one line (replicas x GPUs of types, memory, CPU)."""
+    if not spec:
+        return "-"
+    r = spec.get("resources") or {}
+    n = spec.get("replicas") or 1
+    if r.get("gpu_units") is not None:
+        what = f"{num(r['gpu_units'])} CU"
+    elif r.get("mig"):
+        what = f"MIG {r['mig']}"
+    elif r.get("gpu_share") is not None:
+        what = f"{num(r['gpu_share'])} of a GPU"
+    else:
+        what = f"{num(r.get('gpus', 0))} GPU(s)"
+    types = ", ".join(r.get("gpu_types") or []) or "any type"
+    mem = f", >= {num(r['min_gpu_memory_gb'])} GB/card" if r.get("min_gpu_memory_gb") else ""
+    return (f"{n} x {what} ({types}{mem}), {num(r.get('cpu', 1))} CPU, "
+            f"{num(r.get('memory_gb', 1))} GB per replica")
+
+
+def placement_text(job: Mapping[str, Any]) -> str:
+    allocs = job.get("allocations") or []
+    if not allocs:
+        return "-"
+    nodes = sorted({a.get("node", "?") for a in allocs})
+    types = sorted({a.get("gpu_type") or "cpu" for a in allocs})
+    return f"{', '.join(types)} on {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}"
+
+
 def _defined(f: Callable[..., Any]) -> Callable[..., Any]:
     """A template's missing value (jinja2 ``Undefined``) prints as a missing number: '-'."""
 
@@ -80,5 +125,6 @@ def _defined(f: Callable[..., Any]) -> Callable[..., Any]:
 
 FILTERS = {
     k: _defined(f)
-    for k, f in {"num": num, "pct": pct, "secs": secs, "when": when, "bar": bar}.items()
+    for k, f in {"num": num, "pct": pct, "secs": secs, "when": when, "bar": bar,
+                 "request": request_text, "placement": placement_text}.items()
 }

@@ -25,6 +25,7 @@ from app.api.routes.metrics import metrics_loop
 from app.api.schemas import event_out, job_out, lease_out
 from app.domain.errors import Forbidden, GpuqError
 from app.domain.states import STATUSES
+from app.reports.history import series, spans
 from app.reports.live import DEFAULT_WINDOW_S, live_fairness, live_utilization
 from app.store import catalog
 from app.store import jobs as job_store
@@ -273,6 +274,31 @@ def fairness(
         title="Fairness",
         active="/ui/fairness",
         report=live_fairness(session, now, window_s, metrics_loop(request).window),
+    )
+
+
+@router.get("/history", response_class=HTMLResponse)
+def history(
+    request: Request,
+    session: SessionDep,
+    now: NowDep,
+    viewer: ViewerDep,
+    window_s: Annotated[float, Query(ge=3600, le=7 * 86400)] = DEFAULT_WINDOW_S,
+) -> HTMLResponse:
+    """Queue depth, CU allocated per GPU type and each team's wait percentiles over the
+    window, drawn by the vendored uPlot (app/reports/history.py reads only the jobs open
+    now or ended in the window)."""
+    data = series(spans(session, now, window_s), now.timestamp(), window_s)
+    for key in ("wait_p50", "wait_p99"):  # a team sees its own waits only
+        data[key] = {t: v for t, v in data[key].items() if viewer.may_see(t)}
+    return render(
+        request,
+        "history.html",
+        title="History",
+        active="/ui/history",
+        refresh_s=60,
+        window_s=window_s,
+        data=data,
     )
 
 

@@ -18,7 +18,7 @@ from app.reports.live import live_fairness
 from app.reports.window import WindowRecords
 from app.scheduling.quota import QuotaLedger
 from app.store import catalog
-from app.store.orm import JobRow, LeaseRow, NodeRow, TeamRow
+from app.store.orm import GpuTypeRow, JobRow, LeaseRow, NodeRow, TeamRow
 from app.store.snapshot import read_catalog
 from app.store.usage import node_allocations, node_view, team_usage
 
@@ -52,6 +52,30 @@ def _lent_by_pool(session: Session) -> dict[str, dict[str, float]]:
     return out
 
 
+def capacity_by_type(session: Session) -> dict[str, float]:
+    """CU of every card of each GPU type (cards x the type's CU per card)."""
+    weight = dict(session.execute(select(GpuTypeRow.name, GpuTypeRow.weight)).all())
+    out: dict[str, float] = defaultdict(float)
+    for gpu_type, cards in session.execute(
+        select(NodeRow.gpu_type, func.sum(NodeRow.gpus)).where(NodeRow.gpu_type.is_not(None))
+        .group_by(NodeRow.gpu_type)
+    ):
+        out[gpu_type] += float(cards or 0) * float(weight.get(gpu_type, 1.0))
+    return dict(out)
+
+
+def dominant(
+    used_by_type: dict[str, float], capacity: dict[str, float]
+) -> tuple[float, str | None]:
+    """The team's dominant share (the largest fraction of any GPU type's capacity it
+    holds, as in dominant resource fairness) and that type."""
+    best, which = 0.0, None
+    for t, cap in capacity.items():
+        if cap > 0 and used_by_type.get(t, 0.0) / cap > best:
+            best, which = used_by_type[t] / cap, t
+    return best, which
+
+
 def teams_view(
     session: Session,
     now: datetime,
@@ -68,6 +92,8 @@ def teams_view(
     lent = _lent_by_pool(session)
     report = live_fairness(session, now, DAY_S, window)
     waits = {g["key"]: g for g in report.get("groups", {}).get("team", [])}
+    capacity = capacity_by_type(session)
+    total_cu = sum(capacity.values())
     out = []
     for r in rows:
         usage = team_usage(session, r)
@@ -77,6 +103,7 @@ def teams_view(
             dict.fromkeys([*quota_by_type, *usage["used_by_type"], *borrowed.get(r.name, {})])
         )
         quota = usage["quota_units"]
+        share, share_type = dominant(usage["used_by_type"], capacity)
         out.append(
             {
                 "name": r.name,
@@ -85,7 +112,10 @@ def teams_view(
                 "quota_units": quota,
                 "used_units": usage["used_units"],
                 "quota_ratio": usage["used_units"] / quota if quota else None,
-                "dominant_share": ledger.dominant_share(r.name),
+                "dominant_share": share,
+                "dominant_type": share_type,
+                "cluster_share": usage["used_units"] / total_cu if total_cu else None,
+                "fair_key": ledger.dominant_share(r.name),
                 "pending": usage["pending"],
                 "running": usage["running"] + usage["admitted"],
                 "wait_p50_s": waits.get(r.name, {}).get("wait_p50_s"),

@@ -7,6 +7,7 @@ control page that logs an error proves the check can fail.
 
 from __future__ import annotations
 
+import re
 import shutil
 import struct
 import subprocess
@@ -249,6 +250,7 @@ PAGES = [
     ("/ui/jobs", ["train-a", "serve-b", "train-wait", "running"]),
     ("/ui/jobs?team=cv", ["serve-b"]),
     ("/ui/tuning", ["Weight tuner", "recommend", "a100"]),
+    ("/ui/history", ["History", "Queue depth", "CU allocated per GPU type", "Wait per team"]),
 ]
 
 
@@ -326,3 +328,55 @@ def test_team_token_sees_its_jobs_and_cancels_with_the_button(browser, site):
     browser.wait_url("/ui/login")
     browser.open(site + "/ui/jobs")
     assert "/ui/login" in browser.wait_url("/ui/login")
+
+
+def test_history_charts_are_drawn_from_the_jobs(browser, site):
+    """The vendored uPlot draws the three pictures off-line, from the page's own data:
+    one waiting job now, the running jobs' CU per GPU type, each team's waits."""
+    browser.login(site, ADMIN)
+    browser.console()
+    browser.open(site + "/ui/history")
+    for _ in range(100):
+        if browser.js("return document.querySelectorAll('.chart canvas').length") == 3:
+            break
+        time.sleep(0.05)
+    assert browser.js("return document.querySelectorAll('.chart canvas').length") == 3
+    labels = browser.js(
+        "return document.getElementById('chart-allocated').chart.series.map(s => s.label)")
+    assert "a100" in labels and "v100" in labels, labels
+    last = browser.js("var d = document.getElementById('chart-queue').chart.data;"
+                      "return d[1][d[1].length - 1]")
+    pending = httpx.get(site + "/v1/queue", headers=AUTH).json()
+    assert last == len(pending.get("items", pending) if isinstance(pending, dict) else pending)
+    cu = browser.js("var d = document.getElementById('chart-allocated').chart.data;"
+                    "return d.slice(1).map(s => s[s.length - 1])")
+    assert sum(cu) > 0, cu
+    text = browser.text()
+    assert "nlp P50" in text and "cv P99" in text, text[-500:]
+    assert errors(browser.console()) == []
+    check_screenshot(browser.screenshot(), "ui-history")
+
+
+def test_job_page_shows_the_request_and_the_placement(browser, site):
+    browser.login(site, ADMIN)
+    browser.open(site + "/ui/jobs?team=nlp")
+    href = browser.js(
+        "return [...document.querySelectorAll('#jobs tbody tr')]"
+        ".find(r => r.cells[1].textContent.trim() == 'train-a')"
+        ".querySelector('a').getAttribute('href')")
+    browser.open(site + href)
+    request = browser.js("return document.getElementById('request').innerText")
+    placement = browser.js("return document.getElementById('placement').innerText")
+    assert "1 x 2 GPU(s) (a100" in request, request
+    assert placement.startswith("a100 on a100-0"), placement
+    assert errors(browser.console()) == []
+
+
+def test_teams_page_shows_shares_as_shares(browser, site):
+    browser.login(site, ADMIN)
+    browser.open(site + "/ui/teams")
+    shares = browser.js(
+        "return [...document.querySelectorAll('#teams td.share')].map(td => td.innerText)")
+    # a percentage of one GPU type's capacity, and which type (not "CU over weight": 64)
+    assert shares and all(re.fullmatch(r"\d+%( (a100|v100))?", s) for s in shares), shares
+    assert any(s.endswith(("a100", "v100")) for s in shares), shares

@@ -63,16 +63,25 @@ def test_fairness_jobs_and_tuning_pages():
                 {
                     "key": "nlp",
                     "jobs": 2,
-                    "wait_p50_s": 10,
-                    "wait_p99_s": 30,
+                    "wait_p50_s": 100,
+                    "wait_p99_s": 300,
                     "p99_p50_ratio": 3.0,
                     "jct_p50_s": 100,
-                }
+                },
+                {   # a P50 of 0.03 s: P99/P50 of 4,490 says nothing and is not shown
+                    "key": "cv",
+                    "jobs": 50,
+                    "wait_p50_s": 0.03,
+                    "wait_p99_s": 134.7,
+                    "p99_p50_ratio": 4490.0,
+                    "jct_p50_s": 100,
+                },
             ]
         },
     }
     html = render_text("fairness.html", title="Fairness", report=rep)
-    assert "<b>3.00</b>" in html and "no head-of-line" in html
+    assert "<b>3</b>" in html and "no head-of-line" in html
+    assert "4490" not in html and "4,490" not in html and "says nothing" in html
     html = render_text(
         "jobs.html",
         title="Jobs",
@@ -141,7 +150,9 @@ def test_queue_hides_other_teams_but_keeps_positions():
 
 
 def test_people_formats():
-    assert num(14.286000000000001) == "14.29" and num(3) == "3" and num(None) == "-"
+    assert num(14.286000000000001) == "14.3" and num(3) == "3" and num(None) == "-"
+    assert num(3.33333) == "3.33" and num(2.857) == "2.86" and num(4490.2) == "4,490"
+    assert num(1000) == "1,000" and num(0.5) == "0.5" and num(64.0) == "64"
     assert secs(3725) == "1h02m" and secs(-5) == "-5s"
     assert when(datetime(2026, 12, 1, 2, 40, 5, 123456, tzinfo=UTC)) == "2026-12-01T02:40:05Z"
     assert when("2026-12-01T03:40:05+01:00") == "2026-12-01T02:40:05Z"
