@@ -31,6 +31,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check app tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/core.py

@@ -434,10 +434,10 @@ class GpuqConfig(ConfigModel):
                 for dev, layout in n.mig_layouts().items():
                     if gt is None:
                         continue
-                    for p in layout:
-                        if p not in gt.mig_profiles:
+                    for prof in layout:
+                        if prof not in gt.mig_profiles:
                             raise ValueError(
-                                f"node {n.name}: device {dev} MIG profile {p!r} "
+                                f"node {n.name}: device {dev} MIG profile {prof!r} "
                                 f"is not defined for {gt.name}"
                             )
                     if dev >= n.gpus:
@@ -448,9 +448,9 @@ class GpuqConfig(ConfigModel):
                 if types and t not in types:
                     raise ValueError(f"pool {p.name}: unknown gpu type {t!r}")
         for tm in self.teams:
-            for p in [tm.pool, *tm.allowed_pools]:
-                if pools and p not in pools:
-                    raise ValueError(f"team {tm.name}: unknown pool {p!r}")
+            for name in [tm.pool, *tm.allowed_pools]:
+                if pools and name not in pools:
+                    raise ValueError(f"team {tm.name}: unknown pool {name!r}")
         return self
 
 

@@ -31,7 +31,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 GB = Decimal(10**9)
-_SUFFIX = {
+_SUFFIX: dict[str, int | Decimal] = {
     "": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
     "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
     "Pi": 2**50, "Ei": 2**60,

@@ -59,7 +59,7 @@ def check_dns_label(value: str, field: str = "name") -> str:
 _NAME_RX = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _PREFIX_RX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
 # :func:`check_labels` as JSON Schema (the prefix's 253-character cap aside)
-LABELS_SCHEMA = {
+LABELS_SCHEMA: dict[str, Any] = {
     "propertyNames": {
         "pattern": f"^({_PREFIX_RX})?{_NAME_RX}$",
         "maxLength": 317,

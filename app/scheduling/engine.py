@@ -188,11 +188,11 @@ class Cycle:
                 fit = v  # type: ignore[assignment]
                 continue
             if kind is NoFit:
-                self._wait(job, gate, v.reason)  # type: ignore[arg-type]
+                self._wait(job, gate, v.reason)  # type: ignore[union-attr,arg-type]
                 return
             if self.try_preempt(job, sig):  # Preempt: the one preemptor
                 return
-            reason = v.reason
+            reason = v.reason  # type: ignore[union-attr]
             if reason is None:  # placement: explained only now
                 reason = self.explain_no_room(job, sig)
             elif reason.code is not ReasonCode.TEAM_QUOTA:

@@ -48,7 +48,7 @@ def view(names: frozenset[str] | set[str]) -> Callable[[JobRequest], tuple]:
     get = attrgetter(*ordered)
     if len(ordered) == 1:
         return lambda job: (get(job),)
-    return get  # type: ignore[return-value]
+    return get
 
 
 def job_view(*fns: Callable[..., object]) -> Callable[[JobRequest], tuple]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from app.scheduling.capacity_index import CapacityIndex
@@ -187,7 +187,10 @@ def _place_gang(
     # (the engine reserves the admitted placement once; this saved 2 of every 3
     # capacity-index updates of a cycle of single-replica jobs)
     single = job.replicas == 1
-    with nullcontext([]) if single else state.trial() as placed:
+    trial: AbstractContextManager[list[ReplicaPlacement]] = (
+        nullcontext([]) if single else state.trial()
+    )
+    with trial as placed:
         total = 0.0
         gang_nodes: dict[str, int] = {}
         gang_racks: set[str] = set()

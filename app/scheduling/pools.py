@@ -271,7 +271,7 @@ class PoolLedger:
     def plan(
         self, job: JobRequest, need: Mapping[str, float], may_borrow: bool = True,
         borrow_wait_s: float = 0.0,
-    ) -> Charge | str:
+    ) -> Charge | Reason:
         """How the pool pays for ``need`` CU per type, or why it cannot.
 
         Order: own guarantee, then the pool's weighted share of unguaranteed
