@@ -323,6 +323,11 @@ class SchedulerConfig:
     comparative_advantage: bool = True
     max_reservations: int = 4  # jobs that may hold capacity in one cycle
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
+    # jobs without GPUs may run on GPU nodes: off by default, they run on CPU-only nodes.
+    # A container the device plugin gave no card still sees every card of its node when
+    # the node's default runtime is nvidia and the image sets NVIDIA_VISIBLE_DEVICES=all
+    # (CUDA base images do): a zero-GPU job on a GPU node uses GPUs at 0 CU
+    cpu_jobs_on_gpu_nodes: bool = False
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object] | None) -> SchedulerConfig:

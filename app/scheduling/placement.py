@@ -233,7 +233,7 @@ def _renumber(p: ReplicaPlacement, replica: int) -> ReplicaPlacement:
 
 def _node_names(
     job: JobRequest, d: Demand, state: ClusterState, index: CapacityIndex,
-    gang_nodes: dict[str, int],
+    gang_nodes: dict[str, int], cpu_on_gpu_nodes: bool = False,
 ) -> Iterator[str]:
     spread = job.placement == "spread"
     if gang_nodes and not spread:
@@ -246,7 +246,8 @@ def _node_names(
         yield from index.nodes_with_share(d.gpu_type or "", d.share)
     else:
         yield from index.cpu_nodes
-        yield from (n for n in index.caps if n not in index.cpu_nodes)
+        if cpu_on_gpu_nodes:
+            yield from (n for n in index.caps if n not in index.cpu_nodes)
 
 
 def _candidates(
@@ -272,7 +273,8 @@ def _candidates(
     gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
     nodes = state.nodes
     caps = index.caps
-    for name in _node_names(job, d, state, index, gang_nodes):
+    for name in _node_names(job, d, state, index, gang_nodes,
+                            ctx.config.cpu_jobs_on_gpu_nodes):
         if out:
             budget -= 1
             if budget <= 0:
@@ -320,7 +322,12 @@ def _state_candidates(
     """
     cap_states = ctx.config.candidate_states
     gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
-    types = [d.gpu_type or ""] if d.kind != "none" else index.group_types()
+    if d.kind != "none":
+        types: list[str | None] = [d.gpu_type or ""]
+    elif ctx.config.cpu_jobs_on_gpu_nodes:
+        types = index.group_types()
+    else:  # a job without GPUs: CPU-only nodes
+        types = [None]
     # everything score() declares it reads of the job, and the demand
     shape = (SCORE_READS(job), d)
     cache = ctx.score_cache
@@ -366,6 +373,8 @@ def fit_on_node(
         return None
     if d.kind != "none" and node.gpu_type != d.gpu_type:
         return None
+    if d.kind == "none" and node.gpu_type is not None and not ctx.config.cpu_jobs_on_gpu_nodes:
+        return None  # a job without GPUs runs on CPU-only nodes (SchedulerConfig)
     hold = ctx.holds.get(node.name) if ctx.holds else None
     if hold is not None and not ctx.may_use_hold(job, hold) and not _leaves_hold(
         d, node, hold, cpu, mem

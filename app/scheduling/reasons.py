@@ -50,13 +50,16 @@ class StaticCapacity:
     max_cpu: float
     max_memory_gb: float
     unschedulable: tuple[str, ...] = ()  # nodes counted although cordoned / not ready
+    # CPU and memory of the largest CPU-only nodes (0: none): where jobs without GPUs run
+    cpu_node_max_cpu: float = 0.0
+    cpu_node_max_memory_gb: float = 0.0
 
     @classmethod
     def of(cls, nodes: Sequence[Node], *, schedulable_only: bool = False) -> StaticCapacity:
         """The capacity of ``nodes`` with nothing running: all of them (what
         could ever fit), or only the schedulable ones (what could fit today)."""
         by_type: dict[str, TypeCapacity] = {}
-        max_cpu = max_mem = 0.0
+        max_cpu = max_mem = cpu_cpu = cpu_mem = 0.0
         off: list[str] = []
         for n in nodes:
             if not n.schedulable:
@@ -65,6 +68,8 @@ class StaticCapacity:
                 off.append(n.name)
             max_cpu = max(max_cpu, n.cpu)
             max_mem = max(max_mem, n.memory_gb)
+            if n.gpu_type is None:
+                cpu_cpu, cpu_mem = max(cpu_cpu, n.cpu), max(cpu_mem, n.memory_gb)
             if not n.devices or n.gpu_type is None:
                 continue
             tc = by_type.setdefault(n.gpu_type, TypeCapacity())
@@ -81,7 +86,7 @@ class StaticCapacity:
             for d in n.devices:
                 for p in d.mig_layout:
                     tc.mig_slices[p] = tc.mig_slices.get(p, 0) + 1
-        return cls(by_type, max_cpu, max_mem, tuple(off))
+        return cls(by_type, max_cpu, max_mem, tuple(off), cpu_cpu, cpu_mem)
 
 
 def _types_text(job: JobRequest, names: Sequence[str]) -> str:
@@ -105,6 +110,19 @@ def _never_text(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) 
         )
     mode = job.mode
     if mode == "gpus" and not job.gpus:
+        if ctx.config.cpu_jobs_on_gpu_nodes:
+            return None
+        if not static.cpu_node_max_cpu:
+            return ("a job without GPUs runs on CPU-only nodes and the cluster has none "
+                    "(or set scheduler.cpu_jobs_on_gpu_nodes: true to let such jobs use GPU "
+                    "nodes)")
+        if (job.cpu > static.cpu_node_max_cpu + EPS
+                or job.memory_gb > static.cpu_node_max_memory_gb + EPS):
+            return (
+                f"no CPU-only node has {job.cpu:g} CPU and {job.memory_gb:g} GB memory per "
+                f"replica (largest: {static.cpu_node_max_cpu:g} CPU, "
+                f"{static.cpu_node_max_memory_gb:g} GB); jobs without GPUs run on CPU-only "
+                "nodes")
         return None
     names = allowed_type_names(job, ctx.gpu_types, ctx.pools)
     if not names:

@@ -79,13 +79,21 @@ def trace_file(base: Path, p: str | None, field: str, trace_dir: str | Path | No
                      f"{', '.join(str(q) for q in dict.fromkeys(tried))}){hint}")
 
 
+# Replays of the openb trace read only its GPU nodes, and its CPU-only pods have always
+# been replayed on them, for gpuq and every baseline alike; the service's default keeps
+# jobs without GPUs on CPU-only nodes (SchedulerConfig.cpu_jobs_on_gpu_nodes).
+OPENB_SCHEDULER = {"cpu_jobs_on_gpu_nodes": True}
+
+
 def _merge(cfg: GpuqConfig, doc: dict[str, Any]) -> GpuqConfig:
     """The scenario's own cluster wins; jobs come from the trace; missing teams are added."""
     own = cfg.model_dump(exclude={"trace", "jobs"}, exclude_defaults=True)
     out = dict(doc)
-    for key in ("gpu_types", "nodes", "pools", "teams", "priority_classes", "scheduler"):
+    for key in ("gpu_types", "nodes", "pools", "teams", "priority_classes"):
         if own.get(key):
             out[key] = own[key]
+    if own.get("scheduler"):  # the scenario's knobs over the trace's
+        out["scheduler"] = {**(out.get("scheduler") or {}), **own["scheduler"]}
     if own.get("nodes") and not own.get("teams"):
         pool = (out.get("pools") or [{"name": "default"}])[0]["name"]
         out["pools"] = out.get("pools") or [{"name": pool}]
@@ -135,6 +143,7 @@ def scenario_from_trace(
                 load=float(opts["load"]),
                 max_runtime_s=float(opts.get("max_runtime_s", 2 * 86400.0)),
             )
+            doc["scheduler"] = {**(doc.get("scheduler") or {}), **OPENB_SCHEDULER}
             return ScenarioModel.from_config(_merge(cfg, doc))
         t0 = min((p.creation_time or 0.0 for p in pods), default=0.0)
         specs = []
@@ -147,6 +156,7 @@ def scenario_from_trace(
             "nodes": [n.model_dump(exclude_none=True) for n in node_configs(nodes)],
             "pools": [{"name": "default"}],
             "teams": [{"name": "openb", "pool": "default"}],
+            "scheduler": dict(OPENB_SCHEDULER),
             "jobs": specs,
         }
         return ScenarioModel.from_config(_merge(cfg, doc))

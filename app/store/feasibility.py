@@ -27,6 +27,7 @@ from app.domain.spec import JobSpec
 from app.scheduling.feasibility import Refusal, submit_refusal
 from app.scheduling.model import PriorityInfo, SchedulerConfig, Snapshot
 from app.store.catalog_cache import CatalogView, TeamRef
+from app.store.config_loader import scheduler_knobs
 from app.store.node_rows import SOURCE as NODE_SYNC_SOURCE
 from app.store.orm import NodeRow
 from app.store.snapshot import read_catalog
@@ -50,7 +51,8 @@ def _read(conn: Connection, revision: int, now: datetime) -> _Kept:
     with Session(bind=conn) as s:
         cat = read_catalog(s)
         kube = bool(s.scalar(select(exists().where(NodeRow.source == NODE_SYNC_SOURCE))))
-    snap = cat.snapshot(now, [], [], SchedulerConfig())
+        knobs = scheduler_knobs(s)  # e.g. whether jobs without GPUs may use GPU nodes
+    snap = cat.snapshot(now, [], [], SchedulerConfig.from_mapping(knobs))
     kept = _Kept(revision, to_epoch(now), snap, kube)
     with _lock:
         _cache[conn.engine] = kept

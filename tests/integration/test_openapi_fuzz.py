@@ -68,6 +68,8 @@ def _job(spec: object) -> None:
                 res[key] = min(res[key], most)
         res.pop("gpu_types", None)
         res.pop("avoid_gpu_types", None)
+        if res.get("gpus") == 0:  # jobs without GPUs run on CPU-only nodes: the demo has none
+            res["gpus"] = 1
         if res.get("mig") is not None:
             res["mig"] = MIG
             res["gpu_types"] = [TYPE]

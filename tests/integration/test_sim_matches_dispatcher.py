@@ -38,6 +38,7 @@ pools:
 teams:
   - {name: nlp, pool: shared}
   - {name: vision, pool: shared}
+scheduler: {cpu_jobs_on_gpu_nodes: true}  # no CPU-only node: the cpu-only job uses a GPU node
 jobs:
   - {name: big, team: nlp, submit_at_s: 1, duration_estimate_s: 20,
      resources: {gpus: 4, min_gpu_memory_gb: 40}}

@@ -47,7 +47,8 @@ def test_cpu_only_pod_pays_the_fragmentation_it_causes() -> None:
 def test_cpu_only_pod_goes_where_it_strands_no_card() -> None:
     nodes = [node("tight", "v100-16g", 1, cpu=8, mem=64), node("roomy", "v100-16g", 1, cpu=32,
                                                                mem=64)]
-    cfg = SchedulerConfig(w_binpack=0, w_headroom=0)
+    # GPU nodes take jobs without GPUs only when the config allows it (as openb's replays)
+    cfg = SchedulerConfig(w_binpack=0, w_headroom=0, cpu_jobs_on_gpu_nodes=True)
     ctx = PlacementContext(gpu_types=TYPES, config=cfg, mix=GPU_MIX)
     (p,) = place_job(job("c", gpus=None, cpu=4.0, memory_gb=4.0), ClusterState(nodes, TYPES), ctx)
     assert p.node == "roomy"
@@ -122,7 +123,7 @@ def test_same_state_on_another_type_is_scored_for_its_own_type() -> None:
     nodes = [node("r", "rtx4090-24g", 1, cpu=8, mem=64), node("v", "v100-16g", 1, cpu=8, mem=64)]
     mix = WorkloadMix((MixEntry(gpus=1, gpu_share=0.0, cpu=8.0, memory_gb=16.0,
                                 gpu_types=("rtx4090-24g",)),))
-    ctx = PlacementContext(gpu_types=TYPES, config=SchedulerConfig(w_binpack=0, w_headroom=0),
-                           mix=mix)
+    cfg = SchedulerConfig(w_binpack=0, w_headroom=0, cpu_jobs_on_gpu_nodes=True)
+    ctx = PlacementContext(gpu_types=TYPES, config=cfg, mix=mix)
     (p,) = place_job(job("c", gpus=None, cpu=4.0, memory_gb=4.0), ClusterState(nodes, TYPES), ctx)
     assert p.node == "v"

@@ -70,8 +70,9 @@ def _cover() -> dict[ReasonCode, CycleResult]:
                    whole("a0", "a100-80g", (0, 1, 2, 3)))
     out[ReasonCode.CAPACITY] = schedule(snap(a, [job("x")], running=[busy]))
     cpu_busy = running(busy.request, whole("a0", "a100-80g", (0, 1, 2, 3), cpu=60))
-    out[ReasonCode.HOST_RESOURCES] = schedule(snap(a, [job("x", gpus=0, cpu=10)],
-                                                   running=[cpu_busy]))
+    out[ReasonCode.HOST_RESOURCES] = schedule(snap(
+        a, [job("x", gpus=0, cpu=10)], running=[cpu_busy],
+        config=SchedulerConfig(cpu_jobs_on_gpu_nodes=True)))
     # an old job that gets a reservation, and a young one behind it told who holds the cards
     half = running(job("r", gpus=2, preemptible=False, priority="P0", priority_value=1000,
                        duration_estimate_s=100.0), whole("a0", "a100-80g", (0, 1)))
