@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -28,6 +28,11 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path(".gpuq"), alias="GPUQ_DATA_DIR")
     # the admin bearer token; unset: generated on first start, printed once, kept in the data folder
     admin_token: str | None = Field(default=None, alias="GPUQ_ADMIN_TOKEN")
+    # a file holding DATABASE_URL (a mounted Secret, so the value is never in the
+    # environment, `kubectl describe` or /proc/<pid>/environ); read when DATABASE_URL is unset
+    database_url_file: Path | None = Field(default=None, alias="DATABASE_URL_FILE")
+    # a file holding GPUQ_ADMIN_TOKEN (a mounted Secret); read when that variable is unset
+    admin_token_file: Path | None = Field(default=None, alias="GPUQ_ADMIN_TOKEN_FILE")
     # cluster backend: the in-process simulated cluster, or the Kubernetes API (in-cluster
     # ServiceAccount or KUBECONFIG)
     cluster: Literal["simulated", "kubernetes"] = Field(default="simulated", alias="GPUQ_CLUSTER")
@@ -140,6 +145,23 @@ class Settings(BaseSettings):
     ui_public: bool = Field(default=False, alias="GPUQ_UI_PUBLIC")
     # estimated start times are recomputed at most this often (a bounded forward replay)
     estimate_interval_s: float = Field(default=30.0, gt=0, alias="GPUQ_ESTIMATE_INTERVAL")
+
+    @model_validator(mode="after")
+    def _from_files(self) -> Settings:
+        """DATABASE_URL_FILE / GPUQ_ADMIN_TOKEN_FILE: the secret from a mounted file (the
+        manifests mount Secret gpuq-secrets read-only); a missing file stops the start
+        with its name rather than running without the secret."""
+        for field, path in (("database_url", self.database_url_file),
+                            ("admin_token", self.admin_token_file)):
+            if path is not None and getattr(self, field) is None:
+                try:
+                    value = path.read_text().strip()
+                except OSError as e:
+                    raise ValueError(f"cannot read {path} ({e.strerror})") from None
+                if not value:
+                    raise ValueError(f"{path} is empty")
+                setattr(self, field, value)
+        return self
 
 
 def get_settings() -> Settings:

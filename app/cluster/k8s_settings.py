@@ -81,6 +81,10 @@ class KubeSettings(BaseSettings):
     # RuntimeClasses a job's pod_template may name (none by default: the `nvidia`
     # class exposes every card of a node to a container that names it).
     runtime_classes: Csv = Field(default_factory=list)
+    # Extended resources a job's pod_template may request besides the GPU types' (an RDMA
+    # device plugin's, for InfiniBand: docs/operations.md, "RDMA and InfiniBand"). gpuq
+    # does not count them; the kubelet refuses a Pod when they run out.
+    extended_resources: Csv = Field(default_factory=list)
 
     def install_policy(self) -> InstallPolicy:
         """What every team's Pod policy inherits from the install."""
@@ -89,6 +93,7 @@ class KubeSettings(BaseSettings):
             tolerated_taints=tuple(self.tolerated_taints),
             kubernetes_version=self.version,
             runtime_classes=tuple(self.runtime_classes),
+            extended_resources=tuple(self.extended_resources),
         )
 
     # Kubernetes workload kinds queued by the front door (docs/operations.md): a
@@ -101,7 +106,7 @@ class KubeSettings(BaseSettings):
     rendezvous_port: int = Field(default=29500, ge=1, le=65535)
 
     @field_validator("rack_labels", "tolerated_taints", "runtime_classes", "workload_kinds",
-                     mode="before")
+                     "extended_resources", mode="before")
     @classmethod
     def _csv(cls, v: object) -> object:
         return _split(v)

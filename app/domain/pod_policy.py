@@ -103,6 +103,10 @@ class InstallPolicy:
     # RuntimeClasses a template may name (GPUQ_K8S_RUNTIME_CLASSES); empty: none. The
     # `nvidia` class alone hands a container every card of the node (issue 28).
     runtime_classes: tuple[str, ...] = ()
+    # extended resources a template may ask for besides the GPU types'
+    # (GPUQ_K8S_EXTENDED_RESOURCES), e.g. an RDMA device plugin's rdma/hca_shared_devices_a
+    # for InfiniBand teams; none by default
+    extended_resources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -752,7 +756,7 @@ def device_violations(
             for name in res.get(part) or {}:
                 if "/" in name and not name.startswith(STANDARD_RESOURCES) and (
                     not _is_accelerator(name, policy.gpu_resources)
-                ):
+                ) and name not in policy.install.extended_resources:
                     out.append(Violation(
                         f"{path}.resources.{part}.{name}",
                         "extended (device) resources are not allowed in a template; "

@@ -96,6 +96,9 @@ class Session:
                 rbac.create_cluster_role(doc)
             elif doc["kind"] == "ClusterRoleBinding":
                 rbac.create_cluster_role_binding(doc)
+            elif doc["metadata"].get("namespace") == "default":  # Node events' Role
+                (rbac.create_namespaced_role if doc["kind"] == "Role"
+                 else rbac.create_namespaced_role_binding)("default", doc)
         sched = client.SchedulingV1Api(self.admin)
         for doc in _docs("k8s/priorityclasses.yaml"):
             sched.create_priority_class(doc)
@@ -132,7 +135,8 @@ class RealKube:
             "pod-security.kubernetes.io/enforce-version": "latest"}}})
         rbac = client.RbacAuthorizationV1Api(self.s.admin)
         for doc in self.s.rbac_docs:
-            if doc["kind"] in ("Role", "RoleBinding"):
+            if doc["kind"] in ("Role", "RoleBinding") and doc["metadata"].get(
+                    "namespace") == "gpuq-jobs":
                 d = copy.deepcopy(doc)
                 d["metadata"]["namespace"] = name
                 (rbac.create_namespaced_role if d["kind"] == "Role"

@@ -113,18 +113,23 @@ JOB_RIGHTS = {
     ("pods", "watch"), ("pods/binding", "create"), ("pods/eviction", "create"),
     # the headless Service of a multi-replica job (rendezvous hostnames)
     ("services", "create"), ("services", "delete"), ("services", "get"), ("services", "list"),
+    ("events", "create"),  # Events on the job Pods
 }
 
 
 def test_rbac_is_least_privilege() -> None:
     objs = all_objects()
-    # cluster-wide: read nodes and pods, create events; no write to anything else
+    # cluster-wide: read nodes, pods and services; no write to anything
     assert _rules(objs[("ClusterRole", "gpuq-scheduler")]) == {
         ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
         ("pods", "get"), ("pods", "list"), ("pods", "watch"),
         ("services", "get"), ("services", "list"), ("services", "watch"),
-        ("events", "create"),
     }
+    # Node events: created in `default` only (namespaced, not cluster-wide)
+    node_events = objs[("Role", "gpuq-node-events")]
+    assert node_events["metadata"]["namespace"] == "default"
+    assert _rules(node_events) == {("events", "create")}
+    assert objs[("RoleBinding", "gpuq-node-events")]["subjects"] == GPUQ_SA
     assert objs[("ClusterRoleBinding", "gpuq-scheduler")]["subjects"] == GPUQ_SA
     # Pods/Binding/Eviction rights only in the job namespace
     role = objs[("Role", "gpuq-jobs")]
@@ -178,7 +183,7 @@ def test_deployments_replicas_probes_non_root() -> None:
         assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert pod["securityContext"]["runAsNonRoot"] is True
         env = {e["name"]: e for e in c["env"]}
-        assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "gpuq-secrets"
+        assert env["DATABASE_URL_FILE"]["value"] == "/etc/gpuq/secrets/database-url"
     disp = objs[("Deployment", "gpuq-dispatcher")]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in disp["containers"][0]["env"]}
     assert env["GPUQ_CLUSTER"] == "kubernetes"
@@ -248,7 +253,7 @@ def generated(target: Path) -> int:
 
 @KUBECTL
 @pytest.mark.parametrize("target", ["", "migrate", "postgres", "overlays/extra-job-namespace",
-                                    "overlays/ingress-tls"])
+                                    "overlays/ingress-tls", "overlays/rdma-jobs"])
 def test_kubectl_kustomize_builds(target: str) -> None:
     built = kustomize(K8S / target)
     expected = generated(K8S / target) + sum(
@@ -392,3 +397,151 @@ def test_compose_keeps_the_database_and_the_data_folder() -> None:
     named = {v.split(":")[0] for spec in compose["services"].values()
              for v in spec.get("volumes", [])}
     assert named <= set(compose["volumes"])
+
+
+# --- what a cluster admin checks before applying (security section of docs/operations.md)
+
+
+def _pod_specs(built: list[dict]) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in built
+            if d["kind"] in ("Deployment", "StatefulSet", "Job")}
+
+
+def _selects_pod(selector: dict, labels: dict) -> bool:
+    """A LabelSelector (matchLabels and In/NotIn/Exists/DoesNotExist) against labels."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        k, op, vals = e["key"], e["operator"], e.get("values") or []
+        ok = {"In": labels.get(k) in vals, "NotIn": labels.get(k) not in vals,
+              "Exists": k in labels, "DoesNotExist": k not in labels}[op]
+        if not ok:
+            return False
+    return True
+
+
+def _may_reach(policies: list[dict], pod_labels: dict, port: int, ns_labels: dict,
+               peer_labels: dict, same_namespace: bool) -> bool:
+    """Whether NetworkPolicy lets a Pod (peer_labels, in a namespace with ns_labels) reach
+    ``port`` of a Pod with ``pod_labels`` in the gpuq namespace."""
+    selecting = [p for p in policies if _selects_pod(p["spec"]["podSelector"], pod_labels)
+                 and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])]
+    if not selecting:
+        return True
+    for p in selecting:
+        for rule in p["spec"].get("ingress") or []:
+            if rule.get("ports") and port not in [x["port"] for x in rule["ports"]]:
+                continue
+            for peer in rule.get("from") or [{}]:
+                ns_sel, pod_sel = peer.get("namespaceSelector"), peer.get("podSelector")
+                ns_ok = _selects_pod(ns_sel, ns_labels) if ns_sel is not None else same_namespace
+                pod_ok = pod_sel is None or _selects_pod(pod_sel, peer_labels)
+                if ns_ok and pod_ok:
+                    return True
+    return False
+
+
+@KUBECTL
+def test_job_namespaces_cannot_reach_gpuq_or_its_database() -> None:
+    base, pg = kustomize(K8S), kustomize(K8S / "postgres")
+    policies = [d for d in base + pg if d["kind"] == "NetworkPolicy"]
+    assert all(p["metadata"]["namespace"] == "gpuq" for p in policies)
+    api = {"app.kubernetes.io/name": "gpuq", "app.kubernetes.io/component": "api"}
+    disp = {**api, "app.kubernetes.io/component": "dispatcher"}
+    db = {**api, "app.kubernetes.io/component": "postgres"}
+    namespaces = {d["metadata"]["name"]: d["metadata"]["labels"] for d in
+                  base + kustomize(K8S / "overlays" / "extra-job-namespace")
+                  + kustomize(K8S / "overlays" / "rdma-jobs") if d["kind"] == "Namespace"}
+    job_pod = {"app.kubernetes.io/managed-by": "gpuq", "gpuq.io/job-id": "1"}
+    for ns in ("gpuq-jobs", "nlp-jobs", "ib-jobs"):
+        for target, port in ((api, 8000), (disp, 8000), (db, 5432)):
+            assert not _may_reach(policies, target, port, namespaces[ns], job_pod, False), (
+                ns, target)
+    ingress_ns = {"kubernetes.io/metadata.name": "ingress-nginx"}
+    assert _may_reach(policies, api, 8000, ingress_ns, {}, False)  # the Ingress still can
+    assert _may_reach(policies, disp, 8000, {"kubernetes.io/metadata.name": "monitoring"},
+                      {}, False)  # Prometheus scrapes /metrics
+    assert not _may_reach(policies, db, 5432, ingress_ns, {}, False)
+    for comp in ("api", "dispatcher", "migrate"):  # gpuq itself reaches its database
+        assert _may_reach(policies, db, 5432, namespaces["gpuq"],
+                          {**api, "app.kubernetes.io/component": comp}, True)
+    # every namespace gpuq puts jobs in is a job namespace for the policy
+    for ns in ("gpuq-jobs", "nlp-jobs", "ib-jobs"):
+        assert namespaces[ns]["app.kubernetes.io/component"] == "jobs"
+
+
+@KUBECTL
+def test_disruption_budgets_and_spread() -> None:
+    base = kustomize(K8S)
+    objs = by_kind(base)
+    deployments = [d for d in base if d["kind"] == "Deployment"]
+    pdbs = [d for d in base + kustomize(K8S / "postgres")
+            if d["kind"] == "PodDisruptionBudget"]
+    for d in deployments:
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        (pdb,) = [p for p in pdbs if _selects_pod(p["spec"]["selector"], labels)]
+        assert pdb["spec"]["minAvailable"] == 1 < d["spec"]["replicas"]
+        spread = {c["topologyKey"]: c for c in
+                  d["spec"]["template"]["spec"]["topologySpreadConstraints"]}
+        # never both replicas on one node; zones where there are zones
+        assert spread["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+        assert "topology.kubernetes.io/zone" in spread
+        for c in spread.values():
+            assert _selects_pod(c["labelSelector"], labels)
+    pg_labels = {"app.kubernetes.io/name": "gpuq", "app.kubernetes.io/component": "postgres"}
+    assert any(_selects_pod(p["spec"]["selector"], pg_labels) for p in pdbs)
+    assert ("PodDisruptionBudget", "gpuq-api") in objs
+
+
+@KUBECTL
+def test_secrets_come_from_mounted_files_never_the_environment() -> None:
+    built = kustomize(K8S) + kustomize(K8S / "migrate") + kustomize(K8S / "postgres")
+    for name, pod in _pod_specs(built).items():
+        c = pod["containers"][0]
+        for e in c.get("env") or []:
+            assert "secretKeyRef" not in (e.get("valueFrom") or {}), (name, e["name"])
+        assert not any("secretRef" in f for f in c.get("envFrom") or []), name
+        secrets = {v["name"]: v["secret"] for v in pod.get("volumes") or [] if "secret" in v}
+        assert secrets, name
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        for vol, sec in secrets.items():
+            assert mounts[vol]["readOnly"] is True
+            assert sec["defaultMode"] & 0o007 == 0  # not world-readable
+        files = {e["name"]: e.get("value", "") for e in c.get("env") or []
+                 if e["name"].endswith("_FILE")}
+        assert files and all(v.startswith(mounts[next(iter(secrets))]["mountPath"])
+                             for v in files.values()), name
+
+
+@KUBECTL
+def test_migration_job_is_gitops_friendly_and_postgres_pinned() -> None:
+    (job,) = kustomize(K8S / "migrate")
+    ann = job["metadata"]["annotations"]
+    assert ann["argocd.argoproj.io/hook"] == "PreSync"
+    assert ann["argocd.argoproj.io/hook-delete-policy"] == "BeforeHookCreation"
+    assert ann["kustomize.toolkit.fluxcd.io/force"] == "enabled"
+    (pg,) = [d for d in kustomize(K8S / "postgres") if d["kind"] == "StatefulSet"]
+    image = pg["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert re.fullmatch(r"postgres:\d+\.\d+[-\w.]*(@sha256:[0-9a-f]{64})?", image), image
+
+
+@KUBECTL
+def test_rdma_overlay_allows_ipc_lock_and_nothing_quieter() -> None:
+    built = by_kind(kustomize(K8S / "overlays" / "rdma-jobs"))
+    labels = built[("Namespace", "ib-jobs")]["metadata"]["labels"]
+    # IPC_LOCK is outside baseline: privileged enforced, baseline warned and audited
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/warn"] == "baseline"
+    assert labels["pod-security.kubernetes.io/audit"] == "baseline"
+    assert _rules(built[("Role", "gpuq-jobs")]) == JOB_RIGHTS
+    # an IB template passes a privileged team's policy with the RDMA resource allowed ...
+    sc = {"capabilities": {"add": ["IPC_LOCK"], "drop": ["ALL"]}}
+    template = {"metadata": {"namespace": "ib-jobs"}, "spec": {"containers": [
+        {"name": "train", "image": "trainer:1", "securityContext": sc,
+         "resources": {"limits": {"rdma/rdma_shared_device_a": "1"}}}]}}
+    install = KubeSettings(extended_resources="rdma/rdma_shared_device_a").install_policy()
+    ok = PodPolicy(level="privileged", namespaces=("ib-jobs",), install=install)
+    assert check_template(template, ok) == []
+    # ... and neither without the setting nor for a restricted team
+    assert check_template(template, PodPolicy(level="privileged", namespaces=("ib-jobs",)))
+    assert check_template(template, PodPolicy(namespaces=("ib-jobs",), install=install))
