@@ -818,14 +818,6 @@ class KubernetesCluster:
                     self._events.append(JobStatusEvent(job_id, phase, message))
         return report
 
-    def wait_synced(self, timeout_s: float = 10.0) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if all(inf.synced.is_set() for inf in self.informers):
-                return True
-            time.sleep(0.01)
-        return False
-
     def __enter__(self) -> KubernetesCluster:
         return self
 

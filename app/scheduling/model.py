@@ -254,8 +254,6 @@ class SchedulerConfig:
 
     # memory waste: prefer the card whose memory fits the request most tightly
     w_memory_waste: float = 1.0
-    # not read by the core: gpu_units requests take the least CU overshoot by construction
-    w_overshoot: float = 1.0
     # the pool's GPU types in preference order: earlier types score higher
     w_type_preference: float = 0.5
     # binpack jobs: prefer fuller nodes (and a gang on the fewest nodes)

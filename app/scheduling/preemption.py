@@ -51,7 +51,6 @@ from app.scheduling.verdicts import Reason, ReasonCode
 PlaceFn = Callable[[JobRequest, ClusterState], "list[ReplicaPlacement] | None"]
 
 
-
 @dataclass(frozen=True, slots=True)
 class Candidate:
     job: RunningJob
@@ -123,13 +122,11 @@ def lost_work(r: RunningJob, now: float) -> float:
     return r.units * max(0.0, now - r.started_at)
 
 
-def thrash_blocked(job: JobRequest, victim: RunningJob, now: float, window: float) -> bool:
-    """True when ``victim`` preempted ``job`` recently (the pair would thrash)."""
-    return (
-        job.last_preempted_by == victim.request.id
-        and job.last_preempted_at is not None
-        and now - job.last_preempted_at < window
-    )
+def thrash_partner(job: JobRequest, now: float, window: float) -> str | None:
+    """The job that preempted ``job`` within ``window``: ``job`` may not preempt it
+    back (the pair would thrash)."""
+    at = job.last_preempted_at
+    return job.last_preempted_by if at is not None and now - at < window else None
 
 
 class VictimPool:
@@ -203,11 +200,7 @@ def node_groups(
     names = None if type_names is None else set(type_names)
     need = (job.gpus or 0) if job.mode == "gpus" else 0
     min_start = now - cfg.min_run_time_s
-    thrash = (
-        job.last_preempted_by
-        if job.last_preempted_at is not None and now - job.last_preempted_at < cfg.thrash_window_s
-        else None
-    )
+    thrash = thrash_partner(job, now, cfg.thrash_window_s)
     ranked = []
     for name, recs in pool.by_node.items():
         node = state.nodes.get(name)
@@ -282,11 +275,7 @@ def candidates(
             taken.add(jid)
     out: list[Candidate] = []
     min_start = now - cfg.min_run_time_s
-    thrash = (
-        job.last_preempted_by
-        if job.last_preempted_at is not None and now - job.last_preempted_at < cfg.thrash_window_s
-        else None
-    )
+    thrash = thrash_partner(job, now, cfg.thrash_window_s)
     hi = bisect_left(pool.prios, job.priority_value)
     top = bisect_right(pool.prios, job.priority_value) if fair is not None else hi
     for i in range(top):

@@ -392,14 +392,6 @@ def submit_jobs(
     return list(conn.execute(_INSERT_MANY, params).scalars())
 
 
-def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRow | None:
-    return session.scalar(
-        select(JobRow)
-        .where(JobRow.team == team, JobRow.idempotency_key == key)
-        .options(selectinload(JobRow.allocations))
-    )
-
-
 def get_job(
     session: Session, job_id: str, *, team: str | None = None, for_update: bool = False
 ) -> JobRow:

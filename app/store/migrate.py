@@ -73,10 +73,6 @@ def code_revisions() -> tuple[str, ...]:
     return tuple(reversed([r.revision for r in script.walk_revisions()]))
 
 
-def head_revisions() -> set[str]:
-    return {code_revisions()[-1]}
-
-
 def current_revisions(engine: Engine) -> set[str]:
     with engine.connect() as conn:
         return set(MigrationContext.configure(conn).get_current_heads())

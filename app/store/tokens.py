@@ -15,7 +15,6 @@ Expiry is checked against the request's clock on every hit.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 import threading
 from dataclasses import dataclass
@@ -40,10 +39,6 @@ def hash_token(token: str) -> str:
 
 def new_token(prefix: str = TEAM_PREFIX) -> str:
     return prefix + secrets.token_urlsafe(32)
-
-
-def same_token(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def row_scope(row: ApiTokenRow) -> str:
@@ -83,11 +78,6 @@ def create_token(
     session.add(row)
     session.flush()
     return row, token
-
-
-def create_team_token(session: Session, team: str, description: str | None = None) -> str:
-    """A read-write token of ``team`` (the docs/api.md shape of POST /teams/{name}/tokens)."""
-    return create_token(session, scope=team_scope(team), description=description)[1]
 
 
 def list_tokens(session: Session, team: str | None = None) -> list[ApiTokenRow]:
