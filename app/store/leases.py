@@ -38,6 +38,11 @@ _RETURN = text(
 )
 
 
+_LOCK_JOBS = text(
+    "SELECT id FROM jobs WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id FOR UPDATE"
+)
+
+
 def return_leases(
     conn: Connection, returns: Sequence[tuple[LeaseReturn, int]], now: datetime
 ) -> set[str]:
@@ -49,6 +54,10 @@ def return_leases(
     rs = [(r, rev) for r, rev in returns if r.lease_id.isdigit() and r.job_id.isdigit()]
     if not rs:
         return set()
+    # the jobs first, in id order, then their leases: the order of every other writer
+    # (a cancel locks its job, then ends its leases). Locking a lease first and then its
+    # job deadlocked with a cancel of that job.
+    conn.execute(_LOCK_JOBS, {"ids": sorted({int(r.job_id) for r, _ in rs})})
     done = {
         str(row.lease_id): row.status
         for row in conn.execute(

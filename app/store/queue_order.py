@@ -26,9 +26,16 @@ _WRITE = text(
 _WRITE_REASONS = text(
     """
     UPDATE jobs AS j SET reason = v.reason
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:revs AS bigint[]), CAST(:reasons AS text[]))
-        AS v(id, rev, reason)
-    WHERE j.id = v.id AND j.revision = v.rev AND j.status = 'pending'
+    FROM (
+        SELECT o.id, x.reason
+        FROM unnest(CAST(:ids AS bigint[]), CAST(:revs AS bigint[]),
+                    CAST(:reasons AS text[])) AS x(id, rev, reason)
+        JOIN jobs AS o ON o.id = x.id
+        WHERE o.revision = x.rev AND o.status = 'pending'
+        ORDER BY o.id  -- locked in id order, as every writer of job rows (app/store/states.py)
+        FOR UPDATE OF o
+    ) AS v
+    WHERE j.id = v.id
     """
 )
 _WRITER = text("SELECT writer FROM queue_order WHERE id = 1")

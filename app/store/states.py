@@ -122,6 +122,7 @@ _UPDATE = text(
         JOIN jobs AS o ON o.id = c.id
         WHERE (c.rev IS NULL OR o.revision = c.rev)
             AND (o.status || '>' || c.to_status) = ANY({_ALLOWED_PAIRS})
+        ORDER BY o.id  -- rows are locked in id order by every writer: no lock cycles
         FOR UPDATE OF o
     ) AS v
     WHERE j.id = v.id
