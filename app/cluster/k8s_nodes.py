@@ -126,6 +126,18 @@ def _node_gpu_type(
     if art:
         t = match_gpu_type(art, memory_label_gb(labels.get(L.ARTICLE_GPU_MEMORY)), types)
         return (t, None) if t else (None, art)
+    # another vendor's labeller: the label keys its types name (product_label, memory_label)
+    for key in dict.fromkeys(t.product_label for t in types if t.product_label):
+        value = labels.get(key)
+        if not value:
+            continue
+        mine = [t for t in types if t.product_label == key]
+        mem_key = next((t.memory_label for t in mine if t.memory_label), None)
+        raw = labels.get(mem_key) if mem_key else None
+        mem = float(raw) / 1024 if raw and raw.replace(".", "", 1).isdigit() else (
+            memory_label_gb(raw))
+        t = match_gpu_type(value, mem, mine)
+        return (t, None) if t else (None, value)
     gfd = labels.get(L.GFD_PRODUCT)
     if gfd:
         product = (layer.product if layer is not None else None) or gfd

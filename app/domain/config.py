@@ -160,6 +160,19 @@ class GpuTypeConfig(ConfigModel):
         default="nvidia.com/gpu", min_length=1, max_length=253,
         description="the extended resource its Pods request",
     )
+    product_label: str | None = Field(
+        default=None, min_length=1, max_length=317,
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="the node label holding the product name, for vendors without GPU "
+        "Feature Discovery (AMD's node labeller: `amd.com/gpu.product-name`); its value is "
+        "matched against `product`",
+    )
+    memory_label: str | None = Field(
+        default=None, min_length=1, max_length=317,
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="the node label holding one card's memory (`192G`, `80Gi`; a bare number "
+        "is MiB, as GPU Feature Discovery writes it), e.g. `amd.com/gpu.vram`",
+    )
     mig_profiles: dict[str, MigProfileConfig] = Field(
         default_factory=dict, description="the MIG profiles its cards can be cut into, by name"
     )

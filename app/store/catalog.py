@@ -86,6 +86,8 @@ def gpu_type_dict(r: GpuTypeRow) -> dict[str, Any]:
         "product": r.product,
         "vendor": r.vendor,
         "resource_name": r.resource_name,
+        "product_label": r.product_label,
+        "memory_label": r.memory_label,
         "mig_profiles": dict(r.mig_profiles or {}),
         "shareable": r.shareable,
         "speed": r.speed,

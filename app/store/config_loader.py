@@ -53,6 +53,8 @@ def gpu_type_values(t: GpuTypeConfig) -> dict[str, Any]:
         "product": t.product,
         "vendor": t.vendor,
         "resource_name": t.resource_name,
+        "product_label": t.product_label,
+        "memory_label": t.memory_label,
         "mig_profiles": {k: v.model_dump() for k, v in t.mig_profiles.items()},
         "shareable": t.shareable,
         "speed": t.speed,

@@ -36,6 +36,8 @@ def gpu_type_configs(session: Session) -> list[GpuTypeConfig]:
                 product=r.product,
                 vendor=r.vendor,
                 resource_name=r.resource_name,
+                product_label=r.product_label,
+                memory_label=r.memory_label,
                 mig_profiles={
                     k: MigProfileConfig(**v) for k, v in (r.mig_profiles or {}).items()
                 },

@@ -107,3 +107,25 @@ def test_gpus_present_without_a_device_plugin_resource_is_dra_or_no_plugin():
     assert layer.mode == DRA and not layer.offered and "ResourceSlices" in layer.detail
     # a CPU node is simply exclusive with no cards
     assert device_layer({}, {}, {"cpu": "8"}).mode == EXCLUSIVE
+
+
+def test_another_vendor_named_by_its_own_labels():
+    from app.domain.config import GpuTypeConfig
+
+    types = [*GPU_TYPES,
+             GpuTypeConfig(name="mi300x", memory_gb=192, weight=14, vendor="amd",
+                           resource_name="amd.com/gpu", product="MI300X",
+                           product_label="amd.com/gpu.product-name",
+                           memory_label="amd.com/gpu.vram"),
+             GpuTypeConfig(name="mi250", memory_gb=64, weight=8, vendor="amd",
+                           resource_name="amd.com/gpu", product="MI250",
+                           product_label="amd.com/gpu.product-name",
+                           memory_label="amd.com/gpu.vram")]
+    # AMD's node labeller; two AMD types share amd.com/gpu, so the resource alone cannot tell
+    n = node("mi-0", {"amd.com/gpu.product-name": "AMD_Instinct_MI300X",
+                      "amd.com/gpu.vram": "192G"}, {"amd.com/gpu": "8"})
+    v = node_view(n, [], types, KS)
+    assert v.node.gpu_type == "mi300x" and len(v.node.devices) == 8
+    assert v.layer.mode == EXCLUSIVE and v.layer.offered
+    other = node("mi-1", {"amd.com/gpu.product-name": "AMD_Instinct_MI210"}, {"amd.com/gpu": "4"})
+    assert node_view(other, [], types, KS).unmatched_product == "AMD_Instinct_MI210"
