@@ -55,6 +55,7 @@ from tests.fakekube.selectors import (
     parse_labels,
     watch_event,
 )
+from tests.fakekube.validation import invalid
 
 POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/(binding|eviction))?$")
 EVENTS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
@@ -348,6 +349,10 @@ class FakeKube:
         name = body.get("metadata", {}).get("name")
         if not name:
             return 422, status(422, "Invalid", "metadata.name: Required value")
+        problem = invalid(body)
+        if problem:  # pkg/apis/core/validation/validation.go ValidatePodCreate
+            return 422, status(422, "Invalid", f'Pod "{name}" is invalid: {problem}',
+                               name=name, kind="Pod")
         with self.cond:
             if name in self.create_failures:
                 code, reason = self.create_failures[name]
@@ -370,8 +375,9 @@ class FakeKube:
 
     def create_service(self, ns: str, body: dict) -> tuple[int, dict]:
         name = body.get("metadata", {}).get("name")
-        if not name or not re.match(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$", name):
-            return 422, status(422, "Invalid", f"metadata.name: Invalid value: {name!r}")
+        problem = invalid(body) if name else "metadata.name: Required value"
+        if problem:
+            return 422, status(422, "Invalid", f'Service "{name}" is invalid: {problem}')
         with self.cond:
             if (ns, name) in self.services:
                 return 409, status(
@@ -409,8 +415,13 @@ class FakeKube:
                 code, reason = self.bind_failures[name]
                 return code, status(code, reason, f"injected failure binding {name}")
             target = (body.get("target") or {}).get("name")
-            if body.get("kind") != "Binding" or not target:
+            if body.get("kind") != "Binding" or not target or invalid(body):
                 return 400, status(400, "BadRequest", "expected a Binding with a target")
+            if pod["metadata"].get("deletionTimestamp"):
+                # pkg/registry/core/pod/storage/storage.go BindingREST.setPodNodeAndMetadata
+                return 409, status(409, "Conflict", f"Operation cannot be fulfilled on "
+                                   f'pods/binding "{name}": pod {name} is being deleted, '
+                                   "cannot be assigned to a host")
             if pod["spec"].get("nodeName"):
                 return 409, status(
                     409,
@@ -436,7 +447,8 @@ class FakeKube:
         with self.cond:
             if (ns, name) not in self.pods:
                 return 404, status(404, "NotFound", f'pods "{name}" not found', name=name)
-            if body.get("kind") != "Eviction" or body.get("apiVersion") != "policy/v1":
+            if (body.get("kind") != "Eviction" or body.get("apiVersion") != "policy/v1"
+                    or invalid(body)):
                 return 400, status(400, "BadRequest", "expected a policy/v1 Eviction")
             if name in self.pdb_protected:
                 return 429, status(
@@ -486,9 +498,15 @@ class FakeKube:
             return done
 
     def watch_events(self, kind: str, since: str | None, selector: str | None, handler: Any,
-                     timeout_s: float, field_selector: str | None = None) -> None:
+                     timeout_s: float, field_selector: str | None = None,
+                     bookmarks: bool = False) -> None:
         """Stream events newer than ``since`` until the timeout or shutdown, filtered by
-        the selectors the way the watch cache filters them (selectors.watch_event)."""
+        the selectors the way the watch cache filters them (selectors.watch_event).
+        With ``bookmarks`` (allowWatchBookmarks), a BOOKMARK carrying the current
+        resourceVersion ends the stream at its deadline, as the watch cache sends one
+        right before a watcher's deadline (k8s.io/apiserver pkg/storage/cacher/
+        cache_watcher.go nextBookmarkTime; also about every minute, bookmarkFrequency),
+        so a client resumes from there even when nothing it watches changed."""
         deadline = time.monotonic() + timeout_s
         match = Matcher(kind, selector, field_selector)
         with self.cond:
@@ -522,7 +540,13 @@ class FakeKube:
                     self.cond.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
                 if self._hang and handler.hung():
                     continue
-                if self._closing or time.monotonic() >= deadline:
+                if self._closing:
+                    return
+                if time.monotonic() >= deadline:
+                    if bookmarks:
+                        handler.send_event("BOOKMARK", {
+                            "kind": "Node" if kind == "nodes" else "Pod", "apiVersion": "v1",
+                            "metadata": {"resourceVersion": str(self.rv)}})
                     return
                 batch = [(rv, t, o, p) for rv, k, t, o, p in self.log if rv > pos and k == kind]
             for rv, t, o, p in batch:
@@ -654,7 +678,8 @@ class _Handler(BaseHTTPRequestHandler):
             timeout = min(float(q.get("timeoutSeconds", self.kube.watch_timeout_s)),
                           self.kube.watch_timeout_s)
             self.kube.watch_events(kind, since, q.get("labelSelector"), self, timeout,
-                                   field_selector=q.get("fieldSelector"))
+                                   field_selector=q.get("fieldSelector"),
+                                   bookmarks=q.get("allowWatchBookmarks") in ("true", "1"))
             with contextlib.suppress(OSError):
                 self.wfile.write(b"0\r\n\r\n")
             self.close_connection = True
@@ -687,6 +712,10 @@ class _Handler(BaseHTTPRequestHandler):
         m = EVENTS_PATH.match(url.path)
         if m:
             body.setdefault("metadata", {})["namespace"] = m.group(1)
+            problem = invalid(body)
+            if problem:
+                self._send(422, status(422, "Invalid", f"Event is invalid: {problem}"))
+                return
             self.kube.k8s_events.append(body)
             self._send(201, body)
             return
