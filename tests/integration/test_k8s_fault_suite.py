@@ -199,13 +199,16 @@ def test_kubernetes_fault_sequences_keep_every_invariant(db_url, sf, repeats, jo
                     accepted.append(str(submit_job(s, spec, now=utcnow()).job.id))
                     s.commit()
             deadline = time.monotonic() + 150 * repeats
-            rounds, hang_left = 0, 0
+            rounds, hang_left, step = 0, 0, 0
             while time.monotonic() < deadline:
                 rounds += 1
                 if hang_left and not (hang_left := hang_left - 1):
                     kube.unhang()
-                if rounds % 4 == 0:
-                    kind = SEQUENCES[(rounds // 4 - 1) % len(SEQUENCES)]
+                if rounds % 4 == 0 and step < len(SEQUENCES) * repeats:
+                    # the next kind in turn; one that finds nothing to act on (no Pod
+                    # running yet) is tried again on the next fault round
+                    kind = SEQUENCES[step % len(SEQUENCES)]
+                    before = done[kind]
                     running = [p for p in kube.gpuq_pods()
                                if p["status"].get("phase") == "Running"
                                and not p["metadata"].get("deletionTimestamp")]
@@ -242,6 +245,7 @@ def test_kubernetes_fault_sequences_keep_every_invariant(db_url, sf, repeats, jo
                             c.close()
                             replicas[i] = _fenced_replica(kube, sf, db_url, lock)
                             done[kind] += 1
+                    step += done[kind] > before
                 for d, _c in replicas:
                     d.run_once()
                 found = check_database(sf, accepted, disrupted) + [
@@ -251,8 +255,15 @@ def test_kubernetes_fault_sequences_keep_every_invariant(db_url, sf, repeats, jo
                 with sf() as s:
                     left = s.scalar(select(JobRow.id).where(JobRow.status.not_in(TERMINAL))
                                     .limit(1))
-                if left is None and min(done.values()) >= repeats:
-                    break
+                if left is None:
+                    if min(done.values()) >= repeats:
+                        break
+                    with sf() as s:  # faults still to inject: keep work on the cluster
+                        spec = JobSpec.model_validate({
+                            "name": f"more{rounds}", "team": "nlp",
+                            "resources": {"gpus": 8, "gpu_types": ["a100-80g"]}})
+                        accepted.append(str(submit_job(s, spec, now=utcnow()).job.id))
+                        s.commit()
                 time.sleep(0.05)
             kube.unhang()
             for d, _c in replicas:
