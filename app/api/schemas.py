@@ -107,8 +107,14 @@ class AllocationOut(BaseModel):
     replica: int
     node: str
     gpu_type: str | None
-    gpus: list[int]
-    mig: list[list[Any]]
+    gpus: list[int] = Field(description=(
+        "the card slots gpuq booked on the node. On a Kubernetes node the kubelet and the "
+        "device plugin pick the physical cards (the node's `sharing.device_choice` is "
+        "`node` in GET /v1/nodes): these indices count what is taken, they do not name "
+        "the card the container sees"))
+    mig: list[list[Any]] = Field(description=(
+        "[card slot, slice, profile] per MIG slice; on Kubernetes the device plugin picks "
+        "the physical slice of that profile"))
     units: Rounded
     share: Rounded = 0.0
     cpu: Rounded = 0.0

@@ -9,6 +9,12 @@ UNMATCHED_GPU_NODES = Gauge(
     "Nodes whose GPU product matches no configured GPU type (their GPUs are not offered)",
     ["product"],
 )
+UNOFFERED_GPU_NODES = Gauge(
+    "gpuq_k8s_unoffered_gpu_nodes",
+    "Nodes whose device layer gpuq cannot drive exactly (time-slicing, MPS, HAMi, DRA only, "
+    "an invalid MIG layout): their GPUs are not offered",
+    ["mode"],
+)
 BIND_FAILURES = Counter(
     "gpuq_k8s_bind_failures_total", "Gang binds that failed and were undone", ["reason"]
 )

@@ -296,7 +296,28 @@ class KubernetesCluster:
             raise StaleCache("; ".join(problems))
         views = self.node_views()
         self._report_unmatched(views)
+        self._report_unoffered(views)
         return [v.node for v in views]
+
+    def _report_unoffered(self, views: list[NodeView]) -> None:
+        """A node whose device layer gpuq refuses (app/cluster/k8s_devices.py) shows why: a
+        Warning Event on the Node (once per mode) and a gauge by mode."""
+        counts: dict[str, int] = {}
+        for v in views:
+            if v.layer.offered:
+                continue
+            counts[v.layer.mode] = counts.get(v.layer.mode, 0) + 1
+            key = (v.node.name, "layer:" + v.layer.mode)
+            if key in self._reported_unmatched:
+                continue
+            self._reported_unmatched.add(key)
+            log.warning("node %s: device layer %s, GPUs not offered", v.node.name, v.layer.mode)
+            self._event("default", {"kind": "Node", "apiVersion": "v1", "name": v.node.name},
+                        "GpuqUnsupportedGpuSharing",
+                        f"GPUs not offered by gpuq: {v.layer.detail}")
+        M.UNOFFERED_GPU_NODES.clear()
+        for mode, n in counts.items():
+            M.UNOFFERED_GPU_NODES.labels(mode=mode).set(n)
 
     def _report_unmatched(self, views: list[NodeView]) -> None:
         """A GPU product no configured type matches is an operator's problem to

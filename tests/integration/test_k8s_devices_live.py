@@ -6,6 +6,7 @@ fraction of a card is refused at submit on Kubernetes with what the cluster lack
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import select
 
 from app.api.routes.nodes import _view
@@ -53,6 +54,11 @@ def test_sharing_modes_synced_shown_and_shares_refused(kube, sf):
         assert (ts["mode"], ts["offered"], ts["replicas"], ts["cards"]) == (
             "time-slicing", False, 4, 4)
         assert "not offer" in ts["detail"]
+        # the operator sees why: a Warning on the Node and a gauge by mode
+        events = [e for e in kube.k8s_events if e["reason"] == "GpuqUnsupportedGpuSharing"]
+        assert [e["involvedObject"]["name"] for e in events] == ["rtx-ts"]
+        assert REGISTRY.get_sample_value("gpuq_k8s_unoffered_gpu_nodes",
+                                         {"mode": "time-slicing"}) == 1
 
         with sf() as s:
             share = JobSpec.model_validate({"name": "emb", "team": "recsys", "resources": {
