@@ -25,6 +25,7 @@ from app.dispatch.plan import Plan, bind_request
 from app.scheduling.model import (
     Admission,
     CycleResult,
+    FairState,
     LeaseReturn,
     Node,
     Preemption,
@@ -67,6 +68,9 @@ class PlanAndWrite:
         self.timings: dict[str, float] = {}  # snapshot / core / write seconds, last run
         # the inventory unschedulable jobs were last re-checked against (see _recheck)
         self.inventory_sig: tuple[str, str, str] | None = None
+        # the teams' deficits the core returned last pass (app/scheduling/deficit.py), kept
+        # in memory: a restart starts every team at zero credit
+        self.fair: FairState | None = None
 
     def run(self, decide: Decide | None = None, live_nodes: list[Node] | None = None) -> Plan:
         """One planning transaction; ``decide`` defaults to the policy. On any
@@ -88,7 +92,10 @@ class PlanAndWrite:
                 self.picture.invalidate()  # requeued jobs join this very cycle
                 ctx = self._snapshot(session, now, live_nodes)
             t1 = time.perf_counter()
+            ctx.snapshot.fair = self.fair
             result = (decide or get_policy(self.policy_name))(ctx.snapshot)
+            if decide is None and result.fair is not None:
+                self.fair = result.fair
             t2 = time.perf_counter()
             timings["snapshot"], timings["core"] = t1 - t0, t2 - t1
             plan.grace_seconds = ctx.snapshot.config.preemption_grace_s

@@ -37,7 +37,7 @@ from app.domain.spec import (
     check_dns_subdomain,
 )
 from app.domain.yaml_input import load_yaml, read_yaml_file
-from app.scheduling.model import SchedulerConfig
+from app.scheduling.model import REMOVED_KNOBS, SchedulerConfig
 
 # strict: numbers are JSON numbers, flags JSON booleans, as the OpenAPI says ("80"
 # or 1-for-true are refused rather than coerced); the same for a config file
@@ -408,6 +408,9 @@ class GpuqConfig(ConfigModel):
         """The core's knobs and the alert thresholds are checked here, where a config
         error can name them, not deep in a cycle (a YAML ``1.0e9`` is a string, and
         reached the core as one); a key nothing reads is refused with the nearest one."""
+        for key in v:
+            if key in REMOVED_KNOBS:
+                raise ValueError(f"scheduler.{key}: {REMOVED_KNOBS[key]}")
         refuse_unknown(v, [*SCHEDULER_KNOB_TYPES, "alerts"], "in scheduler")
         _check_knobs({k: x for k, x in v.items() if k != "alerts"}, SCHEDULER_KNOB_TYPES,
                      "scheduler")

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from app.scheduling.entitlements import Classifier, Entitlements
 from app.scheduling.fragmentation import WorkloadMix, with_gpuq_terms
 from app.scheduling.mix import mix_from_jobs
 from app.scheduling.model import GpuType, JobRequest, PoolInfo, SchedulerConfig, Snapshot
-from app.scheduling.type_prices import TypePrices, type_prices
 
 EPS = 1e-9
 
@@ -47,8 +47,10 @@ class PlacementContext:
     cpu_per_gpu: float = 0.0
     memory_per_gpu: float = 0.0
     max_memory_gb: float = 0.0
-    # comparative advantage of GPU types (speed-aware placement); None = plain speed gain
-    prices: TypePrices | None = None
+    # the cycle's entitlements (type choice: a job goes to the types its class is entitled
+    # to) and the classifier of jobs into classes; None = plain speed gain
+    entitled: Entitlements | None = None
+    classify: Classifier | None = None
     # the GPU types do not all run at the same speed (GpuType.speed): speed-aware placement
     # applies to jobs without their own table too
     typed_speeds: bool = False
@@ -66,7 +68,10 @@ class PlacementContext:
             self.memory_per_gpu = self.memory_per_gpu or mem
 
     @classmethod
-    def from_snapshot(cls, snap: Snapshot, mix: WorkloadMix | None = None) -> PlacementContext:
+    def from_snapshot(
+        cls, snap: Snapshot, mix: WorkloadMix | None = None,
+        entitled: Entitlements | None = None, classify: Classifier | None = None,
+    ) -> PlacementContext:
         cards: dict[str, float] = {}
         for n in snap.nodes:
             if n.devices and n.gpu_type:
@@ -75,17 +80,14 @@ class PlacementContext:
         if mix is None:
             mix = with_gpuq_terms(mix_from_jobs(snap.pending), cards,
                                   w_balance=cfg.w_balance, w_type=cfg.w_type_pressure)
-        prices = None
-        if cfg.w_speed and cfg.comparative_advantage:
-            prices = type_prices((r.request for r in snap.running), snap.pending,
-                                 snap.gpu_types, snap.pools, cards)
         return cls(
             gpu_types=snap.gpu_types,
             pools=snap.pools,
             config=snap.config,
             mix=mix,
             now=snap.now,
-            prices=prices,
+            entitled=entitled,
+            classify=classify,
             typed_speeds=len({t.speed for t in snap.gpu_types.values()}) > 1,
         )
 

@@ -7,14 +7,21 @@
    keeps running (pool_steps.return_leases), so it is never reclaimed.
 2. Reclaim expired leases: holders of an expired ``reclaim: always``
    lease are preempted (pool_steps.reclaim_expired).
-3. Order: priority, pools below guarantee, team dominant share, age
-   (ordering.FairOrder, re-read after every admission).
+1c. Entitlements and deficits: the weighted max-min allocation over
+   effective throughput (entitlements.py) and each team's time-integrated
+   deficit, advanced from ``Snapshot.fair`` to now and returned in
+   ``CycleResult.fair`` (deficit.py).
+3. Order: priority, pools below guarantee, team key (held less credit, per
+   unit of entitlement), age (ordering.FairOrder, re-read after every
+   admission); within a team promoted jobs first, then shortest predicted.
 4. Admit each job in order: a loop over the gates of
    :mod:`app.scheduling.gates` (never fits -> cordoned -> admission cap ->
    team quota -> placement -> pool charge); a ``Preempt`` verdict from any of
    them goes to the one preemptor (:meth:`Cycle.try_preempt`,
-   preemption.py); a long-waiting job that does not fit gets a
-   reservation; others behind it may backfill. Every change to the cluster
+   preemption.py; same-priority victims only to restore entitlement:
+   fair_share.py); a job that does not fit gets a reservation when it is
+   owed one (promoted and its team owed it, or at the hard cap
+   ``reservation_after_s``); others behind it may backfill. Every change to the cluster
    state and the two ledgers goes through the books (books.py).
 5. Explain: every job left pending has a reason (filled in step 4).
 
@@ -34,8 +41,16 @@ from contextlib import contextmanager
 
 from app.scheduling.books import Books, Statement, holding
 from app.scheduling.context import PlacementContext
+from app.scheduling.deficit import advance, team_key
 from app.scheduling.demands import replica_options
-from app.scheduling.fair_share import FairLevels, FairShareRule, fair_share_rule
+from app.scheduling.entitlements import (
+    Classifier,
+    entitlements,
+    held_throughput,
+    job_cards,
+    within,
+)
+from app.scheduling.fair_share import FairShareRule, fair_share_rule
 from app.scheduling.filters import allowed_types
 from app.scheduling.gates import GATES, Gate, Memo, Placement
 from app.scheduling.leases import is_expired, pools_below_guarantee
@@ -44,9 +59,10 @@ from app.scheduling.model import (
     CycleResult,
     JobRequest,
     Preemption,
+    RunningJob,
     Snapshot,
 )
-from app.scheduling.ordering import FairOrder
+from app.scheduling.ordering import FairOrder, promoted
 from app.scheduling.placement import place_job, try_place
 from app.scheduling.pool_steps import (
     charge,
@@ -79,7 +95,18 @@ class Cycle:
         snap = self.snap
         self.state = ClusterState.from_snapshot(snap)
         self.ledger = QuotaLedger.from_snapshot(snap)
-        self.ctx = PlacementContext.from_snapshot(snap)
+        # 1c: entitlements and deficits (the held throughput of the interval since the
+        # last cycle is what runs now)
+        self.classify = Classifier(snap.gpu_types, snap.pools)
+        self.entitled = entitlements(snap, self.classify)
+        cfg = snap.config
+        held = {t: self.held(t) for t in self.entitled.throughput}
+        self.fair = advance(snap.fair, snap.now, self.entitled.throughput, held,
+                            cfg.fair_horizon_s)
+        self.result.fair = self.fair
+        self._owed: dict[str, tuple[int, float, float, float]] = {}
+        self.ctx = PlacementContext.from_snapshot(snap, entitled=self.entitled,
+                                                  classify=self.classify)
         self.static = static_capacity(snap)
         # the schedulable part, only when some node is cordoned or not ready
         self.ready = (
@@ -118,10 +145,10 @@ class Cycle:
             for x in r.leases
         )
         self.victim_pool: VictimPool | None = None  # built at the first preemption
-        # fair-share preemption: levels built at the first search; CU need per job shape
-        self.fair_levels: FairLevels | None = None
-        self.need_memo: dict[tuple, tuple[dict[str, float], float]] = {}
-        self.cards_by_type = {t: float(tc.cards) for t, tc in self.static.by_type.items()}
+        # fair-share victims possible at all: the cheap same-priority jobs per priority,
+        # and per (team, pool, priority, ledger version, stops) whether any passes
+        self.fair_cheap: dict[int, list[RunningJob]] = {}
+        self.fair_memo: dict[tuple, bool] = {}
         # who could be a fair-share victim at all: teams by (pool, priority) of preemptible
         # running jobs, so a cycle with none (one team, or a P0 backlog) pays nothing for it
         self.fair_victim_teams: dict[tuple[str, int], set[str]] = {}
@@ -129,6 +156,59 @@ class Cycle:
             if r.request.preemptible:
                 key = (r.request.pool, r.request.priority_value)
                 self.fair_victim_teams.setdefault(key, set()).add(r.request.team)
+
+    # -- entitlement, credit and what a team is owed ----------------------------
+    def held(self, team: str) -> float:
+        """What ``team`` holds now, in the entitlement's unit (type-speed cards)."""
+        return held_throughput(self.ledger.team_by_type[team], self.snap.gpu_types)
+
+    def team_key(self, team: str) -> float:
+        """The team's place in the order (lower first): :func:`deficit.team_key`."""
+        return team_key(self.fair.deficit.get(team, 0.0), self.entitled.of(team),
+                        self.held(team), self.snap.config.fair_horizon_s)
+
+    def owed(self, job: JobRequest) -> bool:
+        """Is ``job``'s team owed it: would the team with it stay within its entitlement,
+        or has it been short of its entitlement by at least the job's own work (or by
+        half of what the horizon can hold)?"""
+        team = job.team
+        v = self.ledger.version
+        got = self._owed.get(team)
+        if got is None or got[0] != v:
+            got = (v, self.held(team), self.entitled.of(team),
+                   self.fair.deficit.get(team, 0.0))
+            self._owed[team] = got
+        _, held, ent, credit = got
+        if ent <= EPS:
+            return False
+        need = job_cards(job) * self._speed(job)
+        if within(held + need, ent):
+            return True
+        cfg = self.snap.config
+        est = job.duration_estimate_s
+        run = est if est is not None else cfg.unknown_duration_s
+        return credit >= min(need * run, 0.5 * ent * cfg.fair_horizon_s) - EPS
+
+    def _speed(self, job: JobRequest) -> float:
+        """The job's speed on the slowest type it may use (its need counted low, so a
+        team is never refused what it is owed for its cards being fast)."""
+        names = self.classify(job)[0]
+        types = self.snap.gpu_types
+        return min((types[t].speed for t in names if t in types), default=1.0)
+
+    def may_reserve(self, job: JobRequest) -> bool:
+        """A reservation for a job that does not fit: at the hard cap, or -- for a job with
+        a prediction -- promoted within its team (ordering.promoted) while its team is owed
+        it. A job without one waits for the cap: held capacity may only be backfilled by
+        jobs with a prediction, so holding it early for a job of unknown length kept the
+        short jobs of every team out."""
+        if job.submitted_at <= self.reserve_before:
+            return True
+        if job.duration_estimate_s is None:
+            return False
+        cfg = self.snap.config
+        return promoted(job, self.snap.now, cfg.reservation_after_s,
+                        cfg.unknown_duration_s) and self.owed(job)
 
     # -- for the descheduler: admissions outside the queue's order -------------
     def admission(self, job: JobRequest) -> Admission | None:
@@ -170,9 +250,8 @@ class Cycle:
     # -- step 3 -------------------------------------------------------------
     def order(self) -> FairOrder:
         cfg = self.snap.config
-        return FairOrder(self.snap.pending, self.ledger, self.snap.now, cfg.aging_s,
-                         cfg.shortest_first, cfg.unknown_duration_s,
-                         cfg.reservation_after_s)
+        return FairOrder(self.snap.pending, self.ledger, self.snap.now, self.team_key,
+                         cfg.shortest_first, cfg.unknown_duration_s, cfg.reservation_after_s)
 
     # -- step 4 -------------------------------------------------------------
     def admit(self, job: JobRequest) -> None:
@@ -210,7 +289,7 @@ class Cycle:
             self.result.unschedulable[job.id] = reason
             return
         self.result.reasons[job.id] = reason
-        if gate is self.placement_gate and job.submitted_at <= self.reserve_before:
+        if gate is self.placement_gate and self.may_reserve(job):
             self._maybe_reserve(job)
 
     def failure_context(self, job: JobRequest) -> tuple:
@@ -236,24 +315,38 @@ class Cycle:
         teams = self.fair_victim_teams.get((job.pool, job.priority_value))
         if not teams or teams <= {job.team}:
             return None  # no same-priority job of another team in the pool to stop
-        sig = self.memo.number(job)
-        need = self.memo.get("fair_need", sig)
-        if need is None:
-            opts = replica_options(job, allowed_types(job, self.ctx.gpu_types, self.ctx.pools))
-            by_type: dict[str, float] = {}
-            for d in opts:
-                if d.gpu_type is not None:
-                    u = d.units * job.min_available
-                    by_type[d.gpu_type] = min(by_type.get(d.gpu_type, u), u)
-            need = self.memo.put("fair_need", sig, (by_type, min(by_type.values(), default=0.0)))
-        if self.fair_levels is None:
-            self.fair_levels = FairLevels.of(self.snap, self.cards_by_type)
-        return fair_share_rule(job, self.snap, self.ledger, self.fair_levels, need[0], need[1])
+        return fair_share_rule(job, self.snap, self.held, self.entitled,
+                               job_cards(job) * self._speed(job))
+
+    def _fair_possible(self, job: JobRequest, fair: FairShareRule) -> bool:
+        """Could any running job pass ``fair`` at all? Only jobs of the job's priority past
+        the minimum run time and within the lost-work budget can (few: the jobs that just
+        started), so a backlog that cannot fit pays no victim search for fairness."""
+        prio = job.priority_value
+        cheap = self.fair_cheap.get(prio)
+        if cheap is None:
+            min_start = self.snap.now - self.snap.config.min_run_time_s
+            cheap = self.fair_cheap[prio] = [
+                r for r in self.snap.running
+                if r.request.preemptible and r.request.priority_value == prio
+                and r.started_at <= min_start and fair.within_budget_one(r)
+            ]
+        if not cheap:
+            return False
+        key = (job.team, job.pool, prio, self.ledger.version, len(self.gone))
+        got = self.fair_memo.get(key)
+        if got is None:
+            got = self.fair_memo[key] = any(
+                r.request.id not in self.gone and fair.allows(r) for r in cheap
+            )
+        return got
 
     def try_preempt(self, job: JobRequest, sig: int | None = None) -> bool:
         """The one preemptor (a gate's ``Preempt``, or the descheduler's P0 room): stop
         the cheapest minimal set of victims and admit ``job`` instead."""
         fair = self.fair_rule(job)
+        if fair is not None and not self._fair_possible(job, fair):
+            fair = None
         if fair is None and not may_preempt_anyone(
             job, self.snap, self.lowest_victim, self.any_lease
         ):
@@ -382,7 +475,7 @@ class Cycle:
         return sum(1 for h in self.ctx.holds.values() if end <= h.start + EPS)
 
     def _maybe_reserve(self, job: JobRequest) -> None:
-        if job.submitted_at > self.reserve_before:
+        if not self.may_reserve(job):
             return
         if self.reservations >= self.snap.config.max_reservations:
             return

@@ -1,40 +1,33 @@
-"""Fair-share preemption: which running jobs of its own priority a waiting job may stop.
+"""Fair-share preemption, only to restore entitlement.
 
-Ordering by dominant share (:mod:`app.scheduling.ordering`) decides who goes
+Ordering by deficit (:mod:`app.scheduling.ordering`) decides who goes
 *next*; it cannot help a team whose jobs find every card held by teams that
-came earlier and took more than their share. Kueue answers with fair
-sharing preemption, and gpuq does the same, in two rules (Kueue's
-``reclaimWithinCohort: Any`` and ``LessThanInitialShare``, from
-kubernetes-sigs/kueue ``site/content/en/docs/concepts/preemption.md`` and
-``keps/1714-fair-sharing``), checked per victim:
+came earlier. So a waiting job may stop preemptible jobs of its *own*
+priority, in its own pool, of another team, when all of these hold:
 
-* **reclaim a type**: the preemptor's team, with the job admitted, stays
-  within its fair share of a GPU type the victim holds, and the victim's
-  team holds more than its own fair share of that type and, *without the
-  victim*, still at least its fair share (Kueue's after-removal check: a
-  team over its share only because of this one job is not over it; without
-  the check a big job that got the cards was stopped by any small job of a
-  team under its share, again and again). A team's fair share
-  of a type is the type's CU times the team's weight over the weights of the
-  teams with work in the cycle (running or pending) -- the nominal quota
-  Kueue would be configured with, split evenly;
-* **dominant share**: the preemptor's team, with the job, stays within its
-  fair share of the whole cluster, and the victim's team holds more than
-  its own and, without the victim, still more than the preemptor's team
-  with the job; so the two can never preempt each other back and forth.
+* **the preemptor's team stays within its entitlement**: what it holds
+  with the job (in type-speed cards, the job's need counted on the slowest
+  type it may use) is at most its entitlement
+  (:mod:`app.scheduling.entitlements`);
+* **the victim's team is still at or above its entitlement after the
+  removal** -- of all the victims taken from it in this preemption together
+  (Kueue's ``LessThanOrEqualToFinalShare`` idea, on entitlements): a team
+  over its entitlement only because of this one job is not over it, so a
+  big job that got the cards is not stopped by a stream of small ones, and
+  a whole gang is never evicted for a small job when the gang's team would
+  drop below its entitlement (its freed cards would stay idle or go back);
+* **a job that started after waiting at least ``reservation_after_s``** (it
+  held, or was owed, a reservation) is never a victim: the reservation is
+  the wait bound;
+* **cheap**: the victims of one preemption lose at most
+  ``fair_preemption_max_lost_gpu_h`` GPU-hours of work in all (a restarted
+  job starts over), so it is jobs that just started that make room.
 
-Unlike Kueue, preemption for fairness is made **cheap**: the victims of one
-preemption may lose at most ``fair_preemption_max_lost_gpu_h`` GPU-hours of
-work in all (a restarted job starts over), so it is jobs that just started
-that make room and a long run is never thrown away for fairness. A job that
-started after waiting at least ``reservation_after_s`` (so it held, or was
-owed, a reservation) is never a fair-share victim: the reservation is the
-wait bound, and a job it started must not be stopped by the stream that
-blocked it (:mod:`app.scheduling.reservations`). Victims
-are only of the preemptor's own pool (other pools are protected by their
-guarantees and leases) and never non-preemptible (P0); the minimum run
-time and the thrash guard apply as to every preemption
-(:mod:`app.scheduling.preemption`).
+Unlike before there is no per-type rule and no dominant-share rule: both
+were proxies for "this team is below what it should have", which the
+entitlement now says directly (it accounts for types, speeds and demand).
+P0 is never a victim; the minimum run time and the thrash guard apply as to
+every preemption (:mod:`app.scheduling.preemption`).
 """
 
 from __future__ import annotations
@@ -42,36 +35,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from app.scheduling.entitlements import Entitlements, at_least, held_throughput, within
 from app.scheduling.model import GpuType, JobRequest, RunningJob, Snapshot, gpus_held
-from app.scheduling.quota import QuotaLedger, units_by_type
+from app.scheduling.quota import units_by_type
 
 EPS = 1e-9
-
-
-@dataclass(frozen=True, slots=True)
-class FairLevels:
-    """Per unit of team weight: the cluster's CU and each type's CU (built once a cycle)."""
-
-    total: float
-    by_type: Mapping[str, float]
-
-    @classmethod
-    def of(cls, snap: Snapshot, cards_by_type: Mapping[str, float]) -> FairLevels:
-        active = {r.request.team for r in snap.running} | {j.team for j in snap.pending}
-        weights = sum(_weight(snap, name) for name in active)
-        if weights <= 0:
-            return cls(0.0, {})
-        by_type = {
-            t: cards * gt.weight / weights
-            for t, cards in cards_by_type.items()
-            if (gt := snap.gpu_types.get(t)) is not None
-        }
-        return cls(sum(by_type.values()), by_type)
-
-
-def _weight(snap: Snapshot, team: str) -> float:
-    info = snap.teams.get(team)
-    return info.weight if info is not None and info.weight > 0 else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +49,21 @@ class FairShareRule:
     allows: Callable[[RunningJob], bool]
     lost_gpu_s: Callable[[RunningJob], float]  # GPU-seconds a victim would lose
     budget_gpu_s: float = 0.0  # the victims' lost GPU-seconds at most (0: no limit)
+    # the victims taken together leave each victim team at or above its entitlement
+    together: Callable[[Sequence[RunningJob]], bool] | None = None
 
     def __call__(self, r: RunningJob) -> bool:
-        return self.allows(r) and (
-            self.budget_gpu_s <= 0 or self.lost_gpu_s(r) <= self.budget_gpu_s + EPS
-        )
+        return self.allows(r) and self.within_budget_one(r)
+
+    def within_budget_one(self, r: RunningJob) -> bool:
+        """``r`` alone loses no more than the budget (whoever the preemptor)."""
+        return self.budget_gpu_s <= 0 or self.lost_gpu_s(r) <= self.budget_gpu_s + EPS
 
     def within_budget(self, victims: Sequence[RunningJob]) -> bool:
-        """The fair-share victims of one preemption together stay within the budget."""
+        """The fair-share victims of one preemption together stay within the budget and
+        leave every victim team at or above its entitlement."""
+        if self.together is not None and not self.together(victims):
+            return False
         if self.budget_gpu_s <= 0:
             return True
         return sum(self.lost_gpu_s(r) for r in victims) <= self.budget_gpu_s + EPS
@@ -97,44 +72,25 @@ class FairShareRule:
 def fair_share_rule(
     job: JobRequest,
     snap: Snapshot,
-    ledger: QuotaLedger,
-    levels: FairLevels,
-    need_by_type: Mapping[str, float],
-    need_min: float,
+    held: Callable[[str], float],
+    entitled: Entitlements,
+    need: float,
 ) -> FairShareRule | None:
     """The rule for ``job`` (module docstring), or None when no victim could pass it.
 
-    ``need_by_type``: the CU the job would take on each type it may use;
-    ``need_min``: the fewest CU any placement of it takes.
+    ``held(team)``: what the team holds now (type-speed cards); ``need``: the job's
+    need in the same unit.
     """
     cfg = snap.config
     team, pool = job.team, job.pool
-    w = _weight(snap, team)
-    mine = ledger.share_with(team, need_min)
-    overall = mine <= levels.total + EPS
-    # types on which the team may reclaim its fair share
-    reclaim = {
-        t for t, need in need_by_type.items()
-        if ledger.team_by_type[team][t] + need <= levels.by_type.get(t, 0.0) * w + EPS
-    }
-    if not overall and not reclaim:
-        return None  # beyond its fair share everywhere: the team waits, it does not take
-    teams = snap.teams
+    if not within(held(team) + need, entitled.of(team)):
+        return None  # at or beyond its entitlement: the team waits, it does not take
     gpu_types: Mapping[str, GpuType] = snap.gpu_types
     now = snap.now
-
     reserved_wait = cfg.reservation_after_s
 
-    def above(other: str, t: str | None) -> bool:
-        wo = teams[other].weight if other in teams and teams[other].weight > 0 else 1.0
-        if t is None:
-            return ledger.dominant_share(other) > levels.total + EPS
-        return ledger.team_by_type[other][t] > levels.by_type.get(t, 0.0) * wo + EPS
-
-    def still_at_share(other: str, t: str, units: float) -> bool:
-        """``other``, without ``units`` CU of type ``t``, still holds its fair share of it."""
-        wo = teams[other].weight if other in teams and teams[other].weight > 0 else 1.0
-        return ledger.team_by_type[other][t] - units >= levels.by_type.get(t, 0.0) * wo - EPS
+    def worth(r: RunningJob) -> float:
+        return held_throughput(units_by_type(r.placements), gpu_types)
 
     def allows(r: RunningJob) -> bool:
         req = r.request
@@ -142,16 +98,15 @@ def fair_share_rule(
             return False
         if r.started_at - req.submitted_at >= reserved_wait:
             return False  # started from a reservation: exempt (module docstring)
-        held = units_by_type(r.placements)
-        if reclaim and any(
-            t in reclaim and above(req.team, t) and still_at_share(req.team, t, u)
-            for t, u in held.items()
-        ):
-            return True
-        return (overall and above(req.team, None)
-                and ledger.share_with(req.team, -r.units) > mine + EPS)
+        return at_least(held(req.team) - worth(r), entitled.of(req.team))
+
+    def together(victims: Sequence[RunningJob]) -> bool:
+        by_team: dict[str, float] = {}
+        for r in victims:
+            by_team[r.request.team] = by_team.get(r.request.team, 0.0) + worth(r)
+        return all(at_least(held(t) - w, entitled.of(t)) for t, w in by_team.items())
 
     def lost(r: RunningJob) -> float:
         return sum(gpus_held(p, gpu_types) for p in r.placements) * max(0.0, now - r.started_at)
 
-    return FairShareRule(allows, lost, 3600.0 * cfg.fair_preemption_max_lost_gpu_h)
+    return FairShareRule(allows, lost, 3600.0 * cfg.fair_preemption_max_lost_gpu_h, together)

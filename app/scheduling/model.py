@@ -266,14 +266,19 @@ class SchedulerConfig:
     w_headroom: float = 1.0
     # how much the placement reduces what the expected job mix can still use (FGD-style)
     w_fragmentation: float = 1.0
-    # a job pending this long gets a reservation: the capacity it needs at its earliest
-    # expected start is held, used only by jobs expected to end before then (12 h, as
-    # aging_s: why in app/scheduling/ordering.py)
+    # the hard cap: a job pending this long gets a reservation whatever its team is owed
+    # (the capacity it needs at its earliest expected start is held, used only by jobs
+    # expected to end before then). Before the cap, a job promoted within its team gets
+    # one when its team is owed it (app/scheduling/engine.py): the cap is the wait bound
+    # for a job its own team's work keeps out (docs/scheduling.md)
     reservation_after_s: float = 43200.0
-    # a job older than this no longer waits for its team's fair share (no starvation)
-    aging_s: float = 43200.0
-    # within a team, jobs with a shorter duration_estimate_s go first (jobs waiting longer
-    # than reservation_after_s or aging_s first of all, by age: no starvation)
+    # the deficit's time constant: how long a team's credit for being short of its
+    # entitlement lasts (its decay, and its cap: H x entitlement). Long enough that a team
+    # owed a big job earns it (credit >= the job's cards x run time, or half the cap);
+    # short enough that the past stops counting after a day (app/scheduling/deficit.py)
+    fair_horizon_s: float = 86400.0
+    # within a team, the shortest predicted run time first (duration_estimate_s), after
+    # the promoted jobs (requeued, or waited 2x their prediction, or the hard cap)
     shortest_first: bool = True
     # a running job younger than this is never preempted (lease reclaim excepted)
     min_run_time_s: float = 60.0
@@ -313,12 +318,10 @@ class SchedulerConfig:
     # pressure on the GPU types that type-restricted pending jobs need: unrestricted jobs
     # stay off them
     w_type_pressure: float = 1.0
-    # speed-aware placement: a job's speed on the card's type over its best speed
-    # (JobRequest.speed); the type where the job runs fastest scores highest
+    # type choice when types differ in speed: a job goes to the types its class is entitled
+    # to (the share of its class's entitled cards on the type: app/scheduling/entitlements.py,
+    # where comparative advantage comes from), else to its fastest type
     w_speed: float = 3.0
-    # comparative advantage: a job's speed gain on a type is discounted by the share of the
-    # type's cards that jobs with fewer allowed types want (app/scheduling/type_prices.py)
-    comparative_advantage: bool = True
     max_reservations: int = 4  # jobs that may hold capacity in one cycle
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
     # jobs without GPUs may run on GPU nodes: off by default, they run on CPU-only nodes.
@@ -335,6 +338,28 @@ class SchedulerConfig:
             return cls()
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class FairState:
+    """Each team's deficit at ``at``: type-speed card-seconds it has been owed (negative:
+    over-served), decayed and capped (:mod:`app.scheduling.deficit`). The caller keeps
+    it between cycles: ``Snapshot.fair`` in, ``CycleResult.fair`` out."""
+
+    at: float
+    deficit: Mapping[str, float] = field(default_factory=dict)
+
+
+# Knobs that existed and were removed, with what replaced them: a config file that still
+# sets one is refused with this sentence rather than silently ignored.
+REMOVED_KNOBS: dict[str, str] = {
+    "aging_s": "removed: a waiting team gains credit (the deficit, fair_horizon_s) and a "
+    "waiting job is promoted within its team; there is no aging",
+    "comparative_advantage": "removed: the entitlements' max-throughput step decides which "
+    "types a job's class should use (w_speed weighs it in placement)",
+    "w_overshoot": "removed: it was never read (gpu_units requests take the least CU "
+    "overshoot by construction)",
+}
 
 
 @dataclass(slots=True)
@@ -355,6 +380,8 @@ class Snapshot:
     # summaries in between cycles. Pass the same dict only while ``nodes`` is the
     # same list of unchanged Node objects (the simulator does; None = no reuse).
     static_cache: dict | None = None
+    # the deficits the previous cycle returned (None: a first cycle, nobody owed anything)
+    fair: FairState | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +438,9 @@ class CycleResult:
     unschedulable: dict[str, str] = field(default_factory=dict)  # job -> why it never can run
     order: list[str] = field(default_factory=list)  # pending jobs in dispatch order
     returned: list[LeaseReturn] = field(default_factory=list)  # leases converted to own
+    # the teams' deficits after this cycle: pass them in the next snapshot (None from a
+    # policy that keeps none)
+    fair: FairState | None = None
 
 
 Policy = Callable[[Snapshot], CycleResult]

@@ -84,7 +84,7 @@ class Candidate:
             return Reason(
                 ReasonCode.PREEMPTED_FAIR_SHARE,
                 f"preempted by job {by.id} for fair share: team {self.job.request.team} "
-                f"would still hold more of the cluster than team {by.team}",
+                f"would still hold at least its entitlement, team {by.team} is below its own",
                 {**by_id, "team": self.job.request.team, "by_team": by.team},
             )
         return Reason(

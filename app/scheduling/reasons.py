@@ -40,6 +40,9 @@ class TypeCapacity:
     mig_slices: dict[str, int] = field(default_factory=dict)
     # per node: (name, whole cards, cards cut into MIG slices, cpu, memory_gb)
     node_caps: list[tuple[str, int, int, float, float]] = field(default_factory=list)
+    # nodes per distinct (whole cards, cpu, memory_gb): a never-fits check per request
+    # shape costs the distinct node shapes, not the nodes (10,000 nodes have a few)
+    shapes: dict[tuple[int, float, float], int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -83,6 +86,8 @@ class StaticCapacity:
             tc.max_memory_gb = max(tc.max_memory_gb, n.memory_gb)
             cut = sum(1 for d in n.devices if d.mig_layout)
             tc.node_caps.append((n.name, whole, cut, n.cpu, n.memory_gb))
+            shape = (whole, n.cpu, n.memory_gb)
+            tc.shapes[shape] = tc.shapes.get(shape, 0) + 1
             for d in n.devices:
                 for p in d.mig_layout:
                     tc.mig_slices[p] = tc.mig_slices.get(p, 0) + 1
@@ -145,7 +150,16 @@ def _never_text(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) 
                 f"(types that would fit: {', '.join(t.name for t in types)}; "
                 f"nodes have: {', '.join(sorted(static.by_type)) or 'no GPUs'})"
             )
-        # replicas each node could hold at once: whole cards, CPU and memory of the same node
+        # replicas each node could hold at once: whole cards, CPU and memory of the same
+        # node, per distinct node shape (counted), then per node only for the message
+        per_shape = [(_slots(job, k, *shape), n) for t in present
+                     for shape, n in static.by_type[t.name].shapes.items()]
+        most = max((x for x, _ in per_shape), default=0)
+        total = sum(x * n for x, n in per_shape)
+        m = job.min_available
+        same_node = job.topology == "same_node" and m > 1
+        if most > 0 and (most >= m if same_node else total >= m):
+            return None
         caps = [c for t in present for c in static.by_type[t.name].node_caps]
         slots = {name: _slots(job, k, whole, cpu, mem) for name, whole, _c, cpu, mem in caps}
         if not any(slots.values()):
@@ -154,8 +168,7 @@ def _never_text(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) 
                 f"with {job.cpu:g} CPU and {job.memory_gb:g} GB memory"
                 f"{_mig_note(caps, k)}"
             )
-        m = job.min_available
-        if job.topology == "same_node" and m > 1:
+        if same_node:
             if max(slots.values()) < m:
                 return (
                     f"same_node needs {m} x {k} GPU(s) (with {m * job.cpu:g} CPU, "

@@ -61,6 +61,7 @@ from app.scheduling.descheduler import deschedule
 from app.scheduling.filters import allowed_types
 from app.scheduling.model import (
     CycleResult,
+    FairState,
     JobRequest,
     LeaseInfo,
     Policy,
@@ -261,6 +262,7 @@ class Simulator:
         self.static_cache: dict = {}  # the nodes never change during a replay
         self._dirty = False  # something arrived or ended since the last cycle
         self._lease_due = False  # a lease expired: cycle even with nothing pending
+        self.fair: FairState | None = None  # the teams' deficits, cycle to cycle
         # the live service's descheduler loop, only next to the gpuq core it belongs to
         cfg = model.cluster.scheduler
         self.descheduler: Policy | None = (
@@ -456,13 +458,16 @@ class Simulator:
             now=self.now, gpu_types=c.gpu_types, nodes=c.nodes, pools=c.pools, teams=c.teams,
             priorities=c.priorities, running=running,
             pending=[j.request for j in self.pending.values()], config=c.scheduler,
-            static_cache=self.static_cache,
+            static_cache=self.static_cache, fair=self.fair,
         )
 
     def cycle(self) -> bool:
         """One scheduling cycle; True if anything changed."""
         self.cycles += 1
-        return self.apply(self.policy(self.snapshot()))
+        res = self.policy(self.snapshot())
+        if res.fair is not None:
+            self.fair = res.fair
+        return self.apply(res)
 
     def apply(self, res: CycleResult) -> bool:
         """Apply a decision as the dispatcher persists it: preemptions first (a moved

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.scheduling.engine import schedule
-from app.scheduling.model import PoolInfo, SchedulerConfig, TeamInfo
+from app.scheduling.model import FairState, PoolInfo, SchedulerConfig, TeamInfo
 from tests.unit.core_fixtures import job, node, running, snap, whole
 
 
@@ -134,23 +134,28 @@ def test_many_identical_unschedulable_jobs_share_one_reason() -> None:
     assert len({res.reasons[f"j{i}"] for i in range(1, 1000)}) == 1
 
 
-def _aging_case(waited_s: float) -> list[str]:
-    """Team x holds a card; its job has waited ``waited_s``; team y's job is new."""
+def _credit_case(waited_s: float, credit_x: float = 0.0) -> str:
+    """Team x holds a card; its job has waited ``waited_s``; team y's job is new; team x
+    carries ``credit_x`` of deficit from earlier cycles."""
     teams = {"x": TeamInfo("x", "p"), "y": TeamInfo("y", "p")}
     nodes = [node("a", "a100-80g", 2)]
     busy = running(job("bx", team="x"), whole("a", "a100-80g", (0,)))
     jx = job("jx", team="x", submitted_at=0)
     jy = job("jy", team="y", submitted_at=waited_s - 10)
-    return admitted(schedule(snap(nodes, [jx, jy], running=[busy], teams=teams, now=waited_s)))
+    sn = snap(nodes, [jx, jy], running=[busy], teams=teams, now=waited_s)
+    sn.fair = FairState(waited_s, {"x": credit_x})
+    return schedule(sn).order[0]
 
 
 def test_fair_share_holds_for_hours_of_waiting_by_default() -> None:
-    # two hours of waiting do not make the busy team's job jump the lighter team's
-    # (with the old 1-hour aging the queue turned FIFO across teams under a backlog)
-    assert SchedulerConfig().aging_s == 12 * 3600 == SchedulerConfig().reservation_after_s
-    assert _aging_case(2 * 3600) == ["jy"]
+    # waiting alone does not make the busy team's job jump the lighter team's: there is
+    # no aging knob (with the old 1-hour aging the queue turned FIFO across teams)
+    assert not hasattr(SchedulerConfig(), "aging_s")
+    assert _credit_case(2 * 3600) == "jy"
+    assert _credit_case(13 * 3600) == "jy"
 
 
-def test_aging_ends_waiting_for_the_share() -> None:
-    # past aging_s the old job goes first by age: a busy team is never starved
-    assert _aging_case(13 * 3600) == ["jx"]
+def test_a_team_owed_credit_goes_first() -> None:
+    # team x was short of its entitlement for a long time: its credit puts it first
+    # although it holds a card and team y none (x entitled to 1 card: credit of a day)
+    assert _credit_case(600, credit_x=SchedulerConfig().fair_horizon_s) == "jx"

@@ -1,5 +1,6 @@
 """Shortest-first within a team (``shortest_first``): estimates order a team's own
-queue; aged jobs keep their place by age so a long job is never starved."""
+queue; promoted jobs (requeued, waited 2x their prediction, or the hard cap) keep their
+place by age so a long job is never starved."""
 
 from __future__ import annotations
 
@@ -30,16 +31,25 @@ def test_a_job_without_estimate_counts_as_unknown_duration() -> None:
     assert _first([unknown, longer]) == "unknown"  # 3600 s (unknown) < 10 h
 
 
-def test_a_job_due_a_reservation_goes_before_shorter_ones() -> None:
-    due = SchedulerConfig().reservation_after_s  # 12 h, as aging_s
+def test_a_job_waiting_twice_its_prediction_or_the_cap_goes_before_shorter_ones() -> None:
     old = job("old", submitted_at=0, duration_estimate_s=7200)
-    short = job("short", submitted_at=due - 100, duration_estimate_s=60)
-    assert _first([old, short], now=due - 50) == "short"
-    assert _first([old, short], now=due + 50) == "old"  # waited > reservation_after_s
-    # the same with a shorter reservation_after_s: it, not aging_s, decides
+    short = job("short", submitted_at=14000, duration_estimate_s=60)
+    assert _first([old, short], now=14300) == "short"  # waited 14,300 s < 2 x 7200 s
+    assert _first([old, short], now=14500) == "old"  # promoted: 2 x its prediction
+    # the hard cap (reservation_after_s) promotes sooner when it is shorter
     short = job("short", submitted_at=1700, duration_estimate_s=60)
     assert _first([old, short], now=1750, reservation_after_s=1800) == "short"
     assert _first([old, short], now=1850, reservation_after_s=1800) == "old"
+
+
+def test_a_requeued_job_is_not_queued_behind_its_own_teams_younger_small_jobs() -> None:
+    """A gang that was preempted comes back with its original submit time; shortest-first
+    used to put every younger short job of its team in front of it again."""
+    gang = job("gang", submitted_at=0, gpus=1, duration_estimate_s=36000, preemption_count=1)
+    small = job("small", submitted_at=500, duration_estimate_s=60)
+    assert _first([gang, small], now=600) == "gang"
+    fresh = job("gang", submitted_at=0, gpus=1, duration_estimate_s=36000)
+    assert _first([fresh, small], now=600) == "small"
 
 
 def test_priority_still_comes_first() -> None:

@@ -20,12 +20,12 @@ def holding(j, n="n0", devices=(0, 1, 2, 3), started_at=0.0):
 
 def test_pending_jobs_start_when_running_work_ends():
     big = job("run", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=1500)
-    a = job("a", gpus=2, gpu_types=("v100-16g",), duration_estimate_s=600, submitted_at=10)
+    a = job("a", gpus=2, gpu_types=("v100-16g",), duration_estimate_s=900, submitted_at=10)
     b = job("b", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=300, submitted_at=20)
     s = snap([node("n0", "v100-16g", 4)], [a, b], running=[holding(big)], now=NOW)
     est = estimate_starts(s, GPUQ)
     # "run" started at 0 with 1500 s: ends at 1500; one team, shortest first
-    # (shortest_first): b (300 s) starts then, a (600 s) after b
+    # (shortest_first): b (300 s) starts then, a (900 s: not yet waited twice that) after b
     assert est.get("b") == 1500.0
     assert est.get("a") == 1800.0
     assert not est.horizon_reached and est.computed_at == NOW

@@ -1,6 +1,7 @@
 """Fair-share preemption (``fair_preemption``, app/scheduling/fair_share.py): a team
-below its fair share may stop a same-priority job of a team above its own, cheaply
-(the victims' lost GPU-hours are bounded), never back and forth, never across pools."""
+below its entitlement may stop a same-priority job of a team that stays at or above its
+own after the removal, cheaply (the victims' lost GPU-hours are bounded), never back and
+forth, never across pools."""
 
 from __future__ import annotations
 
@@ -65,13 +66,14 @@ def test_a_team_at_its_share_is_no_victim_and_a_team_above_its_share_takes_nothi
                                started_at=100.0) for i in range(2))]
     more = job("s", team="small", submitted_at=500.0)
     assert not _run([more], run, now=600.0).preemptions  # small would go above its share
-    # a third team arrives: fair share 4/3 cards; both others hold 2 > 4/3
+    # a third team arrives wanting one card: entitlements 1.5, 1.5, 1; big and small hold 2
+    # each, but either would drop to 1 < 1.5 without a card: nobody is taken from (the
+    # after-removal check), the new team waits for a job to end
     teams = {**TEAMS, "new": TeamInfo("new", "p")}
     res = _run([job("n", team="new", submitted_at=500.0)], run, now=600.0, teams=teams)
-    (p,) = res.preemptions
-    assert p.job_id in {"b0", "b1", "m0", "m1"}
-    # the victim's team must be above its share: with weights 3:1:1 for big, big's share
-    # is 2.4 cards and it holds 2 -- so the victim is small's (share 0.8, holds 2)
+    assert not res.preemptions
+    # weights 3:1:1: big is entitled to the 2 cards it holds, small to 1 (holds 2): the
+    # victim is small's, which keeps its entitlement after the removal
     weighted = {"big": TeamInfo("big", "p", weight=3.0), "small": TeamInfo("small", "p"),
                 "new": TeamInfo("new", "p")}
     res = _run([job("n", team="new", submitted_at=500.0)], run, now=600.0, teams=weighted)
@@ -133,7 +135,7 @@ def test_reclaim_of_a_type_share() -> None:
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from app.scheduling.fair_share import FairLevels  # noqa: E402
+from app.scheduling.entitlements import entitlements, held_throughput  # noqa: E402
 from app.scheduling.model import gpus_held  # noqa: E402
 from app.scheduling.quota import QuotaLedger, units_by_type  # noqa: E402
 from app.scheduling.state import ClusterState, device_overcommitted  # noqa: E402
@@ -168,9 +170,10 @@ def team_streams(draw):
 @given(team_streams())
 def test_fair_share_preemption_invariants(sc) -> None:
     """Every same-priority victim: preemptible, of another team of the preemptor's pool,
-    its team above its fair share (of the cluster or of a type it holds) while the
-    preemptor's team stays within its own; each preemption's fair victims lose at most
-    the budget; no job lost or run twice; no card handed out twice."""
+    its team (without all of this preemption's victims of it) still at or above its
+    entitlement, while the preemptor's team with the job stays within its own; each
+    preemption's fair victims lose at most the budget; no job lost or run twice; no card
+    handed out twice."""
     nodes, teams, jobs, dt, budget = sc
     s = Sim(nodes=nodes, pools=[PoolInfo("p")], teams=teams,
             config={"min_run_time_s": 60, "fair_preemption_max_lost_gpu_h": budget})
@@ -182,10 +185,10 @@ def test_fair_share_preemption_invariants(sc) -> None:
         by_id = {r.request.id: r for r in snap.running}
         pending = {j.id: j for j in snap.pending}
         ledger = QuotaLedger.from_snapshot(snap)
-        cards = {}
-        for n in snap.nodes:
-            cards[n.gpu_type] = cards.get(n.gpu_type, 0.0) + len(n.devices)
-        levels = FairLevels.of(snap, cards)
+        ent = entitlements(snap)
+
+        def held(team: str, ledger=ledger, snap=snap) -> float:
+            return held_throughput(ledger.team_by_type[team], snap.gpu_types)
         lost: dict[str, float] = {}
         # replay the cycle's decisions in the order the engine took them (a job's
         # victims just before its admission), checking each victim against the ledger
@@ -195,6 +198,13 @@ def test_fair_share_preemption_invariants(sc) -> None:
                 ledger.release(by_id[p.job_id])
         for a in res.admissions:
             pre = pending[a.job_id]
+            taken: dict[str, float] = {}
+            for p in (x for x in res.preemptions if x.by_job == a.job_id):
+                v = by_id[p.job_id]
+                if v.request.priority_value == pre.priority_value and p.kind == "preempt":
+                    t = v.request.team
+                    taken[t] = taken.get(t, 0.0) + held_throughput(
+                        units_by_type(v.placements), snap.gpu_types)
             for p in (x for x in res.preemptions if x.by_job == a.job_id):
                 v = by_id[p.job_id]
                 assert v.request.preemptible and v.request.priority != "P0"
@@ -203,11 +213,8 @@ def test_fair_share_preemption_invariants(sc) -> None:
                     assert "fair share" in p.reason
                     assert v.request.team != pre.team and v.request.pool == pre.pool
                     vt = v.request.team
-                    w = teams[vt].weight
-                    above_total = ledger.dominant_share(vt) > levels.total + 1e-9
-                    above_type = any(ledger.team_by_type[vt][t] > levels.by_type[t] * w + 1e-9
-                                     for t in units_by_type(v.placements))
-                    assert above_total or above_type
+                    assert held(vt) - taken[vt] >= ent.of(vt) - 1e-6
+                    assert held(pre.team) <= ent.of(pre.team) + 1e-6
                     event("fair-share victim")
                     lost[pre.id] = lost.get(pre.id, 0.0) + sum(
                         gpus_held(x, snap.gpu_types) for x in v.placements
@@ -267,3 +274,27 @@ def test_reclaim_needs_the_victims_team_at_its_share_after_removal() -> None:
     res = schedule(snap(nodes, [job("s", team="small", submitted_at=500.0)], running=[big],
                         teams=TEAMS, now=600.0))
     assert not res.preemptions
+
+
+def test_a_whole_gang_is_not_evicted_for_a_small_job_while_its_cards_would_stay_idle() -> None:
+    """Seen live: a 64 CU gang preempted for an 8 CU job, the V100s then 19 % used. Team a
+    runs a 12-card gang (started 300 s ago, the cheapest victim by lost work) and four
+    1-card jobs; team b wants 2 cards. The old dominant-share rule let b stop the whole
+    gang (a without it still held more than b); now a must keep its entitlement (14 of the
+    16 cards) after the removal, so two of its 1-card jobs make room instead."""
+    nodes = [node("n0", "v100-16g", 8), node("n1", "v100-16g", 8)]
+    teams = {"a": TeamInfo("a", "p"), "b": TeamInfo("b", "p")}
+    gang_req = job("gang", team="a", gpus=4, replicas=3, min_available=3,
+                   gpu_types=("v100-16g",))
+    gang = running(gang_req, whole("n0", "v100-16g", (0, 1, 2, 3)),
+                   whole("n0", "v100-16g", (4, 5, 6, 7), replica=1),
+                   whole("n1", "v100-16g", (0, 1, 2, 3), replica=2), started_at=7000.0)
+    singles = [running(job(f"s{i}", team="a", gpu_types=("v100-16g",)),
+                       whole("n1", "v100-16g", (4 + i,)), started_at=100.0 + i)
+               for i in range(4)]
+    want = job("w", team="b", gpus=2, gpu_types=("v100-16g",), submitted_at=7200.0)
+    res = schedule(snap(nodes, [want], running=[gang, *singles], teams=teams, now=7300.0))
+    stopped = sorted(p.job_id for p in res.preemptions)
+    assert "gang" not in stopped
+    assert len(stopped) == 2 and all(s.startswith("s") for s in stopped)
+    assert [a.job_id for a in res.admissions] == ["w"]

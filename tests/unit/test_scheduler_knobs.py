@@ -17,13 +17,19 @@ from app.scheduling.model import SchedulerConfig
         ("w_speed", -1, "a number >= 0"),
         ("max_reservations", 2.5, "a whole number >= 0"),
         ("shortest_first", 1, "true or false"),
-        ("aging_s", True, "a number >= 0"),
+        ("fair_horizon_s", True, "a number >= 0"),
     ],
 )
 def test_a_wrong_knob_is_refused_by_name(knob, value, says):
     with pytest.raises(ValidationError) as err:
         GpuqConfig.model_validate({"scheduler": {knob: value}})
     assert f"scheduler.{knob}: must be {says}" in str(err.value)
+
+
+@pytest.mark.parametrize("knob", ["aging_s", "comparative_advantage", "w_overshoot"])
+def test_a_removed_knob_is_refused_with_what_replaced_it(knob):
+    with pytest.raises(ValidationError, match=rf"scheduler\.{knob}: removed"):
+        GpuqConfig.model_validate({"scheduler": {knob: 1}})
 
 
 def test_yaml_text_with_a_string_number_names_the_knob():
