@@ -58,9 +58,16 @@ def advance(
     return FairState(now, out)
 
 
-def team_key(deficit: float, entitled: float, held: float, horizon_s: float) -> float:
-    """The order of teams, lowest first: what the team holds less its credit (in the
-    throughput it is owed over the horizon), per unit of its entitlement. A team with
-    nothing and full credit is at -1; a team at its entitlement with no credit at 0."""
+def team_key(deficit: float, entitled: float, held: float, horizon_s: float) -> tuple[float, float]:
+    """The order of teams, lowest first: what the team holds per unit of its entitlement
+    (the team furthest below its entitlement goes first), then its credit (per unit of
+    entitlement over the horizon: the team owed more goes first).
+
+    Credit breaks ties rather than adding to the holding: added, a backlog team whose big
+    jobs never fit (owed for hours, so its credit near the cap) went before a light team
+    holding nothing, and the light team's 10-second jobs waited hours (Philly, 2 days at
+    0.8). What credit must guarantee -- that a team short of its entitlement for long gets
+    its job started -- it does through the reservation it earns
+    (:meth:`app.scheduling.engine.Cycle.owed`)."""
     e = max(entitled, EPS)
-    return (held - deficit / max(horizon_s, EPS)) / e
+    return (held / e, -deficit / (max(horizon_s, EPS) * e))

@@ -162,7 +162,7 @@ class Cycle:
         """What ``team`` holds now, in the entitlement's unit (type-speed cards)."""
         return held_throughput(self.ledger.team_by_type[team], self.snap.gpu_types)
 
-    def team_key(self, team: str) -> float:
+    def team_key(self, team: str) -> tuple[float, float]:
         """The team's place in the order (lower first): :func:`deficit.team_key`."""
         return team_key(self.fair.deficit.get(team, 0.0), self.entitled.of(team),
                         self.held(team), self.snap.config.fair_horizon_s)

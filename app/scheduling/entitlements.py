@@ -96,13 +96,16 @@ class Entitlements:
     throughput: dict[str, float] = field(default_factory=dict)
     by_type: dict[str, dict[str, float]] = field(default_factory=dict)  # team -> type -> cards
     levels: dict[str, float] = field(default_factory=dict)  # normalised max-min level per team
+    by_class: dict[ClassKey, dict[str, float]] = field(default_factory=dict)  # all teams'
 
     def of(self, team: str) -> float:
         return self.throughput.get(team, 0.0)
 
-    def type_share(self, team: str, key: ClassKey, gpu_type: str) -> float:
-        """The share of the class's entitled cards that are of ``gpu_type`` (0..1)."""
-        alloc = self.cards.get((team, key))
+    def type_share(self, key: ClassKey, gpu_type: str) -> float:
+        """The share of the class's entitled cards (all teams') of ``gpu_type`` (0..1):
+        where the allocation puts this kind of work. Per class, not per team, so placement
+        scores stay shared by every team's jobs of one shape."""
+        alloc = self.by_class.get(key)
         if not alloc:
             return 0.0
         total = sum(alloc.values())
@@ -163,6 +166,10 @@ def allocate(
     """Weighted max-min over normalised effective throughput, then the most throughput
     without lowering anyone (module docstring). ``capacity``: cards per type."""
     out = Entitlements()
+    usable = {t for c in classes for t in c.key[0]
+              if t in gpu_types and capacity.get(t, 0.0) > EPS}
+    if len(usable) == 1:
+        return _one_type(next(iter(usable)), capacity, classes, weights, gpu_types)
     cols: list[tuple[int, str, float, float]] = []  # (class index, type, class speed, type speed)
     for i, c in enumerate(classes):
         for t in c.key[0]:
@@ -223,9 +230,57 @@ def allocate(
         out.cards.setdefault((k, classes[i].key), {})[t] = float(x[j])
         by = out.by_type.setdefault(k, {})
         by[t] = by.get(t, 0.0) + float(x[j])
+        bc = out.by_class.setdefault(classes[i].key, {})
+        bc[t] = bc.get(t, 0.0) + float(x[j])
     for n, k in enumerate(teams):
         out.throughput[k] = float(thr_type[n] @ x)
         out.levels[k] = float(frozen[n])
+    return out
+
+
+def _one_type(
+    t: str, capacity: Mapping[str, float], classes: list[ClassDemand],
+    weights: Mapping[str, float], gpu_types: Mapping[str, GpuType],
+) -> Entitlements:
+    """One usable GPU type: the LP's answer in closed form, weighted water-filling of the
+    type's cards over the teams' demands (normalised throughput is cards per unit of
+    weight there, and every allocation of all the cards has the same total)."""
+    out = Entitlements()
+    cap = capacity[t]
+    demand: dict[str, float] = {}
+    for c in classes:
+        if t in c.key[0]:
+            demand[c.team] = demand.get(c.team, 0.0) + min(c.cards, cap)
+    w = {k: max(weights.get(k, 1.0), EPS) for k in demand}
+    grant: dict[str, float] = {}
+    left, rest = cap, sorted(demand, key=lambda k: demand[k] / w[k])
+    while rest:
+        level = left / sum(w[k] for k in rest)
+        k = rest[0]
+        if demand[k] <= level * w[k] + EPS:
+            grant[k] = demand[k]
+            left -= demand[k]
+            rest.pop(0)
+            continue
+        for k in rest:
+            grant[k] = level * w[k]
+        break
+    speed = gpu_types[t].speed
+    for c in classes:
+        if t not in c.key[0] or demand.get(c.team, 0.0) <= EPS:
+            continue
+        x = grant[c.team] * min(c.cards, cap) / demand[c.team]
+        if x <= EPS:
+            continue
+        out.cards.setdefault((c.team, c.key), {})[t] = x
+        by = out.by_type.setdefault(c.team, {})
+        by[t] = by.get(t, 0.0) + x
+        bc = out.by_class.setdefault(c.key, {})
+        bc[t] = bc.get(t, 0.0) + x
+    total_w = sum(w.values())
+    for k, g in grant.items():
+        out.throughput[k] = g * speed
+        out.levels[k] = g / (w[k] / total_w * cap) if cap > 0 else 0.0
     return out
 
 

@@ -2,10 +2,10 @@
 
 Key, best first: priority class; pools below their guarantee; the team's
 key from its entitlement and deficit (:func:`app.scheduling.deficit.team_key`:
-what it holds less the credit it has built up while short of its
-entitlement, per unit of entitlement; re-read from the live ledger, so a
-team that just got a job moves back); then age. There is no aging knob: a
-team that waits gains credit until it goes first
+what it holds per unit of entitlement, then the credit it has built up while
+short of its entitlement; re-read from the live ledger, so a team that just
+got a job moves back); then age. There is no aging knob: a team that waits
+gains credit, which earns its promoted job a reservation
 (:mod:`app.scheduling.deficit`), and a job that waits is promoted within its
 team (below).
 
@@ -65,7 +65,7 @@ class FairOrder:
 
     def __init__(
         self, pending: Iterable[JobRequest], ledger: QuotaLedger, now: float,
-        team_key: Callable[[str], float] | None = None, shortest_first: bool = True,
+        team_key: Callable[[str], object] | None = None, shortest_first: bool = True,
         unknown_duration_s: float = 3600.0, cap_s: float = float("inf"),
     ) -> None:
         self.ledger = ledger
@@ -96,7 +96,7 @@ class FairOrder:
                     q = queues[team] = first + [j for j in q if id(j) not in ids]
             q.sort(key=_PRIO, reverse=True)
         self.queues = queues
-        self._share: dict[str, tuple[int, float]] = {}
+        self._share: dict[str, tuple[int, object]] = {}
         self._below: dict[str, tuple[int, int]] = {}
 
     def _key(self, j: JobRequest) -> tuple:

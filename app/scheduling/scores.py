@@ -64,13 +64,13 @@ def speed_gain(job: JobRequest, gpu_type: str,
 
 def type_gain(job: JobRequest, gpu_type: str, ctx: PlacementContext) -> float:
     """How much the job should want ``gpu_type`` (0..1): the share of its class's entitled
-    cards that are of this type, when the cycle's entitlements give the class any (the
+    cards (all teams') that are of this type, when the cycle's entitlements give the class any (the
     allocation already weighed speed against who else needs the type: comparative
     advantage); else its speed there over its best speed."""
     if ctx.entitled is not None and ctx.classify is not None:
         key = ctx.classify(job)
-        if ctx.entitled.cards.get((job.team, key)):
-            return ctx.entitled.type_share(job.team, key, gpu_type)
+        if ctx.entitled.by_class.get(key):
+            return ctx.entitled.type_share(key, gpu_type)
     return speed_gain(job, gpu_type, ctx.gpu_types)
 
 
@@ -111,7 +111,7 @@ def headroom_penalty(
 
 
 @reads("cards", "cpu")  # name and rack only relative to a gang (see node_reads)
-@reads_job(  # the demand it scores carries the mode and size; type prices read the rest
+@reads_job(  # the demand it scores carries the mode and size; the job's class the rest
     "pool", "placement", "cpu", "memory_gb", "min_gpu_memory_gb", "tolerations", "speed",
     "gpu_types", "avoid_gpu_types", "gpus", "gpu_units", "mig", "gpu_share",
 )

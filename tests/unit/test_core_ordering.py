@@ -134,15 +134,15 @@ def test_many_identical_unschedulable_jobs_share_one_reason() -> None:
     assert len({res.reasons[f"j{i}"] for i in range(1, 1000)}) == 1
 
 
-def _credit_case(waited_s: float, credit_x: float = 0.0) -> str:
-    """Team x holds a card; its job has waited ``waited_s``; team y's job is new; team x
-    carries ``credit_x`` of deficit from earlier cycles."""
+def _credit_case(waited_s: float, credit_x: float = 0.0, x_busy: bool = True) -> str:
+    """Team x holds a card (unless ``x_busy`` is False); its job has waited ``waited_s``;
+    team y's job is new; team x carries ``credit_x`` of deficit from earlier cycles."""
     teams = {"x": TeamInfo("x", "p"), "y": TeamInfo("y", "p")}
     nodes = [node("a", "a100-80g", 2)]
-    busy = running(job("bx", team="x"), whole("a", "a100-80g", (0,)))
+    busy = [running(job("bx", team="x"), whole("a", "a100-80g", (0,)))] if x_busy else []
     jx = job("jx", team="x", submitted_at=0)
     jy = job("jy", team="y", submitted_at=waited_s - 10)
-    sn = snap(nodes, [jx, jy], running=[busy], teams=teams, now=waited_s)
+    sn = snap(nodes, [jx, jy], running=busy, teams=teams, now=waited_s)
     sn.fair = FairState(waited_s, {"x": credit_x})
     return schedule(sn).order[0]
 
@@ -153,9 +153,17 @@ def test_fair_share_holds_for_hours_of_waiting_by_default() -> None:
     assert not hasattr(SchedulerConfig(), "aging_s")
     assert _credit_case(2 * 3600) == "jy"
     assert _credit_case(13 * 3600) == "jy"
+    # nor does credit: the team holding less of its entitlement goes first
+    assert _credit_case(600, credit_x=SchedulerConfig().fair_horizon_s) == "jy"
 
 
-def test_a_team_owed_credit_goes_first() -> None:
-    # team x was short of its entitlement for a long time: its credit puts it first
-    # although it holds a card and team y none (x entitled to 1 card: credit of a day)
-    assert _credit_case(600, credit_x=SchedulerConfig().fair_horizon_s) == "jx"
+def test_a_team_owed_credit_goes_first_among_equals() -> None:
+    # neither team holds anything: the team owed credit goes first, before an older job
+    teams = {"x": TeamInfo("x", "p"), "y": TeamInfo("y", "p")}
+    jx = job("jx", team="x", submitted_at=100)
+    jy = job("jy", team="y", submitted_at=0)
+    sn = snap([node("a", "a100-80g", 1)], [jx, jy], teams=teams, now=600)
+    assert schedule(sn).order[0] == "jy"  # by age
+    sn = snap([node("a", "a100-80g", 1)], [jx, jy], teams=teams, now=600)
+    sn.fair = FairState(600, {"x": 1000.0})
+    assert schedule(sn).order[0] == "jx"  # x is owed credit
