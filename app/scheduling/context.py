@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from app.scheduling.entitlements import Classifier, Entitlements
 from app.scheduling.fragmentation import WorkloadMix, with_gpuq_terms
 from app.scheduling.mix import mix_from_jobs
 from app.scheduling.model import GpuType, JobRequest, PoolInfo, SchedulerConfig, Snapshot
@@ -47,10 +46,6 @@ class PlacementContext:
     cpu_per_gpu: float = 0.0
     memory_per_gpu: float = 0.0
     max_memory_gb: float = 0.0
-    # the cycle's entitlements (type choice: a job goes to the types its class is entitled
-    # to) and the classifier of jobs into classes; None = plain speed gain
-    entitled: Entitlements | None = None
-    classify: Classifier | None = None
     # the GPU types do not all run at the same speed (GpuType.speed): speed-aware placement
     # applies to jobs without their own table too
     typed_speeds: bool = False
@@ -68,10 +63,7 @@ class PlacementContext:
             self.memory_per_gpu = self.memory_per_gpu or mem
 
     @classmethod
-    def from_snapshot(
-        cls, snap: Snapshot, mix: WorkloadMix | None = None,
-        entitled: Entitlements | None = None, classify: Classifier | None = None,
-    ) -> PlacementContext:
+    def from_snapshot(cls, snap: Snapshot, mix: WorkloadMix | None = None) -> PlacementContext:
         cards: dict[str, float] = {}
         for n in snap.nodes:
             if n.devices and n.gpu_type:
@@ -86,8 +78,6 @@ class PlacementContext:
             config=snap.config,
             mix=mix,
             now=snap.now,
-            entitled=entitled,
-            classify=classify,
             typed_speeds=len({t.speed for t in snap.gpu_types.values()}) > 1,
         )
 

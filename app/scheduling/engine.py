@@ -105,8 +105,7 @@ class Cycle:
                             cfg.fair_horizon_s)
         self.result.fair = self.fair
         self._owed: dict[str, tuple[int, float, float, float]] = {}
-        self.ctx = PlacementContext.from_snapshot(snap, entitled=self.entitled,
-                                                  classify=self.classify)
+        self.ctx = PlacementContext.from_snapshot(snap)
         self.static = static_capacity(snap)
         # the schedulable part, only when some node is cordoned or not ready
         self.ready = (

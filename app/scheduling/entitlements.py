@@ -24,11 +24,14 @@ because that raises the total without lowering anyone. Nothing here is a
 tuned weight: the inputs are the cluster (cards and speed per type), the
 teams' weights and the work.
 
-The result is used three ways: the **deficit** that orders teams
-(:mod:`app.scheduling.deficit`), the **preemption** rule (a team below its
-entitlement may take from a team that stays at or above its own after the
-removal: :mod:`app.scheduling.fair_share`), and **placement** (a job goes
-to the types its class is entitled to: :func:`Entitlements.type_share`).
+The result is used three ways: the **order** of teams (what each holds per
+unit of its entitlement) and the **deficit** that earns a waiting team's job
+a reservation (:mod:`app.scheduling.deficit`), and the **preemption** rule
+(a team below its entitlement may take from a team that stays at or above
+its own after the removal: :mod:`app.scheduling.fair_share`). Placement
+does not follow the allocation's types (:func:`Entitlements.type_share`):
+sending each job to its class's entitled types was measured worse than its
+fastest type (docs/scheduling.md).
 """
 
 from __future__ import annotations

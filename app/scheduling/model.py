@@ -318,9 +318,9 @@ class SchedulerConfig:
     # pressure on the GPU types that type-restricted pending jobs need: unrestricted jobs
     # stay off them
     w_type_pressure: float = 1.0
-    # type choice when types differ in speed: a job goes to the types its class is entitled
-    # to (the share of its class's entitled cards on the type: app/scheduling/entitlements.py,
-    # where comparative advantage comes from), else to its fastest type
+    # speed-aware placement when types differ in speed: a job's speed on the card's type over
+    # its best speed (JobRequest.speed, else GpuType.speed); its fastest type scores highest.
+    # (Placing a job by its class's entitled cards instead was measured worse: docs/scheduling.md)
     w_speed: float = 3.0
     max_reservations: int = 4  # jobs that may hold capacity in one cycle
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
@@ -355,8 +355,9 @@ class FairState:
 REMOVED_KNOBS: dict[str, str] = {
     "aging_s": "removed: a waiting team gains credit (the deficit, fair_horizon_s) and a "
     "waiting job is promoted within its team; there is no aging",
-    "comparative_advantage": "removed: the entitlements' max-throughput step decides which "
-    "types a job's class should use (w_speed weighs it in placement)",
+    "comparative_advantage": "removed with the type prices: the entitlements (weighted max-min "
+    "over effective throughput) now decide what each team is owed; placement prefers a job's "
+    "fastest type (w_speed)",
     "w_overshoot": "removed: it was never read (gpu_units requests take the least CU "
     "overshoot by construction)",
 }

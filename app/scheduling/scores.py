@@ -62,18 +62,6 @@ def speed_gain(job: JobRequest, gpu_type: str,
     return gt.speed / best
 
 
-def type_gain(job: JobRequest, gpu_type: str, ctx: PlacementContext) -> float:
-    """How much the job should want ``gpu_type`` (0..1): the share of its class's entitled
-    cards (all teams') that are of this type, when the cycle's entitlements give the class any (the
-    allocation already weighed speed against who else needs the type: comparative
-    advantage); else its speed there over its best speed."""
-    if ctx.entitled is not None and ctx.classify is not None:
-        key = ctx.classify(job)
-        if ctx.entitled.by_class.get(key):
-            return ctx.entitled.type_share(key, gpu_type)
-    return speed_gain(job, gpu_type, ctx.gpu_types)
-
-
 def stranded_cards(free_cards: int, cpu_free: float, mem_free: float, ctx: PlacementContext) -> int:
     """Free cards that a small future job could not use for lack of CPU or memory."""
     if free_cards <= 0:
@@ -111,7 +99,7 @@ def headroom_penalty(
 
 
 @reads("cards", "cpu")  # name and rack only relative to a gang (see node_reads)
-@reads_job(  # the demand it scores carries the mode and size; the job's class the rest
+@reads_job(  # the demand it scores carries the mode and size
     "pool", "placement", "cpu", "memory_gb", "min_gpu_memory_gb", "tolerations", "speed",
     "gpu_types", "avoid_gpu_types", "gpus", "gpu_units", "mig", "gpu_share",
 )
@@ -132,7 +120,7 @@ def score(
     if demand.gpu_type is not None:
         s += cfg.w_type_preference * ctx.type_preference(job.pool, demand.gpu_type)
         if cfg.w_speed and (job.speed or ctx.typed_speeds):
-            s += cfg.w_speed * type_gain(job, demand.gpu_type, ctx)
+            s += cfg.w_speed * speed_gain(job, demand.gpu_type, ctx.gpu_types)
     # binpack / spread: the node's allocated share after placing
     if cap.n_devices:
         after = cap.used_frac + demand_fraction(demand, gt) / cap.n_devices
