@@ -50,15 +50,6 @@ def promoted(j: JobRequest, now: float, cap_s: float, unknown_s: float) -> bool:
     return waited >= min(cap_s, PROMOTE * est)
 
 
-def team_sort_key(j: JobRequest, now: float, cap_s: float, unknown_s: float) -> tuple:
-    """Within a team: priority; promoted jobs first, by age; then the shortest
-    predicted run time (none = ``unknown_s``), then age."""
-    if promoted(j, now, cap_s, unknown_s):
-        return (-j.priority_value, 0, j.submitted_at, j.submitted_at, j.id)
-    est = j.duration_estimate_s if j.duration_estimate_s is not None else unknown_s
-    return (-j.priority_value, 1, est, j.submitted_at, j.id)
-
-
 class FairOrder:
     """Jobs in dispatch order; ``team_key(team)`` (lower first) is re-read whenever
     the ledger changed (after an admission or a stop)."""
@@ -76,8 +67,8 @@ class FairOrder:
             queues.setdefault(j.team, []).append(j)
         for team, q in queues.items():
             # stable C-level sorts, last key first (several times faster than one sort by
-            # team_sort_key, which this equals): age, then the shortest predicted, then
-            # promoted before the rest, then priority
+            # (-priority, promoted first, age if promoted else the prediction, age, id),
+            # which this equals): age, the shortest predicted, promoted first, priority
             q.sort(key=_AGE)
             if shortest_first and any(
                 j.duration_estimate_s is not None or j.preemption_count for j in q
