@@ -149,6 +149,19 @@ MODES = ("gpus", "gpu_units", "mig", "gpu_share")
 MIN_GPU_SHARE = 0.01
 
 
+# The non-null JSON type of each optional field a schema branch leaves unset. A branch
+# says "unset" as "not of that type" (with the field's own "that type or null", that
+# is null): saying ``{"type": "null"}`` made ReDoc merge it with the field's
+# ``anyOf [number, null]`` and log "Incompatible types in allOf" for every branch.
+UNSET_TYPE = {"gpus": "integer", "gpu_units": "number", "mig": "string", "gpu_share": "number",
+              "replicas": "integer", "min_available": "integer"}
+
+
+def unset(field: str) -> dict[str, Any]:
+    """A field's schema in a branch where it must be absent or null."""
+    return {"not": {"type": UNSET_TYPE[field]}}
+
+
 def one_mode_schema(schema: dict[str, Any]) -> None:
     """JSON Schema of "exactly one of gpus, gpu_units, mig, gpu_share is set": one
     branch per mode, each setting its mode and leaving the other three absent or null."""
@@ -156,7 +169,7 @@ def one_mode_schema(schema: dict[str, Any]) -> None:
         {
             "required": [mode],
             "properties": {
-                m: ({"not": {"type": "null"}} if m == mode else {"type": "null"})
+                m: ({"not": {"type": "null"}} if m == mode else unset(m))
                 for m in MODES
             },
         }
@@ -257,8 +270,8 @@ def _gang_schema(schema: dict[str, Any]) -> None:
     """JSON Schema of "replicas and min_available are absent with resources.gpu_units"
     (``min_available <= replicas`` compares two values: JSON Schema cannot say it)."""
     schema["anyOf"] = [
-        {"properties": {"resources": {"properties": {"gpu_units": {"type": "null"}}}}},
-        {"properties": {"replicas": {"type": "null"}, "min_available": {"type": "null"}}},
+        {"properties": {"resources": {"properties": {"gpu_units": unset("gpu_units")}}}},
+        {"properties": {"replicas": unset("replicas"), "min_available": unset("min_available")}},
     ]
 
 

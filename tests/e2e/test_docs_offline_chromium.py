@@ -74,3 +74,18 @@ def test_redoc_renders_offline(offline_browser, api_url):
     # fails off-line and the reference renders without it
     outside = [r for r in resources if not r.startswith((api_url, "blob:"))]
     assert all(r.startswith("https://cdn.redoc.ly/") and r.endswith(".svg") for r in outside)
+    # the schema reads cleanly: ReDoc logged "Incompatible types in allOf" for every
+    # one-of-four resources branch ({"type": "null"} merged with anyOf [number, null])
+    time.sleep(1.0)
+    logged = [e["message"] for e in b.console() if e.get("level") in ("WARNING", "SEVERE")]
+    assert not [m for m in logged if "redoc.standalone.js" in m], logged[:3]
+
+
+def test_redoc_health_samples_are_real(offline_browser, api_url):
+    b = offline_browser
+    b.open(api_url + "/redoc#tag/health/operation/healthz_healthz_get")
+    wait_for(b, "return document.querySelectorAll('[data-section-id]').length > 10")
+    text = wait_for(b, "var s = document.querySelector("
+                       "'[data-section-id=\"operation/healthz_healthz_get\"]');"
+                       "return s && s.innerText.includes('status') && s.innerText")
+    assert "property1" not in text and '"ok"' in text, text[-400:]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -10,7 +12,28 @@ from app.store.migrate import schema_status
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=None)
+def _status(example: dict[str, str]) -> dict[str, Any]:
+    """An OpenAPI response of string fields (``status`` always), with a real example
+    (an empty schema rendered as ReDoc's placeholder ``{"property1": "string"}``)."""
+    props = {k: {"type": "string"} for k in example}
+    schema = {"type": "object", "properties": props, "required": ["status"]}
+    return {"content": {"application/json": {"schema": schema, "example": example}}}
+
+
+HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "alive", **_status({"status": "ok"})},
+    503: {"description": "stuck: restart it",
+          **_status({"status": "unhealthy", "detail": "dispatcher pass stuck for 312 s"})},
+}
+READY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "ready",
+          **_status({"status": "ready", "schema": "0010 (head)"})},
+    503: {"description": "not ready",
+          **_status({"status": "not ready", "detail": "database: OperationalError"})},
+}
+
+
+@router.get("/healthz", response_model=None, responses=HEALTH_RESPONSES)
 def healthz(request: Request) -> dict[str, str] | JSONResponse:
     """Liveness: a process whose dispatcher pass is stuck past GPUQ_PASS_DEADLINE, or
     whose Kubernetes watches stopped following the cluster, answers 503 with why, so
@@ -23,7 +46,7 @@ def healthz(request: Request) -> dict[str, str] | JSONResponse:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=READY_RESPONSES)
 def readyz(request: Request) -> JSONResponse:
     engine = request.app.state.engine
     try:
