@@ -128,18 +128,18 @@ def config_apply(
     then make every object it names managed by it (API writes to those get 409)."""
     from pydantic import ValidationError
 
-    from app.domain.config import describe_errors
-    from app.domain.errors import error_line
+    from app.domain.config import validation_problems
+    from app.domain.errors import error_block, error_line
     from app.server import config_apply as run_apply
     from app.settings import get_settings
 
     try:
         lines = run_apply(get_settings(), file, dry_run=dry_run)
     except ValidationError as e:  # checked before the database is opened
-        typer.echo(error_line(f"invalid config {file}: {describe_errors(e)}"), err=True)
+        typer.echo(error_block(f"invalid config {file}", validation_problems(e)), err=True)
         raise typer.Exit(2) from None
     except (OSError, ValueError) as e:  # unreadable, over a bound (YAML), or invalid
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(error_line(e), err=True)
         raise typer.Exit(2) from None
     changed = [ln for ln in lines if not ln.startswith("=")]
     for line in changed:

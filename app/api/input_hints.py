@@ -10,13 +10,10 @@ when no submit has read it yet the hint lists no names but still says what is wr
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel
-
-from app.domain.config import GpuqConfig
+from app.domain.config import GpuqConfig, model_field_names
 from app.domain.errors import unknown
 from app.domain.spec import JobSpec
 from app.store.catalog_cache import CatalogView
@@ -32,30 +29,10 @@ NAMED = {
 }
 
 
-def _fields(model: type[BaseModel], seen: set[type] | None = None) -> set[str]:
-    """Every field name of ``model`` and of the models inside it."""
-    seen = seen if seen is not None else set()
-    if model in seen:
-        return set()
-    seen.add(model)
-    out = set(model.model_fields)
-    for f in model.model_fields.values():
-        for arg in _model_args(f.annotation):
-            out |= _fields(arg, seen)
-    return out
-
-
-def _model_args(tp: Any) -> Iterable[type[BaseModel]]:
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        yield tp
-    for a in getattr(tp, "__args__", ()) or ():
-        yield from _model_args(a)
-
-
 @cache
 def known_fields() -> tuple[str, ...]:
     """The field names a body may use (job specs and config objects)."""
-    return tuple(sorted(_fields(JobSpec) | _fields(GpuqConfig)))
+    return tuple(sorted(model_field_names(JobSpec) | model_field_names(GpuqConfig)))
 
 
 def _where(loc: list[str]) -> list[str]:

@@ -7,6 +7,7 @@ be applied at every start.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -476,15 +477,76 @@ def load_config(path: str | Path) -> GpuqConfig:
     return GpuqConfig.model_validate(read_yaml_file(path) or {})
 
 
-def describe_errors(err: ValidationError) -> str:
-    """A validation error as ``where: what`` lines (``teams.0: unknown key 'quota' ...``),
-    for a command's one-line error."""
+# pydantic's error types -> what the value should have been, in a person's words
+_EXPECTED = {
+    "float_parsing": "a number", "float_type": "a number", "int_parsing": "a whole number",
+    "int_type": "a whole number", "int_from_float": "a whole number",
+    "bool_parsing": "true or false", "bool_type": "true or false", "string_type": "text",
+    "list_type": "a list", "dict_type": "a mapping (key: value)",
+    "model_type": "a mapping (key: value)", "model_attributes_type": "a mapping (key: value)",
+}
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    """``('gpu_types', 0, 'memory_gb')`` -> ``gpu_types[0].memory_gb``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def model_field_names(model: type[BaseModel], seen: set[type] | None = None) -> set[str]:
+    """Every field name of ``model`` and of the models inside it (for "did you mean")."""
+    seen = seen if seen is not None else set()
+    if model in seen:
+        return set()
+    seen.add(model)
+    out = set(model.model_fields)
+    for f in model.model_fields.values():
+        for arg in _model_args(f.annotation):
+            out |= model_field_names(arg, seen)
+    return out
+
+
+def _model_args(tp: Any) -> Iterable[type[BaseModel]]:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        yield tp
+    for a in getattr(tp, "__args__", ()) or ():
+        yield from _model_args(a)
+
+
+def _unknown_key(key: str) -> str:
+    close = difflib.get_close_matches(key, sorted(model_field_names(GpuqConfig)), n=1,
+                                      cutoff=0.6)
+    return f"unknown key {key!r}" + (f" (did you mean {close[0]}?)" if close else "")
+
+
+def validation_problems(err: ValidationError) -> list[str]:
+    """One ``where: what is wrong`` line per problem (``gpu_types[0].memory_gb: expected a
+    number, got 'lots'``, ``teams[0]: unknown key 'quota' (did you mean quota_units? ...)``),
+    without pydantic's boilerplate (its type names, its documentation URL on every line)."""
     out = []
-    for e in err.errors():
-        where = ".".join(str(x) for x in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
+    for e in err.errors(include_url=False):
+        where = _where(tuple(e["loc"]))
+        kind = e["type"]
+        if kind in _EXPECTED:
+            got = e.get("input")
+            shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+            msg = f"expected {_EXPECTED[kind]}, got {shown}"
+        elif kind == "missing":
+            msg = "required, but missing"
+        elif kind == "extra_forbidden" and e["loc"]:
+            where = _where(tuple(e["loc"][:-1]))
+            msg = _unknown_key(str(e["loc"][-1]))
+        else:
+            msg = e["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         out.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(out)
+    return out
+
+
+def describe_errors(err: ValidationError) -> str:
+    """:func:`validation_problems` on one line (``; `` between problems)."""
+    return "; ".join(validation_problems(err))
 
 
 def load_config_text(text: str, source: str = "config") -> GpuqConfig:

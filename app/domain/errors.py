@@ -71,8 +71,21 @@ def unknown(kind: str, name: str, known: Iterable[str]) -> str:
     return f"unknown {kind} {name!r} ({hint}known: {listed or 'none'})"
 
 
+def error_block(head: str, problems: list[str]) -> str:
+    """Several problems at once (a config or scenario file): the first line is
+    :func:`error_line`'s form, then one indented line per problem, so each reads on
+    its own and a script still greps ``gpuq: error:``."""
+    if len(problems) == 1:
+        return error_line(f"{head}: {problems[0]}")
+    return error_line(f"{head}: {len(problems)} problems") + "".join(
+        "\n  - " + " ".join(p.split()) for p in problems)
+
+
 def error_line(detail: object) -> str:
     """The ONE form of every ``gpuq`` command-line error: ``gpuq: error: <detail>`` on a
     single line (a multi-line detail, e.g. pydantic's, is folded), so scripts can grep it
     and a terminal never shows a box or a traceback for a user's mistake."""
-    return "gpuq: error: " + " ".join(str(detail).split())
+    text = str(detail)
+    if text.startswith("gpuq: error: "):  # formed already (an error_block passed up)
+        return text
+    return "gpuq: error: " + " ".join(text.split())

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from app.domain.config import load_config
-from app.domain.errors import error_line
+from app.domain.config import load_config, validation_problems
+from app.domain.errors import error_block, error_line
 from app.simulate.fill_command import run_fill_command
 from app.simulate.policies import POLICY_NAMES, make_policy
 from app.simulate.replay import ScenarioModel, Simulator, to_json
@@ -37,7 +37,8 @@ def load_scenario(scenario: str | Path, trace_dir: str | Path | None = None) -> 
     try:
         cfg = load_config(path)
     except ValidationError as e:
-        raise ScenarioInputError(f"invalid scenario {scenario}:\n{e}") from None
+        raise ScenarioInputError(error_block(f"invalid scenario {scenario}",
+                                             validation_problems(e))) from None
     except Exception as e:  # YAML syntax and the like
         raise ScenarioInputError(f"cannot read scenario {scenario}: {e}") from None
     if cfg.trace is None:

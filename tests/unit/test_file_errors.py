@@ -1,0 +1,60 @@
+"""Errors in config and scenario files read as one block per problem, in a person's
+words, with the fix where there is one (a bad scenario once printed pydantic's dump,
+its documentation URL on every line, folded onto one line)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from app.domain.config import GpuqConfig, validation_problems
+from app.domain.errors import error_block, error_line
+
+BAD = """\
+gpu_types:
+  - {name: a100, memory_gb: "lots", weight: 10}
+nodes:
+  - {name: n1, gpu_type: a100, gpus: 4, cpu: 8, memory_gb: 64, colour: red}
+teams:
+  - {name: nlp, pool: training, quota: 5}
+jobs:
+  - {name: j, team: nlp, resources: {gpu: 2}}
+"""
+
+
+def test_each_problem_is_one_line_that_says_the_fix():
+    import yaml
+
+    with pytest.raises(ValidationError) as e:
+        GpuqConfig.model_validate(yaml.safe_load(BAD))
+    problems = validation_problems(e.value)
+    assert "gpu_types[0].memory_gb: expected a number, got 'lots'" in problems
+    assert any(p.startswith("nodes[0]: unknown key 'colour'") for p in problems), problems
+    assert any("did you mean quota_units?" in p for p in problems), problems
+    assert "jobs[0].resources: unknown key 'gpu' (did you mean gpus?)" in problems
+    assert not any("pydantic" in p or "https://" in p or "Input should" in p for p in problems)
+
+
+def test_a_block_keeps_the_greppable_first_line():
+    block = error_block("invalid config f.yaml", ["a: x", "b: y"])
+    assert block.splitlines() == ["gpuq: error: invalid config f.yaml: 2 problems",
+                                  "  - a: x", "  - b: y"]
+    assert error_line(block) == block  # passed up unchanged
+    assert error_block("invalid config f.yaml", ["a: x"]) == \
+        "gpuq: error: invalid config f.yaml: a: x"
+
+
+@pytest.mark.parametrize("command", [["simulate"], ["config", "apply", "--dry-run"]])
+def test_the_commands_print_the_block_and_exit_2(tmp_path, command):
+    f = tmp_path / "bad.yaml"
+    f.write_text(BAD)
+    r = subprocess.run([sys.executable, "-m", "app.cli", *command, str(f)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("gpuq: error: invalid ") and "problems" in lines[0], lines
+    assert "  - gpu_types[0].memory_gb: expected a number, got 'lots'" in lines
+    assert "pydantic" not in r.stderr and "errors.pydantic.dev" not in r.stderr
