@@ -46,3 +46,49 @@ def test_cordoned_node_job_waits_then_runs_when_uncordoned(kube, db_url, sf):  #
     finally:
         d.elector.release()
         c.close()
+
+
+@BOTH
+def test_gpuq_cordon_holds_on_a_kubernetes_node_across_syncs(kube, db_url, sf):  # noqa: F811
+    """gpuq's own cordon (nodes.cordon) on a node Kubernetes defines: the node sync
+    rewrites the row's definition and leaves the cordon; the job waits, then runs
+    once it is lifted."""
+    from datetime import UTC, datetime
+
+    from app.store.audit import WriteBy
+    from app.store.cordon import cordon_node, uncordon_node
+    from app.store.orm import NodeRow
+
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    d = Dispatcher(sf, c, elector=elector(db_url))
+    by = WriteBy("token:admin", datetime.now(UTC))
+    try:
+        wait_until(lambda: d.run_once() or _node_row(sf, "a100-0") is not None)
+        with sf() as s:
+            cordon_node(s, s.get(NodeRow, "a100-0"), by, "fan")
+            spec = JobSpec.model_validate({"name": "after-fan", "team": "nlp",
+                                           "resources": {"gpus": 2}})
+            job_id = submit_job(s, spec, now=utcnow()).job.id
+            s.commit()
+        kube.update_node("a100-0", lambda n: n["metadata"]["labels"].__setitem__("x", "y"))
+        for _ in range(4):  # the label change syncs the row; the cordon stays
+            d.run_once()
+        job = _job(sf, job_id)
+        assert job.status == "pending", (job.status, job.reason)
+        assert "cordoned" in (job.reason or ""), job.reason
+        assert _node_row(sf, "a100-0").cordon["reason"] == "fan"
+        with sf() as s:
+            uncordon_node(s, s.get(NodeRow, "a100-0"), by)
+            s.commit()
+        wait_until(lambda: d.run_once() or _job(sf, job_id).status in ("admitted", "running"))
+    finally:
+        d.elector.release()
+        c.close()
+
+
+def _node_row(sf, name):
+    from app.store.orm import NodeRow
+
+    with sf() as s:
+        return s.get(NodeRow, name)
