@@ -127,6 +127,12 @@ class Cycle:
         # the gates in their order, less those that let every job of this cycle through
         self.gates = tuple(g for g in GATES if g.applies(self))
         self.placement_gate = next(g for g in GATES if isinstance(g, Placement))
+        # the leading gates whose answers hold for the cycle, and the ones after them
+        lead = 0
+        while lead < len(self.gates) and self.gates[lead].for_cycle:
+            lead += 1
+        self.last_cycle_gate = self.gates[lead - 1] if lead else None
+        self.later_gates = self.gates[lead:]
         self.gone: set[str] = set()  # running jobs stopped this cycle
         preemptible = [r.request.priority_value for r in snap.running if r.request.preemptible]
         self.lowest_victim = min(preemptible, default=10**9)
@@ -256,17 +262,30 @@ class Cycle:
     def admit(self, job: JobRequest) -> None:
         """Ask the gates in order (:data:`app.scheduling.gates.GATES`); the first that
         does not let the job through decides: it waits, never runs, or the preemptor
-        tries to make room."""
-        sig = self.memo.number(job)
+        tries to make room. Gates whose answer holds for the whole cycle
+        (``Gate.for_cycle``) are not asked again for a signature they let through."""
+        memo = self.memo
+        sig = memo.number(job)
+        gates = self.later_gates if sig in memo.passed else self.gates
         fit = FIT
-        for gate in self.gates:
+        for gate in gates:
             v = gate.check(self, job, sig, fit)
+            if v is FIT:
+                if gate is self.last_cycle_gate:
+                    memo.passed.add(sig)
+                continue
             kind = type(v)
             if kind is Fit:
                 fit = v  # type: ignore[assignment]
                 continue
             if kind is NoFit:
-                self._wait(job, gate, v.reason)  # type: ignore[union-attr,arg-type]
+                why: Reason = v.reason  # type: ignore[union-attr,assignment]
+                if gate is self.placement_gate:  # the common wait: inline (a backlog's)
+                    self.result.reasons[job.id] = why
+                    if job.submitted_at <= self.reserve_before:
+                        self._maybe_reserve(job)
+                    return
+                self._wait(job, gate, why)
                 return
             if self.try_preempt(job, sig):  # Preempt: the one preemptor
                 return
@@ -294,7 +313,7 @@ class Cycle:
     def failure_context(self, job: JobRequest) -> tuple:
         """What a remembered placement failure depends on beside the job signature: the
         preemption search that followed it (priority, team) and the reservations."""
-        return (job.priority_value, job.team, self._hold_class(job) if self.ctx.holds else 0)
+        return (job.priority_value, job.team, self.hold_class(job) if self.ctx.holds else 0)
 
     def explain_no_room(self, job: JobRequest, sig: int) -> Reason:
         """Why nothing fits (whose reservations stand in the way, else the capacity),
@@ -466,7 +485,8 @@ class Cycle:
             {"holders": tuple(owners), "start_in_s": wait},
         )
 
-    def _hold_class(self, job: JobRequest) -> int:
+    def hold_class(self, job: JobRequest) -> int:
+        """How many of the cycle's holds the job's estimated end precedes."""
         d = job.duration_estimate_s
         if d is None:
             return 0

@@ -81,6 +81,8 @@ class Gate:
 
     name: ClassVar[str]
     reads: ClassVar[frozenset[str]]
+    # its answer for a signature holds for the whole cycle (the inventory only)
+    for_cycle: ClassVar[bool] = False
 
     def applies(self, c: Cycle) -> bool:
         """False when the gate lets every job of this cycle through (it is skipped)."""
@@ -94,6 +96,7 @@ class Gate:
 class NeverFits(Gate):
     name = "never_fits"
     reads = _SHAPE - {"speed"}
+    for_cycle = True
 
     def check(self, c: Cycle, job: JobRequest, sig: int, fit: Fit) -> Verdict:
         memo = c.memo
@@ -110,6 +113,7 @@ class NeverFits(Gate):
 class Cordoned(Gate):
     name = "cordoned"
     reads = _SHAPE - {"speed"}
+    for_cycle = True
 
     def applies(self, c: Cycle) -> bool:
         return c.ready is not None  # some node is cordoned or not ready
@@ -128,6 +132,10 @@ class Cordoned(Gate):
 class AdmissionCap(Gate):
     name = "admission_cap"
     reads = frozenset()
+
+    def applies(self, c: Cycle) -> bool:
+        # every admission is one pending job: a cap above the backlog is never reached
+        return c.max_admissions < len(c.snap.pending)
 
     def check(self, c: Cycle, job: JobRequest, sig: int, fit: Fit) -> Verdict:
         return _CAPPED if c.admitted >= c.max_admissions else FIT
@@ -161,7 +169,9 @@ class Placement(Gate):
     reads = _SHAPE
 
     def check(self, c: Cycle, job: JobRequest, sig: int, fit: Fit) -> Verdict:
-        got = c.memo.entries.get((self.name, sig, c.failure_context(job)))
+        holds = c.ctx.holds
+        context = (job.priority_value, job.team, c.hold_class(job) if holds else 0)
+        got = c.memo.entries.get((self.name, sig, context))  # see Cycle.failure_context
         if got is not None and got[0] == c.state.release_epoch:
             return got[1]  # the NoFit a job of the same signature got
         placed = try_place(job, c.state, c.ctx)
@@ -213,11 +223,13 @@ class Memo:
     stored at. Signatures are numbered once per job (:meth:`number`), so a lookup
     hashes a small key, not the request's fields again."""
 
-    __slots__ = ("entries", "numbers")
+    __slots__ = ("entries", "numbers", "passed")
 
     def __init__(self) -> None:
         self.entries: dict[tuple, tuple[int | None, Any]] = {}
         self.numbers: dict[tuple, int] = {}
+        # signatures every leading ``for_cycle`` gate let through (not asked again)
+        self.passed: set[int] = set()
 
     def number(self, job: JobRequest) -> int:
         """The job's signature, numbered (equal signatures, equal numbers)."""

@@ -119,7 +119,9 @@ def test_equal_signatures_get_the_same_answers(c: Cycle, pair) -> None:
         va = gate.check(c, a, c.memo.number(a), FIT)
         c.memo = Memo()
         vb = gate.check(c, b, c.memo.number(b), FIT)
-        assert _same(va, vb), (gate.name, va, vb)
+        differ = {f.name: (getattr(a, f.name), getattr(b, f.name)) for f in fields(JobRequest)
+                  if getattr(a, f.name) != getattr(b, f.name)}
+        assert _same(va, vb), (gate.name, differ, va, vb)
 
 
 def test_the_signature_is_what_the_remembered_gates_declare() -> None:
