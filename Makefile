@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-kube docs clean docs-assets traces kube-bin
+.PHONY: run test lint bench bench-kube docs clean docs-assets traces kube-bin evaluation
 
 # `make run` installs only what the server needs; `make test` adds the test, plot and
 # evaluation extras. pip shows its progress (a first install takes a minute or two).
@@ -50,6 +50,13 @@ docs: $(STAMP)
 # upstream repositories at pinned commits, or copied with TRACES_FROM=DIR; SHA-256 checked.
 traces:
 	$(PY) -m app.simulate.trace_fetch $(if $(TRACES_FROM),--from $(TRACES_FROM))
+
+# The evaluation (docs/evaluation.md): each baseline's settings chosen on the tuning windows,
+# then every policy on the evaluation windows (eval/windows/, from eval/windows.yaml); needs
+# `make traces`; about 10 CPU minutes
+evaluation: $(STAMP)
+	nice -n 10 $(BIN)/python -m app.simulate.suite --tune eval/windows/tuning/*.yaml \
+		--evaluate eval/windows/evaluation/*.yaml --bound-slots 300 --out docs/eval/windows
 
 # The real control plane of tests/realkube (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kwok) built from source at the versions pinned in tools/kube/*/go.mod

@@ -98,7 +98,17 @@ def lower_bound(model: ScenarioModel, slots: int = DEFAULT_SLOTS) -> Bound:
     last = max(j.submit_s for j, *_ in lp)
     longest = max(p / max(s.values()) for _, _, s, p in lp)
     work = sum(min(x * p / s[g] for g, x in c.items()) for _, c, s, p in lp)
-    horizon = last + longest + work / max(1.0, sum(capacity.values()))
+    # work that can run on one type only must fit that type's cards: without this the
+    # first horizon of a window with more A100-only work than the A100s' share was
+    # infeasible, and each doubling cost a whole solve
+    only: dict[str, float] = defaultdict(float)
+    for _, c, s, p in lp:
+        if len(c) == 1:
+            (g, x), = c.items()
+            only[g] += x * p / s[g]
+    spread = max([work / max(1.0, sum(capacity.values())),
+                  *(w / max(1.0, capacity[g]) for g, w in only.items())])
+    horizon = last + longest + spread
     for _ in range(8):
         got = _solve(lp, capacity, horizon, slots)
         if got is not None:

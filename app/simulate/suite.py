@@ -476,6 +476,11 @@ def readme_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def chosen_line(doc: dict[str, Any]) -> str:
+    """Each tuned baseline's chosen setting, one line (README)."""
+    return "; ".join(f"{p}: `{t['chosen_label']}`" for p, t in doc.get("tuning", {}).items())
+
+
 def write_report(doc: dict[str, Any], out_dir: str | Path, plots: bool = True) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
