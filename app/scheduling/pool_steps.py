@@ -36,7 +36,7 @@ from app.scheduling.pools import Charge, PoolLedger, lease_grants
 from app.scheduling.preemption import (
     PlaceFn,
     VictimPool,
-    WhatIf,
+    VictimTrial,
     candidates,
     find_victims,
     node_groups,
@@ -182,7 +182,7 @@ def preempt_for(
     ``fair`` allows same-priority victims (fair-share preemption, the engine's
     rule)."""
     pool = victims_pool or VictimPool(snap.running, snap.now, pools_below_guarantee(snap))
-    w = WhatIf(job, books, _accepting(place, accept), may_borrow(job, snap))
+    w = VictimTrial(job, books, _accepting(place, accept), may_borrow(job, snap))
     single = job.replicas == 1 or job.min_available == 1
     groups = (
         node_groups(job, snap, pool, books.state, type_names, gone, fair) if single else None

@@ -298,7 +298,7 @@ def candidates(
     return out
 
 
-class WhatIf:
+class VictimTrial:
     """Remove running jobs from every book one at a time (not all over again per
     question, which costs O(k^2) on a big candidate list), ask whether the job
     fits, and put everything back: one :class:`~app.scheduling.books.Statement`,
@@ -346,7 +346,7 @@ class WhatIf:
 def find_victims(
     job: JobRequest,
     cands: Sequence[Candidate] | Callable[[], Sequence[Candidate]],
-    w: WhatIf,
+    w: VictimTrial,
     max_nodes: int = 16,
     groups: list[list[Candidate]] | None = None,
 ) -> list[Candidate] | None:
@@ -393,7 +393,7 @@ def find_victims(
         w.restore_all()
 
 
-def _minimize(chosen: list[Candidate], w: WhatIf) -> list[Candidate]:
+def _minimize(chosen: list[Candidate], w: VictimTrial) -> list[Candidate]:
     """Put back every victim the job can do without, most valuable first."""
     keep = list(chosen)
     for c in sorted(chosen, key=Candidate.sort_key, reverse=True):

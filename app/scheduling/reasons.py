@@ -6,7 +6,7 @@ capacity (what no amount of waiting will fix: it becomes
 from the capacity index, e.g. "needs 2 x 4 x a100-80g (>= 40 GB); largest
 free block: a100-80g 2, v100-16g 0".
 
-"Never" is judged on the FULL inventory (issue 11): cordoned and NotReady
+"Never" is judged on the FULL inventory: cordoned and NotReady
 nodes are still the cluster's (an upgrade ends, a node comes back), MIG-cut
 cards count as their slices and not as whole cards, and CPU and memory are
 those of the same node as the cards. A request that fits the full inventory

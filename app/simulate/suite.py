@@ -17,7 +17,7 @@ baselines' default settings and writes, into ``--out``:
 * ``suite.json``: per scenario and policy the result's ``summary`` (every
   measure of :mod:`app.simulate.measures`, per team too) and the CPU seconds
   the run took, plus the load average of the machine when it started;
-* ``report.md``: the goals of issue 14 checked for ``gpuq`` against the best
+* ``report.md``: the goals of docs/evaluation.md checked for ``gpuq`` against the best
   baseline of the same run, a headline table of the goals' measures (the one in
   the README), and one table per scenario (every policy, every measure) with the
   per-team waits;

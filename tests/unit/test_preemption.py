@@ -6,7 +6,7 @@ from app.scheduling.engine import schedule
 from app.scheduling.model import LeaseInfo, PoolInfo, ReplicaPlacement, RunningJob
 from app.scheduling.placement import place_job
 from app.scheduling.pools import PoolLedger
-from app.scheduling.preemption import WhatIf, candidates, find_victims
+from app.scheduling.preemption import VictimTrial, candidates, find_victims
 from app.scheduling.quota import QuotaLedger
 from app.scheduling.state import ClusterState
 from tests.unit.quota_sim import Sim, job, node, running, snapshot
@@ -120,7 +120,7 @@ def test_victim_set_is_minimal() -> None:
     def place(jb, st):
         return place_job(jb, st, ctx)
 
-    w = WhatIf(j, Books(state, QuotaLedger.from_snapshot(snap), ledger), place)
+    w = VictimTrial(j, Books(state, QuotaLedger.from_snapshot(snap), ledger), place)
 
     def fits(victims) -> bool:
         for v in victims:
