@@ -380,3 +380,6 @@ def test_teams_page_shows_shares_as_shares(browser, site):
     # a percentage of one GPU type's capacity, and which type (not "CU over weight": 64)
     assert shares and all(re.fullmatch(r"\d+%( (a100|v100))?", s) for s in shares), shares
     assert any(s.endswith(("a100", "v100")) for s in shares), shares
+    # a type without its own quota says what limits it (the team's total), not "-"
+    text = browser.text()
+    assert "in the total" in text, text[:800]
