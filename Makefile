@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-kube docs clean docs-assets traces kube-bin evaluation
+.PHONY: run test lint bench bench-kube docs clean docs-assets traces kube-bin evaluation kueue-bin fidelity
 
 # `make run` installs only what the server needs; `make test` adds the test, plot and
 # evaluation extras. pip shows its progress (a first install takes a minute or two).
@@ -66,6 +66,23 @@ KUBE_BIN ?= .kube-bin
 kube-bin: $(KUBE_BIN)/VERSIONS
 $(KUBE_BIN)/VERSIONS: tools/kube/build.sh $(wildcard tools/kube/*/go.mod tools/kube/*/go.sum)
 	tools/kube/build.sh $(KUBE_BIN)
+
+# The real Kueue the baseline-fidelity harness runs (bench/realsched.py), built from the
+# module at the version pinned in tools/kueue/go.mod, with its CRDs; git-ignored.
+KUEUE_BIN ?= .kueue-bin
+kueue-bin: $(KUEUE_BIN)/VERSIONS
+$(KUEUE_BIN)/VERSIONS: tools/kueue/build.sh tools/kueue/go.mod tools/kueue/go.sum
+	tools/kueue/build.sh $(KUEUE_BIN)
+
+# Baseline fidelity (docs/evaluation.md): each scenario of eval/fidelity on real Kueue and
+# on kube-scheduler's default profile, compared with our model; about 2 min per scenario
+# and system on 2 cores. Needs `make kube-bin kueue-bin`.
+FIDELITY_OUT ?= reports/fidelity
+fidelity: $(STAMP)
+	GPUQ_KUEUE_BIN=$(KUEUE_BIN) nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
+		--system kueue --compare --out $(FIDELITY_OUT)
+	nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
+		--system kube-scheduler --out $(FIDELITY_OUT)
 
 clean:
 	rm -rf $(VENV) .gpuq

@@ -1,0 +1,94 @@
+"""The short variant of the baseline-fidelity harness (bench/realsched.py; the long runs
+are ``make fidelity``): real Kueue, built from its module (``make kueue-bin``), on the real
+control plane with kwok GPU nodes, replays a three-job borrow-and-reclaim scenario in
+compressed time, and our Kueue model (app/simulate/baselines/kueue.py) makes the same
+decisions: the borrower's job is preempted when the lender asks for its nominal quota,
+and the lender's job starts then.
+
+Skips loudly without the binaries: GPUQ_REQUIRE_REAL_KUBE=1 turns a missing control
+plane into a failure, as for the other real-cluster tests, and GPUQ_REQUIRE_REAL_KUEUE=1
+a missing Kueue (``make kueue-bin`` is a 12-minute cold build on 2 cores)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bench.realsched import (
+    MissingKueue,
+    Scenario,
+    agreement,
+    find_kueue,
+    kueue_objects,
+    model_doc,
+    run,
+)
+from tests.realkube.control_plane import MissingBinaries, find_binaries
+
+SCENARIO = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10, product: NVIDIA-A100-SXM4-80GB}
+  - {name: v100-32g, memory_gb: 32, weight: 4, product: Tesla-V100-SXM2-32GB}
+nodes:
+  - {name: a100, count: 1, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}
+  - {name: v100, count: 1, gpu_type: v100-32g, gpus: 4, cpu: 64, memory_gb: 512}
+pools: [{name: p}]
+teams: [{name: lender, pool: p}, {name: borrower, pool: p}]
+jobs:
+  - {name: borrows, team: borrower, submit_at_s: 0, runtime_s: 800,
+     resources: {gpus: 8, gpu_types: [a100-80g]}}
+  - {name: nominal, team: lender, submit_at_s: 200, runtime_s: 300,
+     resources: {gpus: 4, gpu_types: [a100-80g]}}
+  - {name: anywhere, team: lender, submit_at_s: 250, runtime_s: 300, resources: {gpus: 2}}
+"""
+
+
+def test_kueue_configuration_follows_the_model(tmp_path: Path):
+    """Without binaries: the objects installed are the model's configuration (quotas
+    split between the teams, flavors cheapest first, one cohort, fair sharing weights)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(SCENARIO)
+    objs = kueue_objects(Scenario.load(f))
+    flavors = [o["metadata"]["name"] for p, o in objs if p == "resourceflavors"]
+    assert flavors == ["v100-32g", "a100-80g"]  # cheapest first, as the model tries them
+    cqs = {o["metadata"]["name"]: o["spec"] for p, o in objs if p == "clusterqueues"}
+    assert set(cqs) == {"lender", "borrower"}
+    for spec in cqs.values():
+        assert spec["cohortName"] == "gpuq-teams"
+        assert spec["preemption"] == {"reclaimWithinCohort": "Any",
+                                      "withinClusterQueue": "LowerPriority"}
+        quota = {fl["name"]: fl["resources"][0]["nominalQuota"]
+                 for fl in spec["resourceGroups"][0]["flavors"]}
+        assert quota == {"v100-32g": "2000m", "a100-80g": "4000m"}  # half of 4 and of 8
+
+
+def _binaries() -> None:
+    for find, missing, strict in ((find_binaries, MissingBinaries, "GPUQ_REQUIRE_REAL_KUBE"),
+                                  (find_kueue, MissingKueue, "GPUQ_REQUIRE_REAL_KUEUE")):
+        try:
+            find()
+        except missing as e:
+            if os.environ.get(strict):
+                pytest.fail(f"{strict} is set but {e}", pytrace=False)
+            pytest.skip(f"REAL KUEUE NOT RUN: {e}")
+
+
+def test_real_kueue_reclaims_as_the_model_does(tmp_path: Path):
+    _binaries()
+    f = tmp_path / "s.yaml"
+    f.write_text(SCENARIO)
+    real = run(f, "kueue", speedup=25.0, timeout_s=240)
+    jobs = {j["name"]: j for j in real["jobs"]}
+    assert all(j["status"] == "succeeded" for j in jobs.values()), jobs
+    # the result is the document gpuq simulate writes
+    modelled = model_doc(Scenario.load(f).model, "kueue")
+    assert set(real) >= set(modelled) and set(real["summary"]) == set(modelled["summary"])
+    assert set(real["jobs"][0]) == set(modelled["jobs"][0])
+    # real Kueue reclaimed the lender's nominal quota from the borrower, as the model says
+    assert jobs["borrows"]["preemptions"] >= 1
+    assert jobs["nominal"]["first_start_s"] < jobs["borrows"]["end_s"]
+    assert jobs["anywhere"]["gpu_types"] == ["v100-32g"]  # the first flavor
+    ag = agreement(real, modelled, tolerance_s=100.0)
+    assert ag["victims"] == 1.0 and ag["types"] == 1.0, ag
