@@ -282,8 +282,7 @@ class Cycle:
                 why: Reason = v.reason  # type: ignore[union-attr,assignment]
                 if gate is self.placement_gate:  # the common wait: inline (a backlog's)
                     self.result.reasons[job.id] = why
-                    if job.submitted_at <= self.reserve_before:
-                        self._maybe_reserve(job)
+                    self._maybe_reserve(job)  # asks may_reserve first
                     return
                 self._wait(job, gate, why)
                 return
