@@ -224,7 +224,7 @@ def main() -> None:
         print("| scheduler | backlog | count | per s | control plane CPU s in the phase |")
         print("|---|---|---:|---:|---|")
         for who, what, count, r, c in rows:
-            print(f"| {who} | {what} | {count:,} | {r:.0f} | {c} |")
+            print(f"| {who} | {what} | {count:,} | {r:.1f} | {c} |")
 
 
 if __name__ == "__main__":
