@@ -93,7 +93,10 @@ def test_preempted_gang_event_says_it_once_then_reason_says_why_it_waits(
     clock.advance(1)
     d.run_once()  # the next cycle explains the wait
     why = client.get(f"/v1/jobs/{gang}", headers=admin).json()["reason"]
-    assert why.startswith("needs 2 replicas x 4 x a100-80g|v100-16g per replica;")
+    # A requeued gang is promoted: it holds a reservation, and the reason still says what
+    # it needs and why that is not free now.
+    assert why.startswith("waiting for reservation: capacity held on 1 node(s) (v100)")
+    assert "needs 2 replicas x 4 x a100-80g|v100-16g per replica;" in why
     assert "free 4-card blocks of one GPU type: at most 1 of 2 needed " \
            "(a100-80g 1, v100-16g 1; a gang does not mix types" in why
     assert "CPU" not in why and "preempted" not in why
