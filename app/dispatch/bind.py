@@ -17,6 +17,7 @@ are applied here in the plan's order.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -30,6 +31,19 @@ from app.store.dispatch_rows import lock_job
 from app.store.releasing import any_releasing, blocked_binds, finalise
 from app.store.states import change_state
 
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def bind_pool(workers: int) -> ThreadPoolExecutor:
+    """One pool of bind threads per size for the whole process: every dispatcher of a
+    process (tests make many) shares it, so idle threads never pile up."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="gpuq-bind")
+        return pool
+
 
 @dataclass
 class Binder(Part):
@@ -39,7 +53,6 @@ class Binder(Part):
     # and stamps the epoch (None: a single dispatcher, always leading)
     elector: LeaderElector | None = None
     workers: int = 1  # binds in flight at once (module docstring)
-    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     def leading(self) -> bool:
         """Still the leader, right before a cluster call (lock and epoch re-checked)."""
@@ -74,9 +87,7 @@ class Binder(Part):
                 for req in batch:
                     req.leader_epoch = self.elector.epoch
             if len(batch) > 1:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="gpuq-bind")
-                outcomes = list(self._pool.map(self._bind_one, batch))
+                outcomes = list(bind_pool(self.workers).map(self._bind_one, batch))
             else:
                 outcomes = [self._bind_one(req) for req in batch]
             for req, err in zip(batch, outcomes, strict=True):
