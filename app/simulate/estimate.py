@@ -31,7 +31,7 @@ virtual time; jobs beyond those bounds get no estimate (``None``), which says
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -122,7 +122,7 @@ class ForwardReplay(Simulator):
     def event(self, kind: str, job: SimJob, **detail: Any) -> None:
         return None
 
-    def run_time(self, job: SimJob, placements: tuple[ReplicaPlacement, ...]) -> tuple[float, str]:
+    def run_time(self, job: SimJob, placements: Sequence[ReplicaPlacement]) -> tuple[float, str]:
         return job.runtime_s, "finish"
 
     def apply(self, res: CycleResult) -> bool:

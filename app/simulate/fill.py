@@ -228,13 +228,14 @@ def summarize(runs: list[FillRun]) -> dict[str, Any]:
         if len(v) == len(runs)
     ]
     at100 = [r.unallocated_pct_at_100 for r in runs]
+    known100 = [x for x in at100 if x is not None]
     return {
         "protocol": "fill",
         "policy": runs[0].policy,
         "total_gpus": runs[0].total_gpus,
         "seeds": [r.seed for r in runs],
         "unallocated_pct_at_100": (
-            round(statistics.median(at100), 4) if all(x is not None for x in at100) else None
+            round(statistics.median(known100), 4) if len(known100) == len(at100) else None
         ),
         "curve": curve,
         "per_seed": [

@@ -45,7 +45,7 @@ from typing import Any
 
 import yaml
 
-TYPES = [
+TYPES: list[dict[str, Any]] = [
     {"name": "a100-80g", "memory_gb": 80, "weight": 10},
     {"name": "v100-32g", "memory_gb": 32, "weight": 4},
     {"name": "rtx4090-24g", "memory_gb": 24, "weight": 2.5, "shareable": True},

@@ -206,7 +206,7 @@ def to_json(result: SimulationResult) -> dict[str, Any]:
     for t, cap in result.capacity_units.items():
         denom = cap * makespan
         util[t] = round(result.busy_unit_seconds.get(t, 0.0) / denom, 6) if denom > 0 else 0.0
-    summary = {
+    summary: dict[str, Any] = {
         "jobs": len(result.jobs),
         "finished": sum(1 for j in result.jobs if j.status == "succeeded"),
         "failed": sum(1 for j in result.jobs if j.status == "failed"),

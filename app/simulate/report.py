@@ -22,7 +22,7 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from app.simulate.scenario_info import header_lines
 
@@ -197,7 +197,7 @@ def wait_cdf_figure(docs: list[dict[str, Any]]) -> Any:
     teams = sorted({j["team"] for d in docs for j in d.get("jobs", [])})
     colors = plt.get_cmap("tab10" if len(teams) <= 10 else "tab20")
     ncolors = 10 if len(teams) <= 10 else 20
-    styles = ["-", "--", ":", "-."]
+    styles: list[Literal["-", "--", ":", "-."]] = ["-", "--", ":", "-."]
     for k, d in enumerate(docs):
         by_team: dict[str, list[float]] = defaultdict(list)
         for j in d.get("jobs", []):

@@ -193,17 +193,17 @@ def over_windows(doc: dict[str, Any]) -> dict[str, Any]:
             g = gap(s.get("jct_mean_s"), b["jct_mean_s"]) if b else None
             if g is not None:
                 d.setdefault("gap", []).append(g)
-        g = goals(sc["runs"], b)
-        if g is None:
+        met_goals = goals(sc["runs"], b)
+        if met_goals is None:
             continue
         n += 1
         for k in met:
-            met[k] += bool(g[k] if k == "all" else g[k]["met"])
+            met[k] += bool(met_goals[k] if k == "all" else met_goals[k]["met"])
         for k in ("jct", "worst_team_p99", "max_team_slowdown"):
-            if g[k]["best_value"] and g[k]["gpuq"] is not None:
-                ratios[k].append(g[k]["gpuq"] / g[k]["best_value"])
-        if g["closed"]["share"] is not None:
-            ratios["closed"].append(g["closed"]["share"])
+            if met_goals[k]["best_value"] and met_goals[k]["gpuq"] is not None:
+                ratios[k].append(met_goals[k]["gpuq"] / met_goals[k]["best_value"])
+        if met_goals["closed"]["share"] is not None:
+            ratios["closed"].append(met_goals["closed"]["share"])
     return {"windows": n, "met": met,
             "ratios": {k: _ci(v) for k, v in ratios.items()},
             "policies": {p: {k: _ci(v) for k, v in d.items()} for p, d in per.items()}}

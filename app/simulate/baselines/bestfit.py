@@ -70,5 +70,6 @@ class BestFitPolicy(SeededChoice):
         if not tied:
             return None
         i = draw(self.rng, tied)
-        free = cl.free[i]  # a shared pod takes the fullest card that fits
-        return i, cards_for(pod, free, lambda fits: min(fits, key=lambda g: (free[g], g)))
+        node_free = cl.free[i]  # a shared pod takes the fullest card that fits
+        return i, cards_for(pod, node_free,
+                            lambda fits: min(fits, key=lambda g: (node_free[g], g)))

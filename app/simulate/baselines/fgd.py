@@ -87,5 +87,5 @@ class FgdPolicy(SeededChoice):
         if not tied:
             return None
         i, take = draw(self.rng, tied)
-        free = cl.free[i]  # a shared pod: the first card of the value it scored
-        return i, cards_for(pod, free, lambda _fits: free.index(take))
+        node_free = cl.free[i]  # a shared pod: the first card of the value it scored
+        return i, cards_for(pod, node_free, lambda _fits: node_free.index(take))

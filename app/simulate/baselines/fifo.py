@@ -89,6 +89,7 @@ def place_typed(
             return ReplicaPlacement(replica, node.name, None, cpu=job.cpu, memory_gb=job.memory_gb)
         if node.gpu_type != d.gpu_type:
             continue
+        assert d.gpu_type is not None  # only a "none" demand (handled above) has no model
         t = snap.gpu_types[d.gpu_type]
         if d.kind == "whole":
             devs = pick_whole(node, d.count)

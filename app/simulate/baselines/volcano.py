@@ -86,19 +86,21 @@ Vec = dict[str, float]  # resource (GPU model) -> cards
 def pinned_option(job: JobRequest, options: list[TypeOption],
                   capacity: dict[str, float]) -> TypeOption | None:
     """The one GPU model this job's pods request: a stable pick weighted by card count."""
-    gpu = [o for o in options if o.gpu_type is not None and capacity.get(o.gpu_type, 0) > 0]
+    # each GPU option with the capacity of its model (the model is known non-None here)
+    gpu = [(o, o.gpu_type, capacity[o.gpu_type]) for o in options
+           if o.gpu_type is not None and capacity.get(o.gpu_type, 0) > 0]
     if not gpu:
         return options[0] if options and options[0].gpu_type is None else None
     if len(gpu) == 1:
-        return gpu[0]
-    total = sum(capacity[o.gpu_type] for o in gpu)  # type: ignore[index]
+        return gpu[0][0]
+    total = sum(cap for _o, _t, cap in gpu)
     h = int.from_bytes(hashlib.sha256(job.id.encode()).digest()[:8], "big") / 2**64
     x = h * total
-    for o in sorted(gpu, key=lambda o: o.gpu_type or ""):
-        x -= capacity[o.gpu_type]  # type: ignore[index]
+    for o, _t, cap in sorted(gpu, key=lambda g: g[1]):
+        x -= cap
         if x < 0:
             return o
-    return gpu[-1]
+    return gpu[-1][0]
 
 
 def deserved_shares(capacity: Vec, weights: dict[str, float],
@@ -253,8 +255,8 @@ class VolcanoPolicy:
         for j in snap.pending:
             if j.id in opts_of:
                 jobs[j.team].append(j)
-        for q in jobs.values():  # priority, then drf (0 for pending jobs), then creation
-            q.sort(key=lambda j: (-j.priority_value, j.submitted_at, j.id))
+        for queue in jobs.values():  # priority, then drf (0 for pending jobs), then creation
+            queue.sort(key=lambda j: (-j.priority_value, j.submitted_at, j.id))
         running = {r.request.id: r for r in snap.running}
         # allocate: pop the queue with the lowest share, its first job, until all are tried
         left = {q: list(js) for q, js in jobs.items()}
@@ -291,9 +293,9 @@ class VolcanoPolicy:
             q = job.team
             done = False
             for opt in opts_of[job.id]:
-                r = self.res(opt)
+                res = self.res(opt)
                 if opt.gpu_type is None or overused(q) or (
-                    allocated[q][r] + opt.cards > deserved[q].get(r, 0.0) + EPS
+                    allocated[q][res] + opt.cards > deserved[q].get(res, 0.0) + EPS
                 ):  # proportion's preemptive rule: the reclaimer stays within its deserved share
                     continue
                 victims = self._reclaim(job, opt, snap, running, allocated, deserved, placer,
@@ -311,7 +313,7 @@ class VolcanoPolicy:
                     result.preemptions.append(Preemption(
                         v.request.id, f"volcano: reclaimed by queue {q} (above its deserved share)",
                         by_job=job.id, kind="reclaim"))
-                allocated[q][r] += opt.cards
+                allocated[q][res] += opt.cards
                 result.admissions.append(Admission(job.id, placed))
                 done = True
                 break
