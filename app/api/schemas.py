@@ -95,7 +95,7 @@ def patch_model(model: type[BaseModel]) -> type[BaseModel]:
         optional.json_schema_extra = _no_default(field.json_schema_extra)
         fields[name] = (field.annotation, optional)
     title = model.__name__.removesuffix("Config") + "Patch"
-    return create_model(  # type: ignore[call-overload]
+    return create_model(
         title,
         __config__=model.model_config,
         __doc__=f"Any fields of {model.__name__} but the name; the rest keep their values.",

@@ -36,11 +36,18 @@ class Alert:
 
 
 class _WaitStats(Protocol):
-    dimension: str
-    key: str
-    wait_samples: int
-    wait_p50_s: float | None
-    wait_p99_s: float | None
+    """Read-only (properties): a frozen dataclass such as GroupStats satisfies it."""
+
+    @property
+    def dimension(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def wait_samples(self) -> int: ...
+    @property
+    def wait_p50_s(self) -> float | None: ...
+    @property
+    def wait_p99_s(self) -> float | None: ...
 
 
 def is_head_of_line(

@@ -15,17 +15,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Table
 
 from app.clock import from_epoch
 from app.scheduling.model import Admission
 from app.store.orm import AllocationRow, LeaseRow
 from app.store.states import Change, apply_changes, insert_rows
 
-ALLOCATIONS = AllocationRow.__table__
-LEASES = LeaseRow.__table__
+# declarative __table__s are Tables (typed FromClause by SQLAlchemy): see states.EVENTS
+ALLOCATIONS = cast(Table, AllocationRow.__table__)
+LEASES = cast(Table, LeaseRow.__table__)
 
 
 @dataclass(frozen=True)

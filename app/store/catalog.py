@@ -35,6 +35,7 @@ from app.store.config_loader import (
 from app.store.node_change import check_node_change
 from app.store.orm import (
     AllocationRow,
+    Base,
     GpuTypeRow,
     JobRow,
     NodeRow,
@@ -43,7 +44,7 @@ from app.store.orm import (
     TeamRow,
 )
 
-R = TypeVar("R")
+R = TypeVar("R", bound=Base)  # a mapped row class: its constructor takes column keywords
 
 #: ``kind`` of an object in the audit trail
 AUDIT_KINDS: dict[type, str] = {

@@ -15,9 +15,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import select, text
+from sqlalchemy import inspect, select, text
 from sqlalchemy.orm import Session
 
 from app.domain.config import (
@@ -39,6 +39,13 @@ from app.store.orm import (
     SettingRow,
     TeamRow,
 )
+
+
+class ManagedRow(Protocol):
+    """A row a config file can manage (gpu type, priority class, pool, team, node)."""
+
+    name: str
+    managed_by: str | None
 
 SCHEDULER_KEY = "scheduler"
 # {"path", "sha256", "at"} of the config file last applied (serve skips an unchanged one)
@@ -111,11 +118,11 @@ def apply_config(session: Session, cfg: GpuqConfig) -> int:
         changed += _upsert(session, GpuTypeRow, t.name, gpu_type_values(t))
     for p in cfg.priority_classes:
         changed += _upsert(session, PriorityClassRow, p.name, priority_values(p))
-    for p in cfg.pools:
-        changed += _upsert(session, PoolRow, p.name, pool_values(p))
+    for pool in cfg.pools:
+        changed += _upsert(session, PoolRow, pool.name, pool_values(pool))
     session.flush()
-    for t in cfg.teams:
-        changed += _upsert(session, TeamRow, t.name, team_values(t))
+    for team in cfg.teams:
+        changed += _upsert(session, TeamRow, team.name, team_values(team))
     for n in cfg.expanded_nodes():
         changed += _upsert(session, NodeRow, n.name, node_values(n))
     if cfg.scheduler:
@@ -149,7 +156,9 @@ class Change:
 
 
 # (kind, row type, the file's objects -> (name, values)) in dependency order
-def _objects(cfg: GpuqConfig) -> list[tuple[str, type, list[tuple[str, dict[str, Any]]]]]:
+def _objects(
+    cfg: GpuqConfig,
+) -> list[tuple[str, type[ManagedRow], list[tuple[str, dict[str, Any]]]]]:
     return [
         ("gpu_type", GpuTypeRow, [(t.name, gpu_type_values(t)) for t in cfg.gpu_types]),
         ("priority_class", PriorityClassRow,
@@ -164,7 +173,7 @@ def plan_config(session: Session, cfg: GpuqConfig, managed_by: str) -> list[Chan
     """What applying ``cfg`` as the managing file would change (nothing is written)."""
     changes = []
     for kind, row_type, objects in _objects(cfg):
-        named = set()
+        named: set[str] = set()
         for name, values in objects:
             named.add(name)
             row = session.get(row_type, name)
@@ -179,7 +188,7 @@ def plan_config(session: Session, cfg: GpuqConfig, managed_by: str) -> list[Chan
             else:
                 changes.append(Change("unchanged", kind, name))
         for row in session.scalars(
-            select(row_type).where(row_type.managed_by.is_not(None))  # type: ignore[attr-defined]
+            select(row_type).where(inspect(row_type).columns["managed_by"].is_not(None))
         ):
             if row.name not in named:
                 changes.append(Change("release", kind, row.name))
@@ -205,13 +214,13 @@ def apply_managed_config(
                 continue
             row_type = by_kind[kind]
             if c.action == "release":
-                session.get(row_type, c.name).managed_by = None
+                session.get_one(row_type, c.name).managed_by = None  # planned: it exists
             else:
                 if kind == "node" and c.action != "create":
                     check_node_change(session, nodes[c.name])
                 _upsert(session, row_type, c.name, values_of[(kind, c.name)])
                 session.flush()
-                session.get(row_type, c.name).managed_by = managed_by
+                session.get_one(row_type, c.name).managed_by = managed_by
             by.record(session, c.action, kind, c.name, c.old, c.new)
         session.flush()
     if cfg.scheduler:

@@ -91,7 +91,7 @@ class BudgetedQueuePool(QueuePool):
     """A QueuePool whose checkout waits at most what is left of the request's
     budget (and never more than its own timeout)."""
 
-    @property  # type: ignore[override]
+    @property
     def _timeout(self) -> float:
         left = remaining()
         if left is None:

@@ -70,12 +70,12 @@ def ensure_autovacuum(admin_conninfo: str) -> None:
     slow after 100,000 jobs). initdb's defaults have it on; a data folder where it was
     turned off gets it back, once, with a log line (docs/operations.md "Autovacuum")."""
     with psycopg.connect(admin_conninfo, autocommit=True) as conn:
-        off = [
-            name
-            for name in ("autovacuum", "track_counts")
-            if conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()[0]
-            != "on"
-        ]
+        off = []
+        for name in ("autovacuum", "track_counts"):
+            row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
+            assert row is not None  # SHOW of a setting returns exactly one row
+            if row[0] != "on":
+                off.append(name)
         for name in off:
             conn.execute(sql.SQL("ALTER SYSTEM SET {} = on").format(sql.Identifier(name)))
         if off:

@@ -11,6 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, func, select, text
 from sqlalchemy.orm import Session, selectinload
@@ -363,7 +364,7 @@ def submit_jobs(
         return []
     conn = session.connection()
     catalog = current_catalog_of(conn)
-    rows = []
+    rows: list[dict[str, Any]] = []  # the jobs table's columns
     for i, spec in enumerate(specs):
         try:
             team, pool, prio = resolve_references(None, spec, catalog, install)

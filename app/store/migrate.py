@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -27,8 +27,9 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
+from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import ScriptDirectory
+from alembic.script.revision import Revision
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
@@ -148,11 +149,14 @@ def check_compatible(engine: Engine) -> SchemaStatus:
     return status
 
 
-def record_compat(ctx: MigrationContext, step: Any, heads: set, run_args: dict) -> None:
+def record_compat(
+    ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]
+) -> None:
     """``on_version_apply`` hook (migrations/env.py): after each migration step,
     in its transaction, record where the schema now is and the oldest code that
     runs on it (the destination script's ``min_code_revision``)."""
-    revs = [r for r in (step.destination_revisions or ()) if r is not None]
+    # a Revision each (alembic also gives None or the string "base" for the empty schema)
+    revs = [r for r in (step.destination_revisions or ()) if isinstance(r, Revision)]
     if len(revs) != 1:  # downgraded to base: the settings table is gone too
         return
     rev = revs[0]

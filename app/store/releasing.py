@@ -74,6 +74,7 @@ def releasing_units(session: Session) -> dict[str, float]:
             .where(releasing_row(), AllocationRow.gpu_type.is_not(None))
             .group_by(AllocationRow.gpu_type)
         )
+        if t is not None  # excluded by the query; this narrows the column's type
     }
 
 

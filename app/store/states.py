@@ -20,7 +20,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -49,7 +49,9 @@ from app.domain.states import (
 )
 from app.store.orm import JobEventRow, JobRow
 
-EVENTS = JobEventRow.__table__
+# a declarative class's __table__ is a Table (SQLAlchemy types it FromClause, the
+# general case of a class mapped to a select); insert_rows needs its typed columns
+EVENTS = cast(Table, JobEventRow.__table__)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,15 @@ from app.store.orm import JobRow
 from app.store.snapshot import build_snapshot
 from app.store.states import wait_seconds
 from app.tuning.store import load_history, load_state, record_decision
-from app.tuning.tuner import Decision, TunerConfig, TunerInputs, decide, memory_from_history
+from app.tuning.tuner import (
+    Decision,
+    Replay,
+    ReplayOutcome,
+    TunerConfig,
+    TunerInputs,
+    decide,
+    memory_from_history,
+)
 from app.tuning.whatif import DEFAULT_RUNTIME_S, Arrival, make_replay
 
 MAX_ARRIVALS = 500
@@ -99,8 +107,9 @@ def recent_arrivals(
             req = job_request(r, dict(snap.priorities), dict(snap.pools))
         except ValueError:
             continue  # a spec the current schema no longer accepts: leave it out
-        if r.status == "succeeded" and r.finished_at and (r.started_at or r.admitted_at):
-            runtime = (r.finished_at - (r.started_at or r.admitted_at)).total_seconds()
+        began = r.started_at or r.admitted_at
+        if r.status == "succeeded" and r.finished_at and began:
+            runtime = (r.finished_at - began).total_seconds()
         else:
             runtime = req.duration_estimate_s or DEFAULT_RUNTIME_S
         offset = (r.submitted_at - since).total_seconds()
@@ -149,9 +158,10 @@ class TunerLoop(Step):
                 snap, state["base_weights"], cfg, alert_thresholds(session), waits
             )
             memory = memory_from_history(load_history(session))
-            cache: dict[str, object] = {}
+            cache: dict[str, Replay] = {}
 
-            def replay(weights):  # built on first use: only when a proposal exists
+            # the replay is built on first use: only when a proposal exists
+            def replay(weights: Mapping[str, float]) -> ReplayOutcome:
                 if "fn" not in cache:
                     arrivals = recent_arrivals(session, snap, now, cfg.replay_window_s)
                     head = sorted(snap.pending, key=lambda j: (-j.priority_value, j.submitted_at))
@@ -161,7 +171,7 @@ class TunerLoop(Step):
                         policy=get_policy(self.policy),
                         horizon_s=2 * cfg.replay_window_s,  # the window, then drain
                     )
-                return cache["fn"](weights)  # type: ignore[operator]
+                return cache["fn"](weights)
 
             decision = decide(inputs, memory, cfg, replay)
             record_decision(session, decision)

@@ -87,12 +87,12 @@ def record_decision(session: Session, decision: Decision) -> dict[str, Any]:
                 row.weight = c.new
     _put(session, STATE_KEY, state)
     if decision.recorded:
-        row = _row(session, HISTORY_KEY, lock=True)
-        entries = list((row.value or {}).get("entries", [])) if row is not None else []
+        history = _row(session, HISTORY_KEY, lock=True)
+        entries = list((history.value or {}).get("entries", [])) if history is not None else []
         entries.append(entry)
         value = {"entries": entries[-HISTORY_CAP:]}
-        if row is None:
+        if history is None:
             session.add(SettingRow(key=HISTORY_KEY, value=value))
         else:
-            row.value = value
+            history.value = value
     return entry

@@ -246,8 +246,8 @@ def find_triggers(inputs: TunerInputs, cfg: TunerConfig) -> list[Trigger]:
         )
     starved = [w for w in inputs.training_waits if w[1] > cfg.training_wait_s]
     if starved:
-        job_id, wait, wanted = max(starved, key=lambda w: (w[1], w[0]))
-        up = (wanted,) if wanted in inputs.weights else ()
+        job_id, wait, wanted_type = max(starved, key=lambda w: (w[1], w[0]))
+        up = (wanted_type,) if wanted_type in inputs.weights else ()
         out.append(
             Trigger(
                 kind="training_wait",
@@ -259,7 +259,7 @@ def find_triggers(inputs: TunerInputs, cfg: TunerConfig) -> list[Trigger]:
                     "wait_s": wait,
                     "threshold_s": cfg.training_wait_s,
                     "starved_jobs": len(starved),
-                    "gpu_type": wanted,
+                    "gpu_type": wanted_type,
                 },
             )
         )
@@ -335,6 +335,12 @@ def propose(
 
 
 # 5. what-if gate -----------------------------------------------------------------------------
+
+
+def _predicted_p99(gate: GateResult) -> float:
+    """The P99 wait a passing gate predicts (what_if passes only with both replays' P99)."""
+    assert gate.after is not None and gate.after.wait_p99_s is not None
+    return gate.after.wait_p99_s
 
 
 def what_if(
@@ -422,7 +428,7 @@ def decide(
     ]
     passing = [(c, g) for c, g in gates if g.passed]
     if passing:
-        changes, gate = min(passing, key=lambda cg: cg[1].after.wait_p99_s)  # type: ignore[union-attr]
+        changes, gate = min(passing, key=lambda cg: _predicted_p99(cg[1]))
     else:
         changes, gate = gates[0]
     desc = _describe(changes)

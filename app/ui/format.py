@@ -69,9 +69,10 @@ def when(value: datetime | str | float | None) -> str:
         return "-"
     if isinstance(value, str):
         try:
-            value = datetime.fromisoformat(value)
+            parsed = datetime.fromisoformat(value)
         except ValueError:
             return value
+        return iso_utc(parsed)
     return iso_utc(value)
 
 
@@ -123,8 +124,8 @@ def _defined(f: Callable[..., Any]) -> Callable[..., Any]:
     return filt
 
 
-FILTERS = {
-    k: _defined(f)
-    for k, f in {"num": num, "pct": pct, "secs": secs, "when": when, "bar": bar,
-                 "request": request_text, "placement": placement_text}.items()
+_FILTER_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "num": num, "pct": pct, "secs": secs, "when": when, "bar": bar,
+    "request": request_text, "placement": placement_text,
 }
+FILTERS = {k: _defined(f) for k, f in _FILTER_FUNCTIONS.items()}

@@ -9,7 +9,7 @@ themselves every few seconds; filters are plain GET forms; the one write
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, FastAPI, Query, Request
@@ -151,6 +151,7 @@ def queue(
     team: str | None = None,
     cursor: str | None = None,
 ) -> HTMLResponse:
+    rows: list[Any]  # queue_page's rows
     try:
         if team and not viewer.may_see(team):
             # as GET /v1/queue: nothing of another team, not even how many it has

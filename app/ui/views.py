@@ -60,7 +60,8 @@ def capacity_by_type(session: Session) -> dict[str, float]:
         select(NodeRow.gpu_type, func.sum(NodeRow.gpus)).where(NodeRow.gpu_type.is_not(None))
         .group_by(NodeRow.gpu_type)
     ):
-        out[gpu_type] += float(cards or 0) * float(weight.get(gpu_type, 1.0))
+        if gpu_type is not None:  # excluded by the query; this narrows the column's type
+            out[gpu_type] += float(cards or 0) * float(weight.get(gpu_type, 1.0))
     return dict(out)
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
+from pydantic import BaseModel
 
 from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep
 from app.api.schemas import NamePath, patch_model
@@ -12,7 +13,10 @@ from app.domain.config import GpuTypeConfig
 from app.store import catalog
 from app.store.orm import GpuTypeRow
 
-GpuTypePatch = patch_model(GpuTypeConfig)
+if TYPE_CHECKING:  # a class built at run time: to the checker, the BaseModel it is
+    GpuTypePatch = BaseModel
+else:
+    GpuTypePatch = patch_model(GpuTypeConfig)
 
 router = APIRouter(prefix="/v1/gpu-types", tags=["gpu-types"])
 

@@ -3,7 +3,7 @@ clusters; cordon, uncordon and drain on every node (operational state, app/store
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,7 +22,10 @@ from app.store.cordon import REASON_MAX, cordon_node, cordon_view, uncordon_node
 from app.store.orm import JobRow, NodeRow
 from app.store.usage import node_allocations, node_view
 
-NodePatch = patch_model(NodeConfig)
+if TYPE_CHECKING:  # a class built at run time: to the checker, the BaseModel it is
+    NodePatch = BaseModel
+else:
+    NodePatch = patch_model(NodeConfig)
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body
+from pydantic import BaseModel
 
 from app.api import examples
 from app.api.deps import AdminWriteDep, PrincipalDep, SessionDep
@@ -15,7 +16,10 @@ from app.store import catalog
 from app.store.orm import PoolRow
 from app.store.usage import pool_usage
 
-PoolPatch = patch_model(PoolConfig)
+if TYPE_CHECKING:  # a class built at run time: to the checker, the BaseModel it is
+    PoolPatch = BaseModel
+else:
+    PoolPatch = patch_model(PoolConfig)
 
 router = APIRouter(prefix="/v1/pools", tags=["pools"])
 

@@ -46,11 +46,12 @@ def get_queue(
     places in the ONE queue as the last cycle ranked it, and the other teams'
     entries are counted in ``X-Queue-Other-Teams``, never shown.
     """
-    team_view = not principal.is_admin
-    if team_view:
-        if team is not None and team != principal.team:
+    own_team = principal.team  # None: an admin token, which sees every team
+    team_view = own_team is not None
+    if own_team is not None:
+        if team is not None and team != own_team:
             return []  # nothing of another team is visible to this token
-        team = principal.team
+        team = own_team
         response.headers[OTHER_TEAMS_HEADER] = str(
             job_store.pending_count_of_others(session, team=team, pool=pool)
         )

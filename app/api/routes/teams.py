@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +19,10 @@ from app.store.orm import TeamRow
 from app.store.tokens import list_tokens, token_dict
 from app.store.usage import team_usage
 
-TeamPatch = patch_model(TeamConfig)
+if TYPE_CHECKING:  # a class built at run time: to the checker, the BaseModel it is
+    TeamPatch = BaseModel
+else:
+    TeamPatch = patch_model(TeamConfig)
 
 router = APIRouter(prefix="/v1/teams", tags=["teams"])
 
