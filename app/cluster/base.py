@@ -119,7 +119,10 @@ class Cluster(Protocol):
     """Every method is required; what differs between clusters is declared in
     :attr:`capabilities`."""
 
-    capabilities: Capabilities
+    @property
+    def capabilities(self) -> Capabilities:
+        """Read-only: a class may declare it once (a ClassVar) or per instance."""
+        ...
 
     def list_nodes(self) -> list[Node]:
         """Capacity of the nodes (usage by gpuq jobs is applied by the core)."""

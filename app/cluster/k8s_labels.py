@@ -7,6 +7,8 @@ README agree on every key.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 # --- on Pods gpuq creates -------------------------------------------------
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -56,7 +58,7 @@ def label_value(v: str) -> str:
     return s.strip("-_.")
 
 
-def is_gpuq_pod(pod: dict) -> bool:
+def is_gpuq_pod(pod: Mapping[str, Any]) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return labels.get(MANAGED_BY) == MANAGED_BY_VALUE and JOB_ID in labels
 

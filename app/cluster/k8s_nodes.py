@@ -271,7 +271,8 @@ def node_view(
             for r, q in alloc.items()
             if r.startswith(prefix) and quantity(q) > 0
         }
-        if single:  # one slice per nvidia.com/gpu, all of the labelled profile
+        if single and layer.mig_profile is not None:  # one slice per nvidia.com/gpu, all of
+            # the labelled profile (``single`` checked the profile; this narrows its type)
             n = int(quantity(alloc.get(gpu_type.resource_name)))
             mig_counts = {layer.mig_profile: n} if n > 0 else {}
         if mig_counts:

@@ -358,7 +358,8 @@ class KubernetesCluster:
             "count": 1,
         }
         try:
-            self.api.create_namespaced_event(namespace, body, _preload_content=False)
+            # the client's hints say its model class; it serializes a dict body too
+            self.api.create_namespaced_event(namespace, body, _preload_content=False)  # type: ignore[arg-type]
         except Exception as e:  # events are best effort
             log.info("could not record event %s: %s", reason, e)
 
@@ -426,7 +427,8 @@ class KubernetesCluster:
             for pod in pods:
                 ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
                 try:
-                    self.api.create_namespaced_pod(ns, pod, _preload_content=False)
+                    # the client's hints say its model class; it serializes a dict body too
+                    self.api.create_namespaced_pod(ns, pod, _preload_content=False)  # type: ignore[arg-type]
                 except ApiException as e:
                     message = str(_body(e).get("message", e.reason))
                     # the job's own refusal fails it; a passing one is held and retried
@@ -448,7 +450,8 @@ class KubernetesCluster:
                 try:
                     # _preload_content=False: the server answers with a Status,
                     # which the generated V1Binding model cannot deserialize.
-                    self.api.create_namespaced_pod_binding(name, ns, binding,
+                    # the client's hints say its model class; it serializes a dict body too
+                    self.api.create_namespaced_pod_binding(name, ns, binding,  # type: ignore[arg-type]
                                                            _preload_content=False)
                 except ApiException as e:
                     raise BindError(
@@ -465,7 +468,8 @@ class KubernetesCluster:
     def _ensure_service(self, svc: dict) -> None:
         ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
         try:
-            self.api.create_namespaced_service(ns, svc, _preload_content=False)
+            # the client's hints say its model class; it serializes a dict body too
+            self.api.create_namespaced_service(ns, svc, _preload_content=False)  # type: ignore[arg-type]
         except ApiException as e:
             if e.status == 409:
                 return  # an earlier attempt's: same name, same selector
@@ -479,15 +483,18 @@ class KubernetesCluster:
         try:
             resp = self.api.list_service_for_all_namespaces(label_selector=sel,
                                                             _preload_content=False)
-            items = json.loads(resp.data).get("items") or []
+            # _preload_content=False: the raw urllib3 response, not the hinted model
+            items = json.loads(resp.data).get("items") or []  # type: ignore[attr-defined]
         except CALL_ERRORS as e:
             log.warning("list services of %s failed: %s", job_id, getattr(e, "status", e))
             return
         for svc in items:
             meta = svc.get("metadata") or {}
+            name, namespace = meta.get("name"), meta.get("namespace")
+            if not name or not namespace:
+                continue  # the server names every listed object; nothing to delete by
             try:
-                self.api.delete_namespaced_service(meta.get("name"), meta.get("namespace"),
-                                                   _preload_content=False)
+                self.api.delete_namespaced_service(name, namespace, _preload_content=False)
             except CALL_ERRORS as e:
                 if getattr(e, "status", None) != 404:
                     log.warning("delete service %s failed: %s", meta.get("name"),
@@ -505,14 +512,15 @@ class KubernetesCluster:
             self._delete(ns, name, 1)
 
     def _delete(self, ns: str, name: str, grace: int | None) -> bool:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        body: dict[str, str | int] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace is not None:
             # never 0: a zero grace period is a force delete, the object goes while the
             # processes may still hold GPU memory (an unbound Pod goes at once anyway:
             # pkg/registry/core/pod/strategy.go CheckGracefulDelete)
             body["gracePeriodSeconds"] = max(1, grace)
         try:
-            self.api.delete_namespaced_pod(name, ns, body=body, _preload_content=False)
+            # the client's hints say its model class; it serializes a dict body too
+            self.api.delete_namespaced_pod(name, ns, body=body, _preload_content=False)  # type: ignore[arg-type]
         except CALL_ERRORS as e:
             if getattr(e, "status", None) == 404:
                 return True
@@ -555,7 +563,8 @@ class KubernetesCluster:
                 "deleteOptions": {"gracePeriodSeconds": grace},
             }
             try:
-                self.api.create_namespaced_pod_eviction(name, ns, eviction,
+                # the client's hints say its model class; it serializes a dict body too
+                self.api.create_namespaced_pod_eviction(name, ns, eviction,  # type: ignore[arg-type]
                                                         _preload_content=False)
                 M.EVICTIONS.labels(method="eviction").inc()
             except urllib3.exceptions.HTTPError as e:  # no answer in time: next pass retries
@@ -574,7 +583,8 @@ class KubernetesCluster:
         try:
             resp = self.api.list_pod_for_all_namespaces(label_selector=sel,
                                                         _preload_content=False)
-            return json.loads(resp.data).get("items") or []
+            # _preload_content=False: the raw urllib3 response, not the hinted model
+            return json.loads(resp.data).get("items") or []  # type: ignore[attr-defined]
         except CALL_ERRORS as e:
             log.warning("list pods of %s failed: %s", job_id, getattr(e, "status", e))
             return []

@@ -10,7 +10,9 @@ state-change rules already end leases when a job stops).
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, select, update
 
 from app.dispatch.base import Step
 from app.dispatch.dispatcher import Dispatcher
@@ -36,10 +38,12 @@ class LeaseReaper(Step):
         sf = self.dispatcher.session_factory
         with sf() as session:
             holders = select(JobRow.id).where(JobRow.status.in_(ACTIVE))
-            n = session.execute(
+            # an UPDATE's result is a CursorResult (it has rowcount); Session.execute's
+            # stubs type every statement's result as the general Result
+            n = cast(CursorResult[Any], session.execute(
                 update(LeaseRow)
                 .where(LeaseRow.state == "active", LeaseRow.job_id.not_in(holders))
                 .values(state="returned", ended_at=self.dispatcher.clock())
-            ).rowcount
+            )).rowcount
             session.commit()
         return int(n or 0)

@@ -30,6 +30,7 @@ import re
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -156,7 +157,7 @@ class QueuePicture:
     def _apply(
         self,
         session: Session,
-        rows: list[Any],
+        rows: Sequence[Any],  # Rows of JOB_COLUMNS, read as JobRows are (job_request)
         full: bool,
         pools: dict[str, PoolInfo],
         priorities: dict[str, PriorityInfo],

@@ -90,12 +90,12 @@ class FrontDoor(Part):
                 objs += self.client.list(a, namespace=ns)
             for o in objs:
                 meta = o.get("metadata") or {}
-                team = (meta.get("labels") or {}).get(L.WL_QUEUE)
-                if team is None:
+                queue: str | None = (meta.get("labels") or {}).get(L.WL_QUEUE)
+                if queue is None:
                     teams = by_ns.get(meta.get("namespace", ""), [])
-                    team = teams[0] if len(teams) == 1 else None
+                    queue = teams[0] if len(teams) == 1 else None
                 if meta.get("uid"):
-                    seen[meta["uid"]] = (a, o, team)
+                    seen[meta["uid"]] = (a, o, queue)
         with self.session_factory() as session:
             keys = [WorkloadOwner("", "", "", "", uid).idempotency_key() for uid in seen]
             rows = {r.idempotency_key: r for r in session.scalars(
@@ -103,10 +103,10 @@ class FrontDoor(Part):
             )} if keys else {}
             # their places in the queue, as GET /v1/jobs shows them (computed, not stored)
             fill_queue_positions(session, rows.values())
-            for uid, (a, obj, team) in seen.items():
+            for uid, (a, obj, queue) in seen.items():
                 row = rows.get(WorkloadOwner("", "", "", "", uid).idempotency_key())
                 if row is None:
-                    self._admit_to_queue(session, a, obj, team)
+                    self._admit_to_queue(session, a, obj, queue)
                 else:
                     self._mirror(session, a, obj, row)
             # open jobs whose workload is gone: its owner deleted it

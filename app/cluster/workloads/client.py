@@ -65,7 +65,8 @@ class WorkloadClient:
                 return []
             raise
         self.missing_kinds.discard(a.kind)
-        items = json.loads(resp.data).get("items") or []
+        # _preload_content=False: the raw urllib3 response, not the hinted model
+        items = json.loads(resp.data).get("items") or []  # type: ignore[attr-defined]
         for o in items:  # list items carry no kind
             o.setdefault("apiVersion", a.api_version)
             o.setdefault("kind", a.kind)
@@ -81,7 +82,8 @@ class WorkloadClient:
             if e.status == 404:
                 return None
             raise
-        obj = json.loads(resp.data)
+        # _preload_content=False: the raw urllib3 response, not the hinted model
+        obj = json.loads(resp.data)  # type: ignore[attr-defined]
         if owner.uid and (obj.get("metadata") or {}).get("uid") != owner.uid:
             return None  # deleted and created again: another workload
         return obj
@@ -91,7 +93,8 @@ class WorkloadClient:
         resp = self.custom.patch_namespaced_custom_object(
             a.group, a.version, owner.namespace, a.plural, owner.name, body,
             _content_type=MERGE_PATCH, _preload_content=False)
-        return json.loads(resp.data)
+        # _preload_content=False: the raw urllib3 response, not the hinted model
+        return json.loads(resp.data)  # type: ignore[attr-defined]
 
     def annotate(self, owner: WorkloadOwner, annotations: Mapping[str, str | None]) -> None:
         """Set (None: remove) gpuq's annotations; best effort (a status, not a decision)."""
@@ -115,7 +118,8 @@ class WorkloadClient:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
         try:
-            self.core.create_namespaced_event(owner.namespace, body, _preload_content=False)
+            # the client's hints say its model class; it serializes a dict body too
+            self.core.create_namespaced_event(owner.namespace, body, _preload_content=False)  # type: ignore[arg-type]
         except Exception as e:  # events are best effort
             log.info("could not record event %s on %s: %s", reason, owner.ref, e)
 

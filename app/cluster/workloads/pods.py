@@ -111,7 +111,8 @@ class WorkloadPods:
                     self.client.patch_pod(ns, name, {"metadata": {
                         "labels": {L.REPLICA: str(pl.replica)},
                         "annotations": placement_annotations(r.req, pl)}})
-                    self.client.core.create_namespaced_pod_binding(name, ns, {
+                    # the client's hints say its model class; it serializes a dict body too
+                    self.client.core.create_namespaced_pod_binding(name, ns, {  # type: ignore[arg-type]
                         "apiVersion": "v1", "kind": "Binding",
                         "metadata": {"name": name, "namespace": ns},
                         "target": {"apiVersion": "v1", "kind": "Node", "name": pl.node},
