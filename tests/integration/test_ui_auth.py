@@ -107,7 +107,7 @@ def test_teams_page_numbers(env):
     # team, pool, weight, type, quota, used, borrowed, lent, total, dominant share, pending, ...
     assert cells[0] == "nlp" and cells[1] == "training" and cells[3] == "a100"
     assert cells[5] == "20"  # two A100 cards at 10 CU
-    assert cells[8].startswith("20 / 1000")
+    assert cells[8].startswith("20 / 1,000")
     assert cells[9] == "20"  # 20 CU / weight 1
     assert cells[10] == "1"  # train-wait
 
