@@ -104,12 +104,14 @@ def test_teams_page_numbers(env):
     page = env.client.get("/ui/teams", headers=AUTH).text
     row = page[page.index('data-team="nlp"') :].split("</tr>")[0]
     cells = [text("<td" + c).strip() for c in row.split("<td")[1:]]
-    # team, pool, weight, type, quota, used, borrowed, lent, total, dominant share, pending, ...
+    # team, pool, weight, type, quota, used, borrowed, lent, total, dominant share, of the
+    # cluster, fair-share key, pending, ...
     assert cells[0] == "nlp" and cells[1] == "training" and cells[3] == "a100"
     assert cells[5] == "20"  # two A100 cards at 10 CU
     assert cells[8].startswith("20 / 1,000")
-    assert cells[9] == "20"  # 20 CU / weight 1
-    assert cells[10] == "1"  # train-wait
+    assert cells[9].split() == ["50%", "a100"]  # dominant share: half the A100 cards
+    assert cells[11] == "20"  # the fair-share key: 20 CU / weight 1
+    assert cells[12] == "1"  # train-wait
 
 
 def test_nodes_page_cards_mig_and_cordon(env):
