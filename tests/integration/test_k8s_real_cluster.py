@@ -16,6 +16,7 @@ the mark must go) the moment the defect is fixed.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -36,7 +37,7 @@ from app.store.orm import JobEventRow, JobRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import elector, make_cluster, started_cluster
 from tests.fakekube.objects import article_a100, gfd_v100
-from tests.realkube.fixtures import OUTCOME_END, OUTCOME_START, RealKube, raw, wait_for
+from tests.realkube.fixtures import GPUQ_SA, OUTCOME_END, OUTCOME_START, RealKube, raw, wait_for
 
 CONFIG = A100_TRAINING_CONFIG
 SC = {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
@@ -108,6 +109,17 @@ def test_gpuq_serviceaccount_has_exactly_the_rights_of_rbac_yaml(kube):
     kube.make_namespace(f"{kube.namespace}-norole")
     rbac = client.RbacAuthorizationV1Api(kube.s.admin)
     rbac.delete_namespaced_role_binding("gpuq-jobs", f"{kube.namespace}-norole")
+    # kube-apiserver's RBAC authorizer reads RoleBindings through an informer
+    # (plugin/pkg/auth/authorizer/rbac): the deletion is seen a moment later. Wait until a
+    # SubjectAccessReview, answered by that same authorizer, denies the create.
+    authz = client.AuthorizationV1Api(kube.s.admin)
+    review = {"spec": {"user": f"system:serviceaccount:{GPUQ_SA[0]}:{GPUQ_SA[1]}",
+                       "resourceAttributes": {"namespace": f"{kube.namespace}-norole",
+                                              "verb": "create", "resource": "pods"}}}
+    deadline = time.monotonic() + 30
+    while authz.create_subject_access_review(review).status.allowed:
+        assert time.monotonic() < deadline, "the RoleBinding's deletion was never seen"
+        time.sleep(0.2)
     forbidden = [
         lambda: api.create_namespaced_pod(f"{kube.namespace}-norole", pod),
         lambda: api.list_namespaced_secret(kube.namespace),
