@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from app.domain.percentiles import percentile  # noqa: E402
 from bench.dispatch import database  # noqa: E402
 from bench.history import load  # noqa: E402
+from gpuq.domain.percentiles import percentile  # noqa: E402
 
 BIN = Path(sys.executable).parent
 # `gpuq api` refuses an admin token shorter than 32 characters

@@ -24,7 +24,7 @@ CODE = r'''
 import sys, time
 sys.path.insert(0, ".")
 from bench.core import cluster, jobs, snapshot, full_cluster_running
-from app.scheduling.engine import schedule
+from gpuq.scheduling.engine import schedule
 nodes = cluster(10000)
 pend = jobs(10_000, seed=20_000)
 c0 = time.process_time(); res = schedule(snapshot(nodes, pend)); c1 = time.process_time()

@@ -10,7 +10,7 @@ graceful stop (SIGTERM: the leader releases the lock) is timed the same way.
 
 A leader host lost without a FIN cannot be made here (it needs packets dropped): there
 PostgreSQL's own keepalives end the session, 10 s idle + 3 probes x 5 s = 25 s by the
-elector's session settings (app/dispatch/leader.py), before the same takeover.
+elector's session settings (gpuq/dispatch/leader.py), before the same takeover.
 
     TEST_DATABASE_URL=... nice -n 10 .venv/bin/python -m bench.failover --rounds 5
 """
@@ -28,12 +28,12 @@ import uuid
 import psycopg
 from sqlalchemy.orm import sessionmaker
 
-from app.clock import utcnow
-from app.dispatch.dispatcher import Dispatcher
-from app.dispatch.leader import libpq_dsn
-from app.domain.spec import JobSpec
-from app.store.db import make_engine, make_session_factory
-from app.store.jobs import submit_job
+from gpuq.clock import utcnow
+from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.dispatch.leader import libpq_dsn
+from gpuq.domain.spec import JobSpec
+from gpuq.store.db import make_engine, make_session_factory
+from gpuq.store.jobs import submit_job
 from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
 from tests.fakekube.fixtures import elector, started_cluster
 from tests.fakekube.objects import article_a100

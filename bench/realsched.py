@@ -1,6 +1,6 @@
 """Real schedulers on a real control plane, replaying a scenario, beside our model of each.
 
-The baseline models of ``gpuq simulate`` (app/simulate/baselines) are checked against the
+The baseline models of ``gpuq simulate`` (gpuq/simulate/baselines) are checked against the
 systems they model. One run of this command:
 
 1. starts the real control plane of tests/realkube (etcd, kube-apiserver,
@@ -59,17 +59,17 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from app.domain.config import load_config
-from app.scheduling.filters import allowed_types
-from app.scheduling.model import Snapshot
-from app.simulate.baselines.kueue import KueuePolicy, KueueSettings
-from app.simulate.policies import make_policy
-from app.simulate.replay import ScenarioModel, SimJob, SimulationResult, Simulator, to_json
+from gpuq.domain.config import load_config
+from gpuq.scheduling.filters import allowed_types
+from gpuq.scheduling.model import Snapshot
+from gpuq.simulate.baselines.kueue import KueuePolicy, KueueSettings
+from gpuq.simulate.policies import make_policy
+from gpuq.simulate.replay import ScenarioModel, SimJob, SimulationResult, Simulator, to_json
 from tests.realkube.control_plane import KWOK_NODE_LABEL, REPO, free_port, running_control_plane
 from tests.realkube.fixtures import Session, wait_for
 
 SYSTEMS = ("kueue", "kube-scheduler")
-#: the model of each system in app/simulate/policies (kube-scheduler has none)
+#: the model of each system in gpuq/simulate/policies (kube-scheduler has none)
 MODEL_OF = {"kueue": "kueue"}
 KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -176,7 +176,7 @@ def k8s_job(sc: Scenario, j: SimJob, system: str, speedup: float) -> dict:
 def kueue_objects(sc: Scenario, settings: KueueSettings | None = None
                   ) -> list[tuple[str, dict]]:
     """(plural, object) of the Kueue configuration the model describes
-    (app/simulate/baselines/kueue.py, ``settings``: its defaults): the model's own setup
+    (gpuq/simulate/baselines/kueue.py, ``settings``: its defaults): the model's own setup
     computes the flavor order and the quotas, so the two cannot be configured apart."""
     model = sc.model
     k = KueuePolicy(settings)

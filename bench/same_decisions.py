@@ -6,7 +6,7 @@ every decision it takes on a fixed set of cases, then compare two such files.
     python bench/same_decisions.py compare old.json new.json
 
 ``--code`` is the root of a checkout (e.g. ``git archive <commit> | tar -x -C
-/tmp/old``); its ``app`` package is imported, so the cases run the old or the
+/tmp/old``); its ``gpuq`` package is imported, so the cases run the old or the
 new core with this one script. The cases (``--quick`` runs the first three):
 
 * ``cycles``: 400 random snapshots (several request modes, gangs, teams at
@@ -49,7 +49,7 @@ def _digest(obj: Any) -> str:
 
 
 def _result_doc(res: Any) -> dict[str, Any]:
-    from app.scheduling.model import CycleResult  # noqa: F401  (the tree's own)
+    from gpuq.scheduling.model import CycleResult  # noqa: F401  (the tree's own)
 
     def code(r: Any) -> str | None:
         c = getattr(r, "code", None)
@@ -71,8 +71,8 @@ def _result_doc(res: Any) -> dict[str, Any]:
 
 
 def _random_snapshot_cycles(seed: int) -> list[dict[str, Any]]:
-    from app.scheduling.engine import schedule
-    from app.scheduling.model import (
+    from gpuq.scheduling.engine import schedule
+    from gpuq.scheduling.model import (
         Device,
         GpuType,
         JobRequest,
@@ -185,8 +185,8 @@ def case_cycles(_args: argparse.Namespace) -> dict[str, Any]:
 
 
 def case_whatif(_args: argparse.Namespace) -> dict[str, Any]:
-    from app.scheduling.engine import schedule
-    from app.scheduling.model import (
+    from gpuq.scheduling.engine import schedule
+    from gpuq.scheduling.model import (
         Device,
         GpuType,
         JobRequest,
@@ -196,7 +196,7 @@ def case_whatif(_args: argparse.Namespace) -> dict[str, Any]:
         Snapshot,
         TeamInfo,
     )
-    from app.tuning.whatif import Arrival, simulate_forward, with_weights
+    from gpuq.tuning.whatif import Arrival, simulate_forward, with_weights
 
     out = {}
     for seed in range(30):
@@ -232,7 +232,7 @@ def case_preempt(_args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "bench"))
     import preemption as pb  # bench/preemption.py of this script's tree (same build())
 
-    from app.scheduling.engine import schedule
+    from gpuq.scheduling.engine import schedule
 
     res = schedule(pb.build(150, 120, "P0"))
     doc = _result_doc(res)
@@ -241,7 +241,7 @@ def case_preempt(_args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _simulate(args: argparse.Namespace, scenario: str, policy: str, **kw: Any) -> dict[str, Any]:
-    from app.simulate.command import run_simulate
+    from gpuq.simulate.command import run_simulate
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")
@@ -286,9 +286,9 @@ CASES = {"cycles": case_cycles, "whatif": case_whatif, "preempt": case_preempt,
 def run(args: argparse.Namespace) -> None:
     code = Path(args.code).resolve()
     sys.path.insert(0, str(code))
-    import app
+    import gpuq
 
-    assert Path(app.__file__).resolve().is_relative_to(code), app.__file__
+    assert Path(gpuq.__file__).resolve().is_relative_to(code), gpuq.__file__
     print(f"code: {code}; machine: {platform.machine()}, {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     names = list(CASES)[:3] if args.quick else (args.cases.split(",") if args.cases else CASES)

@@ -11,7 +11,7 @@ A100-80GB node, then measures, on the same Nodes one after the other:
   (``--kube-api-qps``, as an operator tuning for throughput would; the default 50 QPS
   would cap it at 50 binds/s) unless ``--scheduler-default-qps``.
 - ``gpuq``: the same backlog submitted to gpuq's store (4 teams, fair sharing on, as
-  configured below) before the dispatcher starts; the dispatcher (app/dispatch) creates
+  configured below) before the dispatcher starts; the dispatcher (gpuq/dispatch) creates
   each Pod and binds it through pods/binding; Pods/s = backlog / (first pass -> last Pod
   bound). With ``--gangs`` also that many 8-Pod gangs (one GPU per Pod), gangs/s. Once
   per ``--bind-workers`` value (GPUQ_K8S_BIND_WORKERS; 1 binds one job after another,
@@ -38,12 +38,12 @@ from dataclasses import replace
 
 from kubernetes import client
 
-from app.clock import utcnow
-from app.dispatch.dispatcher import Dispatcher
-from app.domain.spec import JobSpec
-from app.store.db import make_engine, make_session_factory
-from app.store.jobs import submit_jobs
-from app.store.node_rows import gpu_type_configs
+from gpuq.clock import utcnow
+from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.domain.spec import JobSpec
+from gpuq.store.db import make_engine, make_session_factory
+from gpuq.store.jobs import submit_jobs
+from gpuq.store.node_rows import gpu_type_configs
 from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import elector, make_cluster
 from tests.realkube.control_plane import KWOK_NODE_LABEL, running_control_plane

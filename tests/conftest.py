@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine, text
 
-from app.store.db import make_engine, make_session_factory
-from app.store.orm import ALL_TABLES
+from gpuq.store.db import make_engine, make_session_factory
+from gpuq.store.orm import ALL_TABLES
 from tests.pg_server import own_database
 
 # The fake Kubernetes API server (``kube``) and a database of a test's own (``db_url``,
@@ -31,7 +31,7 @@ def database_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def engine(database_url: str) -> Iterator[Engine]:
-    from app.store import migrate
+    from gpuq.store import migrate
 
     eng = make_engine(database_url, pool_size=5)
     migrate.upgrade(eng)

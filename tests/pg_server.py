@@ -22,7 +22,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from app.store.db import normalize_url, psycopg_conninfo
+from gpuq.store.db import normalize_url, psycopg_conninfo
 
 _EMBEDDED: list = []
 
@@ -34,7 +34,7 @@ def server_url() -> str:
     if url:
         return normalize_url(url)
     if not _EMBEDDED:
-        from app.store.embedded import start_embedded
+        from gpuq.store.embedded import start_embedded
 
         # not pytest's tmp_path: PostgreSQL runs as another user when tests run as root,
         # and pytest keeps its base folder at mode 0700

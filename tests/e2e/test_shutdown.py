@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import yaml
 
-from app.dispatch.leader import lock_key
+from gpuq.dispatch.leader import lock_key
 from tests.conftest import truncate_all
 from tests.e2e.test_serve import GPUQ, _free_port, _wait_for
 from tests.fakekube.fixtures import kube  # noqa: F401 - a fixture

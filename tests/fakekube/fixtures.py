@@ -12,11 +12,11 @@ import pytest
 from kubernetes import client
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.cluster.k8s_settings import KubeSettings
-from app.cluster.kubernetes import KubernetesCluster
-from app.dispatch.leader import LeaderElector
-from app.store.db import make_engine, make_session_factory
-from app.store.node_rows import gpu_type_configs
+from gpuq.cluster.k8s_settings import KubeSettings
+from gpuq.cluster.kubernetes import KubernetesCluster
+from gpuq.dispatch.leader import LeaderElector
+from gpuq.store.db import make_engine, make_session_factory
+from gpuq.store.node_rows import gpu_type_configs
 from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
 from tests.fakekube.objects import GPU_TYPES
 from tests.fakekube.server import FakeKube

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from app.clock import utcnow
-from app.dispatch.dispatcher import Dispatcher
-from app.domain.spec import JobSpec
-from app.store.jobs import submit_job
-from app.store.orm import JobRow
+from gpuq.clock import utcnow
+from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.domain.spec import JobSpec
+from gpuq.store.jobs import submit_job
+from gpuq.store.orm import JobRow
 from tests.fakekube import admission
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import started_cluster

@@ -13,13 +13,13 @@ import threading
 
 import pytest
 
-from app.cluster.base import BindError, BindRequest
-from app.cluster.kubernetes import StaleCache
-from app.cluster.simulated import SimulatedCluster
-from app.dispatch.base import Step
-from app.dispatch.dispatcher import Dispatcher
-from app.domain.backoff import Backoff
-from app.scheduling.model import ReplicaPlacement
+from gpuq.cluster.base import BindError, BindRequest
+from gpuq.cluster.kubernetes import StaleCache
+from gpuq.cluster.simulated import SimulatedCluster
+from gpuq.dispatch.base import Step
+from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.domain.backoff import Backoff
+from gpuq.scheduling.model import ReplicaPlacement
 from tests.fakekube.fixtures import elector, make_cluster, wait_until
 from tests.fakekube.objects import article_a100
 

@@ -15,12 +15,12 @@ import psycopg
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from app.clock import utcnow
-from app.dispatch.dispatcher import Dispatcher
-from app.dispatch.leader import libpq_dsn
-from app.domain.spec import JobSpec
-from app.store.jobs import submit_job
-from app.store.orm import JobRow
+from gpuq.clock import utcnow
+from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.dispatch.leader import libpq_dsn
+from gpuq.domain.spec import JobSpec
+from gpuq.store.jobs import submit_job
+from gpuq.store.orm import JobRow
 from tests.fakekube.fixtures import elector, started_cluster, wait_until
 from tests.fakekube.objects import article_a100
 from tests.faults import kill_connection_on

@@ -10,13 +10,13 @@ import uuid
 import psycopg
 import pytest
 
-from app.clock import utcnow
-from app.cluster import k8s_labels as L
-from app.dispatch.dispatcher import Dispatcher
-from app.dispatch.leader import SESSION_OPTIONS, NotLeader, libpq_dsn
-from app.domain.spec import JobSpec
-from app.store.jobs import submit_job
-from app.store.orm import JobRow
+from gpuq.clock import utcnow
+from gpuq.cluster import k8s_labels as L
+from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.dispatch.leader import SESSION_OPTIONS, NotLeader, libpq_dsn
+from gpuq.domain.spec import JobSpec
+from gpuq.store.jobs import submit_job
+from gpuq.store.orm import JobRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import elector, started_cluster
 from tests.fakekube.objects import article_a100

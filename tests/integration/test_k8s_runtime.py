@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import yaml
 
-from app.clock import utcnow
-from app.cluster.kubernetes import KubernetesCluster
-from app.domain.spec import JobSpec
-from app.runtime import open_services
-from app.settings import Settings
-from app.store.jobs import submit_job
-from app.store.orm import JobRow
+from gpuq.clock import utcnow
+from gpuq.cluster.kubernetes import KubernetesCluster
+from gpuq.domain.spec import JobSpec
+from gpuq.runtime import open_services
+from gpuq.settings import Settings
+from gpuq.store.jobs import submit_job
+from gpuq.store.orm import JobRow
 from tests.fakekube.objects import article_a100
 
 CONFIG = """

@@ -6,8 +6,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from app.cluster.base import BindRequest, JobStatusEvent
-from app.scheduling.model import ReplicaPlacement
+from gpuq.cluster.base import BindRequest, JobStatusEvent
+from gpuq.scheduling.model import ReplicaPlacement
 from tests.fakekube.fixtures import kube, make_cluster, wait_until
 from tests.fakekube.objects import article_a100
 

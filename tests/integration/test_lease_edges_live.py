@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from app.dispatch.leases import LeaseReaper
-from app.store.orm import JobRow
+from gpuq.dispatch.leases import LeaseReaper
+from gpuq.store.orm import JobRow
 from tests.integration.test_leases_preemption import borrow_setup, events, job, leases
 
 

@@ -40,17 +40,17 @@ from psycopg import sql
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from app.main import create_app
-from app.runtime import open_services
-from app.server import db_upgrade
-from app.settings import Settings
-from app.store import migrate
-from app.store.db import make_engine, normalize_url, psycopg_conninfo
+from gpuq.main import create_app
+from gpuq.runtime import open_services
+from gpuq.server import db_upgrade
+from gpuq.settings import Settings
+from gpuq.store import migrate
+from gpuq.store.db import make_engine, normalize_url, psycopg_conninfo
 from tests.integration.conftest import job_body
 from tests.live_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-VERSIONS = "app/migrations/versions"
+VERSIONS = "gpuq/migrations/versions"
 TOKEN = "upgrade-test-admin-token-" + "x" * 16
 
 NEXT = '''"""next release, expand: a nullable column and a new table (test only)"""
@@ -100,6 +100,13 @@ def git(*args: str) -> str:
                           check=True, timeout=60).stdout
 
 
+def package_at(commit: str) -> str:
+    """The top-level package's name at ``commit``: ``gpuq``, or ``app`` before the rename."""
+    done = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}:gpuq/__init__.py"],
+                          capture_output=True, timeout=60)
+    return "gpuq" if done.returncode == 0 else "app"
+
+
 def _migrations_at(commit: str) -> set[str]:
     names = git("ls-tree", "--name-only", f"{commit}:{VERSIONS}").split()
     return {n for n in names if n[:4].isdigit()}
@@ -111,9 +118,12 @@ def previous_release() -> tuple[str, str]:
     if _migrations_at("HEAD") != here:
         return "HEAD", "the committed code, whose migrations this working tree extends"
     newest = max(here)
-    added = git("log", "-1", "--diff-filter=A", "--format=%H", "--", f"{VERSIONS}/{newest}")
+    # -M: the package's rename is not the commit that added the migration
+    added = git("log", "-1", "-M", "--diff-filter=A", "--format=%H", "--",
+                f"{VERSIONS}/{newest}", f"app/migrations/versions/{newest}")
     parent = f"{added.strip()}^"
-    if added.strip() and "min_code_revision" in git("show", f"{parent}:app/store/migrate.py"):
+    if added.strip() and "min_code_revision" in git(
+            "show", f"{parent}:{package_at(parent)}/store/migrate.py"):
         return parent, f"the release before migration {newest[:4]} (parent of {added[:10]})"
     return "HEAD", (f"the release before {newest[:4]} predates the compatibility rule, so "
                     "the committed code plays the release being upgraded from")
@@ -208,8 +218,9 @@ def test_previous_release_serves_and_dispatches_on_the_new_schema(
     print(f"old code: {commit} ({why})")
     old = tmp_path / "old"
     old.mkdir()
+    pkg = package_at(commit)
     with tarfile.open(fileobj=BytesIO(subprocess.run(
-            ["git", "-C", str(ROOT), "archive", commit, "app"], capture_output=True,
+            ["git", "-C", str(ROOT), "archive", commit, pkg], capture_output=True,
             check=True, timeout=120).stdout)) as tar:
         tar.extractall(old, filter="data")
     port = free_port()
@@ -217,12 +228,12 @@ def test_previous_release_serves_and_dispatches_on_the_new_schema(
            "GPUQ_DATA_DIR": str(tmp_path / "data"), "GPUQ_PORT": str(port),
            "GPUQ_ADMIN_TOKEN": TOKEN, "GPUQ_SIM_SPEED": "20"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys, app; print(app.__file__, flush=True); "
-         "from app.cli import main; sys.argv = ['gpuq', 'serve']; main()"],
+        [sys.executable, "-c", f"import sys, {pkg}; print({pkg}.__file__, flush=True); "
+         f"from {pkg}.cli import main; sys.argv = ['gpuq', 'serve']; main()"],
         cwd=old, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        assert proc.stdout.readline().strip() == str(old / "app" / "__init__.py")
+        assert proc.stdout.readline().strip() == str(old / pkg / "__init__.py")
         ready = _wait_ready(base, proc)
         assert "9001" in ready.text  # it knows it runs on a newer schema
         auth = {"Authorization": f"Bearer {TOKEN}"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.scheduling.model import (
+from gpuq.scheduling.model import (
     Device,
     GpuType,
     JobRequest,

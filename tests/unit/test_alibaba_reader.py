@@ -1,6 +1,6 @@
 import pytest
 
-from app.simulate.alibaba import (
+from gpuq.simulate.alibaba import (
     GPU_MODELS,
     TraceFormatError,
     gpu_type_configs,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from app.domain.config import load_config_text
-from app.simulate.baselines.slurm import SlurmPolicy
-from app.simulate.baselines.volcano import deserved_shares
-from app.simulate.command import run_simulate
-from app.simulate.policies import POLICY_NAMES, make_policy
-from app.simulate.replay import ScenarioModel, Simulator, to_json
+from gpuq.domain.config import load_config_text
+from gpuq.simulate.baselines.slurm import SlurmPolicy
+from gpuq.simulate.baselines.volcano import deserved_shares
+from gpuq.simulate.command import run_simulate
+from gpuq.simulate.policies import POLICY_NAMES, make_policy
+from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
 
 
 def _run(text: str, policy: str) -> dict:
@@ -174,7 +174,7 @@ def test_slurm_fair_share_ranks_the_account_with_less_decayed_usage_first():
     fs = policy.fairshare_factors(snap, {"lender", "borrower"})
     assert fs["lender"] == 1.0 and fs["borrower"] == 0.5
     # the usage decays with the half-life
-    from app.simulate.baselines import slurm as mod
+    from gpuq.simulate.baselines import slurm as mod
 
     policy.last_t = 0.0
     snap.now = mod.DECAY_HALF_LIFE_S

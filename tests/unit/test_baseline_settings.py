@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.config import load_config_text
-from app.simulate.baselines.kueue import S2A, KueuePolicy, KueueSettings
-from app.simulate.baselines.slurm import DEFAULT_TIME_S, SlurmSettings
-from app.simulate.replay import ScenarioModel, Simulator, to_json
-from app.simulate.tuning import GRIDS, build
+from gpuq.domain.config import load_config_text
+from gpuq.simulate.baselines.kueue import S2A, KueuePolicy, KueueSettings
+from gpuq.simulate.baselines.slurm import DEFAULT_TIME_S, SlurmSettings
+from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from gpuq.simulate.tuning import GRIDS, build
 
 
 def _run(text: str, policy: str, **settings) -> dict:

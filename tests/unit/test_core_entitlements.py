@@ -1,5 +1,5 @@
 """Entitlements (weighted max-min over effective throughput, then most throughput) and the
-time-integrated deficit (app/scheduling/entitlements.py, app/scheduling/deficit.py)."""
+time-integrated deficit (gpuq/scheduling/entitlements.py, gpuq/scheduling/deficit.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.scheduling.deficit import advance, team_key
-from app.scheduling.entitlements import ClassDemand, allocate
-from app.scheduling.model import FairState, GpuType
+from gpuq.scheduling.deficit import advance, team_key
+from gpuq.scheduling.entitlements import ClassDemand, allocate
+from gpuq.scheduling.model import FairState, GpuType
 
 FAST = GpuType("fast", 80, 10, speed=2.0)
 SLOW = GpuType("slow", 16, 4, speed=1.0)
@@ -105,9 +105,9 @@ def test_team_key_holdings_first_then_credit() -> None:
 def test_the_simulator_carries_the_deficits_from_cycle_to_cycle() -> None:
     """CycleResult.fair of one cycle is Snapshot.fair of the next: a team that waits for
     the whole node builds credit while the other team's stream holds it."""
-    from app.domain.config import load_config_text
-    from app.scheduling.engine import schedule
-    from app.simulate.replay import ScenarioModel, Simulator
+    from gpuq.domain.config import load_config_text
+    from gpuq.scheduling.engine import schedule
+    from gpuq.simulate.replay import ScenarioModel, Simulator
 
     small = "\n".join(
         f"  - {{name: a{i}, team: a, submit_at_s: {i * 30}, runtime_s: 240,"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.scheduling.engine import schedule
-from app.scheduling.model import FairState, PoolInfo, SchedulerConfig, TeamInfo
+from gpuq.scheduling.engine import schedule
+from gpuq.scheduling.model import FairState, PoolInfo, SchedulerConfig, TeamInfo
 from tests.unit.core_fixtures import job, node, running, snap, whole
 
 

@@ -18,10 +18,10 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.domain.config import load_config_text
-from app.scheduling.engine import schedule
-from app.scheduling.model import SchedulerConfig
-from app.simulate.replay import ScenarioModel, Simulator, to_json
+from gpuq.domain.config import load_config_text
+from gpuq.scheduling.engine import schedule
+from gpuq.scheduling.model import SchedulerConfig
+from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
 
 
 def scenario(reservation_after_s: float) -> ScenarioModel:

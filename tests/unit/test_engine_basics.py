@@ -1,7 +1,7 @@
 """Smoke rules of the core interface: memory fit, gangs, quota."""
 
-from app.scheduling.engine import schedule
-from app.scheduling.model import (
+from gpuq.scheduling.engine import schedule
+from gpuq.scheduling.model import (
     Device,
     GpuType,
     JobRequest,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.scheduling.model import ReplicaPlacement
-from app.simulate.estimate import MIN_REMAINING_S, estimate_starts
-from app.simulate.policies import get_policy
+from gpuq.scheduling.model import ReplicaPlacement
+from gpuq.simulate.estimate import MIN_REMAINING_S, estimate_starts
+from gpuq.simulate.policies import get_policy
 from tests.unit.core_fixtures import job, node, running, snap
 
 GPUQ = get_policy("gpuq")

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.scheduling.fragmentation import (
+from gpuq.scheduling.fragmentation import (
     FragModel,
     IntTask,
     MixEntry,
@@ -15,7 +15,7 @@ from app.scheduling.fragmentation import (
     type_pressure,
     with_gpuq_terms,
 )
-from app.scheduling.model import Device, GpuType, Node, ReplicaPlacement
+from gpuq.scheduling.model import Device, GpuType, Node, ReplicaPlacement
 
 T4 = GpuType("t4", 16, 1, shareable=True)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.dispatch.base import LoopService
+from gpuq.dispatch.base import LoopService
 
 
 class Flaky(LoopService):

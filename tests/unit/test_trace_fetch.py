@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.simulate import trace_fetch
-from app.simulate.command import ScenarioInputError, load_scenario
-from app.simulate.trace_fetch import TRACES_DIR, fetch, read_sources
+from gpuq.simulate import trace_fetch
+from gpuq.simulate.command import ScenarioInputError, load_scenario
+from gpuq.simulate.trace_fetch import TRACES_DIR, fetch, read_sources
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_no_repository_file_points_outside_it():
     beside the checkout (a clone has neither)."""
     bad = re.compile(r"\.\./shared|/work/shared|\bAPI\.md|\bDESIGN\.md|MISSION\.md|the article")
     hits = []
-    for sub in ("app", "eval", "docs", "k8s", "bench", "tests", "README.md", "Makefile",
+    for sub in ("gpuq", "eval", "docs", "k8s", "bench", "tests", "README.md", "Makefile",
                 "pyproject.toml", "Dockerfile", "docker-compose.yml"):
         root = REPO / sub
         files = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file()]

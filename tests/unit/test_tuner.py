@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.tuning.tuner import (
+from gpuq.tuning.tuner import (
     ReplayOutcome,
     TunerConfig,
     TunerInputs,

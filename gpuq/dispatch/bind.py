@@ -1,0 +1,140 @@
+"""Bind (step 6 of a pass): perform a committed plan on the cluster.
+
+Stops first (victims free their capacity), then binds. A bind that would
+land on capacity stopping Pods still hold waits (the job stays admitted;
+reconcile binds it once the capacity is released). A failed bind is undone:
+every reserve has an unreserve: the job fails when the cluster refused its Pod for
+a reason of the job's own (gpuq/cluster/k8s_refusals.py), else it goes back to the
+queue and is held out of the plan with backoff (gpuq/dispatch/bind_holds.py), so a
+lasting refusal never becomes a create/delete loop.
+
+Binds of different jobs are independent (the plan reserved distinct capacity), so up
+to ``workers`` of them run at once (the cluster's ``bind_workers``: kube-scheduler's
+asynchronous binding cycle, pkg/scheduler/schedule_one.go): leadership is re-checked
+and the epoch stamped before each such batch, in this thread, and the batch's outcomes
+are applied here in the plan's order.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from gpuq.cluster.base import BindError, BindRequest
+from gpuq.dispatch.base import Part, log
+from gpuq.dispatch.bind_holds import BindHolds
+from gpuq.dispatch.leader import LeaderElector
+from gpuq.dispatch.plan import Plan
+from gpuq.dispatch.releasing import cluster_view
+from gpuq.store.dispatch_rows import lock_job
+from gpuq.store.releasing import any_releasing, blocked_binds, finalise
+from gpuq.store.states import change_state
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def bind_pool(workers: int) -> ThreadPoolExecutor:
+    """One pool of bind threads per size for the whole process: every dispatcher of a
+    process (tests make many) shares it, so idle threads never pile up."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="gpuq-bind")
+        return pool
+
+
+@dataclass
+class Binder(Part):
+    grace_seconds: float = 30.0  # unless the scheduler config sets preemption_grace_s
+    holds: BindHolds = field(default_factory=BindHolds)  # shared with the planner
+    # the leader elector: every stop and bind of a committed plan re-checks leadership
+    # and stamps the epoch (None: a single dispatcher, always leading)
+    elector: LeaderElector | None = None
+    workers: int = 1  # binds in flight at once (module docstring)
+
+    def leading(self) -> bool:
+        """Still the leader, right before a cluster call (lock and epoch re-checked)."""
+        if self.elector is None or self.elector.still_leader():
+            return True
+        log.warning("leadership lost mid-pass: the committed plan is left to the new "
+                    "leader (its reconcile binds or stops what this one did not)")
+        return False
+
+    def perform(self, plan: Plan) -> None:
+        grace = self.grace_seconds if plan.grace_seconds is None else plan.grace_seconds
+        if (plan.stops or plan.binds) and not self.leading():
+            return
+        for job_id, reason in plan.stops:
+            try:
+                self.cluster.stop(job_id, reason, grace_seconds=grace)
+            except Exception:
+                log.exception("stopping job %s failed; will retry at reconcile", job_id)
+        blocked = self.release_and_gate(plan.binds)
+        todo = []
+        for req in plan.binds:
+            if req.job_id in blocked:
+                log.info("job %s stays admitted: %s", req.job_id, blocked[req.job_id])
+                continue  # bound by reconcile once the capacity is released
+            todo.append(req)
+        step = max(1, self.workers)
+        for i in range(0, len(todo), step):
+            batch = todo[i:i + step]
+            if not self.leading():
+                return
+            if self.elector is not None:
+                for req in batch:
+                    req.leader_epoch = self.elector.epoch
+            if len(batch) > 1:
+                outcomes = list(bind_pool(self.workers).map(self._bind_one, batch))
+            else:
+                outcomes = [self._bind_one(req) for req in batch]
+            for req, err in zip(batch, outcomes, strict=True):
+                if err is not None:
+                    self.undo_bind(req.job_id, str(err), permanent=err.permanent, hold=err.hold)
+                else:
+                    self.holds.clear(req.job_id)
+
+    def _bind_one(self, req: BindRequest) -> BindError | None:
+        try:
+            self.cluster.bind(req)
+        except BindError as e:
+            return e
+        return None
+
+    def release_and_gate(self, binds: list[BindRequest]) -> dict[str, str]:
+        """After the stops: release what the cluster already let go (a synchronous
+        stop frees capacity in the same pass), then name the binds that would
+        land on capacity stopping Pods still hold (gpuq/store/releasing.py)."""
+        with self.session_factory() as session:
+            if not any_releasing(session):
+                return {}
+            if finalise(session, cluster_view(self.cluster)):
+                session.commit()
+            return blocked_binds(session, binds)
+
+    def undo_bind(self, job_id: str, message: str, *, permanent: bool = False,
+                  hold: bool = True) -> None:
+        reason = f"bind failed: {message}"
+        if not permanent and hold:
+            held = self.holds.hold(job_id)
+            reason += f" (next try in {held:.0f} s, try {self.holds.failures(job_id)})"
+        with self.session_factory() as session:
+            job = lock_job(session, job_id)
+            if job is not None and job.status == "admitted":
+                change_state(
+                    session,
+                    job,
+                    # a Pod the cluster refuses for the job's own reason fails every retry
+                    "failed" if permanent else "pending",
+                    now=self.clock(),
+                    event_type="bind_failed",
+                    reason=reason,
+                )
+                if self.elector is not None:
+                    self.elector.fence(session)  # a deposed leader never requeues a job
+                session.commit()
+                # the cluster undid the bind: free at once what it no longer holds
+                if finalise(session, cluster_view(self.cluster)):
+                    session.commit()

@@ -1,0 +1,240 @@
+"""Plan and write (steps 4 and 5 of a pass): snapshot -> pure core -> one transaction.
+
+The snapshot comes from the dispatcher's :class:`~gpuq.dispatch.picture.QueuePicture`;
+the core (a policy, or a partial decision such as the descheduler's) returns
+decisions as data; every decision is written in one transaction, skipping
+jobs that changed since the snapshot (a cancel raced the cycle). The cluster
+calls the decisions need are returned as a :class:`~gpuq.dispatch.plan.Plan`
+for the bind part.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import TypeVar
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpuq.dispatch.bind_holds import BindHolds
+from gpuq.dispatch.leader import LeaderElector
+from gpuq.dispatch.picture import QueuePicture
+from gpuq.dispatch.plan import Plan, bind_request
+from gpuq.scheduling.model import (
+    Admission,
+    CycleResult,
+    FairState,
+    LeaseReturn,
+    Node,
+    Preemption,
+    Snapshot,
+)
+from gpuq.scheduling.policies import get_policy
+from gpuq.scheduling.preemption import stop_sentence
+from gpuq.scheduling.releasing import hold_in_snapshot
+from gpuq.store import batch_states, queue_order
+from gpuq.store.cordon import cordoned_nodes
+from gpuq.store.leases import return_leases
+from gpuq.store.node_rows import fingerprint
+from gpuq.store.requeue import any_unschedulable, requeue_if_fits
+from gpuq.store.snapshot import SnapshotContext
+from gpuq.store.states import Change, apply_changes
+
+Decide = Callable[[Snapshot], CycleResult]
+_D = TypeVar("_D", Admission, Preemption, LeaseReturn)
+
+
+class PlanAndWrite:
+    def __init__(
+        self,
+        session_factory: sessionmaker[Session],
+        picture: QueuePicture,
+        clock: Callable[[], datetime],
+        policy: str = "gpuq",
+        holds: BindHolds | None = None,
+        elector: LeaderElector | None = None,
+    ) -> None:
+        # the leader elector: the write transaction commits only in its epoch (fenced)
+        self.elector = elector
+        self.session_factory = session_factory
+        # jobs whose bind was refused for a passing reason sit out their backoff
+        self.holds = holds or BindHolds()
+        self.picture = picture
+        self.clock = clock
+        self.policy_name = policy
+        self.reason_refresh_s = 5.0  # see _write_queue
+        self.timings: dict[str, float] = {}  # snapshot / core / write seconds, last run
+        # the inventory unschedulable jobs were last re-checked against (see _recheck)
+        self.inventory_sig: tuple[str, str, str] | None = None
+        # the teams' deficits the core returned last pass (gpuq/scheduling/deficit.py), kept
+        # in memory: a restart starts every team at zero credit
+        self.fair: FairState | None = None
+
+    def run(self, decide: Decide | None = None, live_nodes: list[Node] | None = None) -> Plan:
+        """One planning transaction; ``decide`` defaults to the policy. On any
+        error the picture is dropped (what it holds may be ahead of the database)."""
+        try:
+            return self._run(decide, live_nodes)
+        except BaseException:
+            self.picture.invalidate()
+            raise
+
+    def _run(self, decide: Decide | None, live_nodes: list[Node] | None) -> Plan:
+        plan = Plan()
+        timings = self.timings = {}
+        with self.session_factory() as session:
+            now = self.clock()
+            t0 = time.perf_counter()
+            ctx = self._snapshot(session, now, live_nodes)
+            if decide is None and self._recheck(session, ctx.snapshot, now):
+                self.picture.invalidate()  # requeued jobs join this very cycle
+                ctx = self._snapshot(session, now, live_nodes)
+            t1 = time.perf_counter()
+            ctx.snapshot.fair = self.fair
+            result = (decide or get_policy(self.policy_name))(ctx.snapshot)
+            if decide is None and result.fair is not None:
+                self.fair = result.fair
+            t2 = time.perf_counter()
+            timings["snapshot"], timings["core"] = t1 - t0, t2 - t1
+            plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
+            plan.result = result
+            conn = session.connection()
+            # Each kind of decision is one set-based change; a job that changed since
+            # the snapshot (its revision moved on: a cancel raced the cycle) is left
+            # to the next cycle by the statement itself.
+            preempted = apply_changes(
+                conn, [_preemption(p, rev) for p, rev in _seen(result.preemptions, ctx)], now
+            )
+            stopped: set[str] = set()
+            for p in result.preemptions:
+                if _id(p.job_id) in preempted and p.job_id not in stopped:
+                    plan.stops.append((p.job_id, p.reason))
+                    stopped.add(p.job_id)
+            # a moved job is preempted, then admitted anew at its new revision
+            admissions = [
+                (a, preempted[i].revision if i in preempted else rev)
+                for a, rev in _seen(result.admissions, ctx)
+                for i in (int(a.job_id),)
+            ]
+            admitted = batch_states.admit_many(conn, admissions, now)
+            plan.binds += [bind_request(admitted[int(a.job_id)], list(a.placements))
+                           for a, _ in admissions if int(a.job_id) in admitted]
+            unschedulable = [
+                Change(int(job_id), "unschedulable", reason=why, revision=ctx.revisions[job_id])
+                for job_id, why in result.unschedulable.items()
+                if job_id in ctx.revisions and job_id.isdigit()
+            ]
+            apply_changes(conn, unschedulable, now)
+            # leases now on the borrower's own guarantee; after the state changes, so a
+            # job also stopped this cycle keeps its snapshot revision for them
+            return_leases(conn, _seen(result.returned, ctx), now)
+            decided = (
+                {a.job_id for a in result.admissions}
+                | {p.job_id for p in result.preemptions}
+                | set(result.unschedulable)
+            )
+            reasons: list[tuple[int, int, str | None]] = []
+            order: list[int] | None = None
+            if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
+                order, reasons = self._write_queue(session, ctx, result, decided)
+            if self.elector is not None:
+                self.elector.fence(session)  # NotLeader: a new leader's term; roll back
+            session.commit()
+            self.picture.queue_written(reasons, order, ctx.snapshot.now)
+            timings["write"] = time.perf_counter() - t2
+        return plan
+
+    def _snapshot(
+        self, session: Session, now: datetime, live_nodes: list[Node] | None
+    ) -> SnapshotContext:
+        ctx = self.picture.refresh(session, now)
+        held = self.holds.held()
+        if held:  # a new list: the picture keeps its own
+            ctx.snapshot.pending = [j for j in ctx.snapshot.pending if j.id not in held]
+        if live_nodes is not None:
+            # an operator's cordon applies to a live cluster's nodes too (gpuq/store/cordon.py)
+            cordoned = cordoned_nodes(session)
+            ctx.snapshot.nodes = [
+                replace(n, schedulable=False) if n.name in cordoned and n.schedulable else n
+                for n in live_nodes
+            ]
+            hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity
+        return ctx
+
+    def _recheck(self, session: Session, snap: Snapshot, now: datetime) -> bool:
+        """When the inventory changed since the last look (a node added,
+        uncordoned, relabelled, its MIG layout cut anew; a GPU type or pool
+        edited), every ``unschedulable`` job that could now fit goes back to
+        the queue (gpuq/store/requeue.py). True if any did."""
+        if not any_unschedulable(session):
+            return False
+        sig = (fingerprint(snap.nodes), repr(sorted(snap.gpu_types.items())),
+               repr(sorted(snap.pools.items())))
+        if sig == self.inventory_sig:
+            return False
+        self.inventory_sig = sig
+        return bool(requeue_if_fits(session, snap, now))
+
+    def _write_queue(
+        self, session: Session, ctx: SnapshotContext, result: CycleResult, decided: set[str]
+    ) -> tuple[list[int], list[tuple[int, int, str | None]]]:
+        """Reasons of jobs left pending, and the dispatch order.
+
+        The order is one array row (``queue_order``); reasons are written only
+        where they changed, in one statement, and only if the job is still
+        pending at the revision the snapshot saw. Returns (order, reasons written).
+        """
+        order = [int(j) for j in result.order if j not in decided and j.isdigit()]
+        conn = session.connection()
+        if self.picture.written_order != order:
+            queue_order.write_order(conn, order, self.picture.owner)
+        # A reason whose text changed only in its numbers ("largest free block:
+        # v100-16g 1" -> "0") is rewritten at most every reason_refresh_s per job:
+        # with a large backlog such changes otherwise rewrite thousands of rows a pass.
+        now = ctx.snapshot.now
+        rows: list[tuple[int, int, str | None]] = []
+        for job_id, (reason, _) in ctx.pending_meta.items():
+            new_reason = result.reasons.get(job_id, reason)
+            if job_id in decided or new_reason == reason:
+                continue
+            if (
+                reason is not None
+                and new_reason is not None
+                and self.picture.reason_is_fresh(
+                    job_id, reason, new_reason, now, self.reason_refresh_s
+                )
+            ):
+                continue
+            rows.append((int(job_id), ctx.revisions[job_id], new_reason))
+        queue_order.write_reasons(conn, rows)
+        return order, rows
+
+
+def _id(job_id: str) -> int:
+    return int(job_id) if job_id.isdigit() else -1
+
+
+def _seen(decisions: Sequence[_D], ctx: SnapshotContext) -> list[tuple[_D, int]]:
+    """Decisions about jobs the snapshot saw, each with the revision it saw."""
+    return [
+        (d, ctx.revisions[d.job_id])
+        for d in decisions
+        if d.job_id in ctx.revisions and d.job_id.isdigit()
+    ]
+
+
+def _preemption(p: Preemption, revision: int) -> Change:
+    """The victim's change: its event's reason, and its pending reason until the
+    next cycle explains why it waits, is :func:`stop_sentence` (who and why, once)."""
+    reclaim = p.kind == "reclaim"
+    return Change(
+        int(p.job_id),
+        "pending",
+        reason=stop_sentence(p),
+        event_type="reclaimed" if reclaim else "preempted",
+        lease_state="reclaimed" if reclaim else "returned",
+        data={"by_job": p.by_job, "kind": p.kind},
+        revision=revision,
+    )

@@ -1,0 +1,43 @@
+"""The expected job mix (for the fragmentation score), from the pending queue.
+
+FGD scores a placement against the workload it expects next; in a live
+queue the best predictor we have is what is waiting. Identical shapes
+are merged with their count as weight, so 100,000 pending jobs give a mix
+of a few dozen entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpuq.scheduling.fragmentation import MixEntry, WorkloadMix
+from gpuq.scheduling.model import JobRequest
+
+MAX_ENTRIES = 32
+SAMPLE = 2000  # a huge backlog is sampled with a fixed stride (deterministic)
+
+
+def mix_from_jobs(jobs: Iterable[JobRequest]) -> WorkloadMix:
+    seq = list(jobs)
+    stride = max(1, len(seq) // SAMPLE)
+    counts: dict[tuple, int] = {}
+    for j in seq[::stride]:
+        mode = j.mode
+        if mode == "gpus":
+            gpus, share = j.gpus or 0, 0.0
+        elif mode == "gpu_share":
+            gpus, share = 0, j.gpu_share or 0.0
+        elif mode == "mig":
+            gpus, share = 0, 0.3  # a slice is a fraction of a card
+        else:  # gpu_units: unknown type until placed; count it as one card
+            gpus, share = 1, 0.0
+        key = (gpus, share, j.cpu, j.memory_gb, j.gpu_types, j.min_gpu_memory_gb)
+        counts[key] = counts.get(key, 0) + max(1, j.replicas)
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:MAX_ENTRIES]
+    return WorkloadMix(
+        tuple(
+            MixEntry(gpus=k[0], gpu_share=k[1], cpu=k[2], memory_gb=k[3], gpu_types=k[4],
+                     min_gpu_memory_gb=k[5], weight=float(n))
+            for k, n in top
+        )
+    )

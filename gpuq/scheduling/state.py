@@ -1,0 +1,226 @@
+"""A mutable working copy of the cluster for one cycle.
+
+The core never mutates the caller's snapshot. Nodes are copied lazily
+(copy-on-write: a node is copied the first time something is reserved or
+released on it), because copying 10,000 nodes x 8 devices every cycle
+costs more than the rest of a cycle. ``reserve`` returns nothing to undo
+by hand: call ``unreserve`` with the same placement (the kube-scheduler
+rule). Every change also re-files the node in the capacity index, so
+the index is always in step with ``nodes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+
+from gpuq.scheduling.capacity_index import CapacityIndex
+from gpuq.scheduling.model import (
+    Device,
+    GpuType,
+    Node,
+    ReplicaPlacement,
+    RunningJob,
+    Snapshot,
+)
+
+EPS = 1e-9
+
+
+def copy_device(d: Device) -> Device:
+    return Device(
+        d.index, d.mig_layout, d.whole_used, list(d.slices_used), d.share_used,
+        d.share_memory_gb, d.external,
+    )
+
+
+def copy_node(node: Node) -> Node:
+    return Node(
+        node.name, node.gpu_type, [copy_device(d) for d in node.devices], node.cpu,
+        node.memory_gb, node.cpu_used, node.memory_used_gb, node.rack, node.network,
+        node.nvlink_domain, node.labels, node.taints, node.schedulable,
+    )
+
+
+class ClusterState:
+    """Nodes by name with usage applied, plus a capacity index kept in step.
+
+    ``nodes[name]`` may be the caller's object until the first change on
+    that node; treat it as read-only and change it only via
+    ``apply``/``unapply`` (one placement) or ``reserve``/``release`` (a job).
+    """
+
+    def __init__(
+        self, nodes: Iterable[Node], gpu_types: Mapping[str, GpuType] | None = None
+    ) -> None:
+        self.nodes: dict[str, Node] = {n.name: n for n in nodes}
+        self._owned: set[str] = set()
+        self.gpu_types: Mapping[str, GpuType] = gpu_types or {}
+        self._index: CapacityIndex | None = None
+        self._idle_caps: dict | None = None  # name -> NodeCapacity of the untouched node
+        # bumped whenever capacity is released for good (not a rollback), so
+        # "this shape does not fit" memos of a cycle know when to forget.
+        self.release_epoch = 0
+
+    @classmethod
+    def from_snapshot(cls, snap: Snapshot) -> ClusterState:
+        state = cls(snap.nodes, snap.gpu_types)
+        for job in snap.running:
+            for p in job.placements:
+                if p.node in state.nodes:
+                    state._apply(p, +1)
+        state.release_epoch = 0
+        cache = snap.static_cache
+        if cache is not None:
+            # summaries of the idle nodes, reused from earlier cycles (see Snapshot)
+            if cache.get("nodes") is not snap.nodes:
+                cache.clear()
+                cache["nodes"] = snap.nodes
+                cache["idle_caps"] = {}
+            state._idle_caps = cache["idle_caps"]
+        return state
+
+    # -- index -----------------------------------------------------------
+    @property
+    def index(self) -> CapacityIndex:
+        if self._index is None:
+            idx = CapacityIndex(self.gpu_types)
+            idle = self._idle_caps
+            owned = self._owned
+            for name, n in self.nodes.items():
+                if idle is None or name in owned:
+                    idx.add(n)
+                else:  # untouched this cycle: its summary is the idle one
+                    cap = idle.get(name)
+                    idx.add(n, cap)
+                    if cap is None:
+                        idle[name] = idx.caps.get(name)
+            self._index = idx
+        return self._index
+
+    def index_for(self, gpu_types: Mapping[str, GpuType]) -> CapacityIndex:
+        """The index, rebuilt if the state was made without the GPU types."""
+        if not self.gpu_types and gpu_types:
+            self.gpu_types = gpu_types
+            self._index = None
+        return self.index
+
+    # -- changes -----------------------------------------------------------
+    def _own(self, name: str) -> Node:
+        node = self.nodes[name]
+        if name not in self._owned:
+            node = copy_node(node)
+            self.nodes[name] = node
+            self._owned.add(name)
+        return node
+
+    def _strand(self, name: str) -> None:
+        """A running placement names cards the node no longer has (its cards, MIG
+        layout or type changed under it): nothing new goes on the node until the
+        job is gone, and the cycle goes on (it used to fail with an IndexError)."""
+        node = self._own(name)
+        node.schedulable = False
+        if self._index is not None:
+            self._index.update(node)
+
+    def apply(self, p: ReplicaPlacement) -> None:
+        """Take what one placement holds (a placement being decided, or a job's)."""
+        self._apply(p, +1)
+
+    def unapply(self, p: ReplicaPlacement) -> None:
+        """Give back what one placement holds (a release: memos of the cycle forget)."""
+        self._apply(p, -1)
+        self.release_epoch += 1
+
+    # -- the Book protocol (gpuq/scheduling/books.py) -------------------------
+    def reserve(self, r: RunningJob) -> None:
+        """A job's placements held on their nodes (a node that left is skipped)."""
+        nodes = self.nodes
+        for p in r.placements:
+            if p.node in nodes:
+                self._apply(p, +1)
+
+    def release(self, r: RunningJob) -> None:
+        nodes = self.nodes
+        for p in r.placements:
+            if p.node in nodes:
+                self._apply(p, -1)
+                self.release_epoch += 1
+
+    def _apply(self, p: ReplicaPlacement, sign: int) -> None:
+        if not held_fits(self.nodes[p.node], p):
+            self._strand(p.node)  # never applied, so nothing to take back either
+            return
+        node = self._own(p.node)
+        node.cpu_used += sign * p.cpu
+        node.memory_used_gb += sign * p.memory_gb
+        on = sign > 0
+        if p.mig:
+            for dev, idx, _profile in p.mig:
+                node.devices[dev].slices_used[idx] = on
+        elif p.share > 0:
+            d = node.devices[p.devices[0]]
+            if on:
+                d.share_used += p.share
+                d.share_memory_gb += p.share_memory_gb
+            else:
+                d.share_used = max(0.0, d.share_used - p.share)
+                d.share_memory_gb = max(0.0, d.share_memory_gb - p.share_memory_gb)
+                if d.share_used < EPS:
+                    d.share_used = 0.0
+                    d.share_memory_gb = 0.0
+        else:
+            for dev in p.devices:
+                node.devices[dev].whole_used = on
+        if self._index is not None:
+            self._index.update(node)
+
+    @contextmanager
+    def simulate_remove(self, jobs: Iterable[RunningJob]) -> Iterator[None]:
+        """What-if: free the jobs' capacity, restore it on exit."""
+        placed = [p for j in jobs for p in j.placements if p.node in self.nodes]
+        epoch = self.release_epoch
+        for p in placed:
+            self.unapply(p)
+        try:
+            yield
+        finally:
+            for p in placed:
+                self.apply(p)
+            self.release_epoch = epoch
+
+    @contextmanager
+    def trial(self) -> Iterator[list[ReplicaPlacement]]:
+        """Reserve placements tentatively; everything appended is rolled back on exit.
+
+        Used for gangs (try on the working copy, then commit or roll back).
+        A rollback is not a release, so memos stay valid.
+        """
+        placed: list[ReplicaPlacement] = []
+        epoch = self.release_epoch
+        try:
+            yield placed
+        finally:
+            for p in reversed(placed):
+                self._apply(p, -1)
+            self.release_epoch = epoch
+
+
+def held_fits(node: Node, p: ReplicaPlacement) -> bool:
+    """True when the node still has the cards (and slices) placement ``p`` holds."""
+    n = len(node.devices)
+    if p.gpu_type is not None and p.gpu_type != node.gpu_type:
+        return False
+    if p.mig:
+        return all(
+            0 <= dev < n and idx < len(node.devices[dev].mig_layout)
+            and node.devices[dev].mig_layout[idx] == profile
+            for dev, idx, profile in p.mig
+        )
+    return all(0 <= dev < n and not node.devices[dev].mig_layout for dev in p.devices)
+
+
+def device_overcommitted(d: Device) -> bool:
+    """True when a card is handed out more than once (used by tests and checks)."""
+    holders = int(d.whole_used) + int(d.share_used > EPS) + int(any(d.slices_used))
+    return holders > 1 or d.share_used > 1 + EPS

@@ -1,0 +1,98 @@
+"""`gpuq simulate`: load a scenario, replay it, write the result JSON.
+
+The fill protocol (``--protocol fill``), trace scenarios and ``--report``
+are provided by their own modules (gpuq.simulate.fill, gpuq.simulate.traces,
+gpuq.simulate.report) when present; this command only dispatches.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from gpuq.domain.config import load_config, validation_problems
+from gpuq.domain.errors import error_block, error_line
+from gpuq.simulate.fill_command import run_fill_command
+from gpuq.simulate.policies import POLICY_NAMES, make_policy
+from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from gpuq.simulate.report import write_report
+from gpuq.simulate.scenario_info import describe
+from gpuq.simulate.traces import scenario_from_trace
+
+
+class ScenarioInputError(ValueError):
+    """The scenario file cannot be replayed (the message says why)."""
+
+
+def load_scenario(scenario: str | Path, trace_dir: str | Path | None = None) -> ScenarioModel:
+    """A scenario file (jobs or a trace) as the model the simulator replays; a trace's
+    relative paths are relative to the file, else under ``trace_dir`` /
+    ``$GPUQ_TRACE_DIR`` (:func:`gpuq.simulate.traces.trace_file`)."""
+    path = Path(scenario)
+    if not path.is_file():
+        raise ScenarioInputError(f"scenario file not found: {scenario}")
+    try:
+        cfg = load_config(path)
+    except ValidationError as e:
+        raise ScenarioInputError(error_block(f"invalid scenario {scenario}",
+                                             validation_problems(e))) from None
+    except Exception as e:  # YAML syntax and the like
+        raise ScenarioInputError(f"cannot read scenario {scenario}: {e}") from None
+    if cfg.trace is None:
+        return ScenarioModel.from_config(cfg)
+    try:
+        return scenario_from_trace(cfg, base=path.parent, trace_dir=trace_dir)
+    except (OSError, ValueError, KeyError) as e:
+        raise ScenarioInputError(f"cannot read the trace of {scenario}: {e}") from None
+
+
+def run_simulate(
+    scenario: str,
+    *,
+    policy: str = "gpuq",
+    seed: int = 42,
+    out: str | None = None,
+    report: str | None = None,
+    protocol: str | None = None,
+    inflate: float = 1.3,
+    seeds: str | None = None,
+    trace_dir: str | None = None,
+) -> int:
+    """Exit code: 0 ok, 2 bad input (message on stderr)."""
+    if protocol not in (None, "replay"):
+        if protocol != "fill":
+            print(error_line(f"unknown protocol {protocol!r}; known: replay, fill"),
+                  file=sys.stderr)
+            return 2
+
+        # the fill protocol has its own policies (random, bestfit, fgd, gpuq = the live core)
+        return int(run_fill_command(scenario, policy=policy, seed=seed, out=out, report=report,
+                                    inflate=inflate, seeds=seeds, trace_dir=trace_dir))
+    if policy not in POLICY_NAMES:
+        print(error_line(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICY_NAMES))}"),
+              file=sys.stderr)
+        return 2
+    try:
+        model = load_scenario(scenario, trace_dir)
+    except ScenarioInputError as e:
+        print(error_line(e), file=sys.stderr)
+        return 2
+    sim = Simulator(model, make_policy(policy), policy, seed)
+    doc = to_json(sim.run())
+    doc["scenario"] = describe(model, load_config(Path(scenario)), scenario)
+    text = json.dumps(doc, indent=1)
+    if out:
+        Path(out).write_text(text)
+    s = doc["summary"]
+    print(
+        f"{policy}: {s['jobs']} jobs, {s['finished']} finished, {s['not_started']} not started, "
+        f"makespan {s['makespan_s']:.0f}s, "
+        f"wait p50 {s['wait_p50_s']:.0f}s p99 {s['wait_p99_s']:.0f}s, "
+        f"jct p50 {s['jct_p50_s']:.0f}s"
+    )
+    if report:
+        write_report(doc, report)
+    return 0
