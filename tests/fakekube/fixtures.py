@@ -12,13 +12,18 @@ import pytest
 from kubernetes import client
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpuq.clock import utcnow
 from gpuq.cluster.k8s_settings import KubeSettings
 from gpuq.cluster.kubernetes import KubernetesCluster
+from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.dispatch.leader import LeaderElector
+from gpuq.domain.spec import JobSpec
 from gpuq.store.db import make_engine, make_session_factory
+from gpuq.store.jobs import submit_job
 from gpuq.store.node_rows import gpu_type_configs
+from gpuq.store.orm import JobRow
 from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
-from tests.fakekube.objects import GPU_TYPES
+from tests.fakekube.objects import GPU_TYPES, article_a100
 from tests.fakekube.server import FakeKube
 
 
@@ -94,3 +99,48 @@ def sf(db_url: str) -> Iterator[sessionmaker[Session]]:
     engine = make_engine(db_url, pool_size=6)
     yield make_session_factory(engine)
     engine.dispose()
+
+
+def submit_a100_job(sf: sessionmaker[Session], gpus: int = 1, name: str = "sft") -> int:
+    """Submit one job of team nlp on a100-80g (the world of :data:`A100_TRAINING_CONFIG`)."""
+    with sf() as s:
+        spec = JobSpec.model_validate({
+            "name": name, "team": "nlp",
+            "resources": {"gpus": gpus, "gpu_types": ["a100-80g"], "cpu": 4, "memory_gb": 16}})
+        job_id = submit_job(s, spec, now=utcnow()).job.id
+        s.commit()
+    return job_id
+
+
+def job_row(sf: sessionmaker[Session], job_id: int) -> JobRow:
+    """The job's row as it is now (detached: read its fields after the session)."""
+    with sf() as s:
+        row = s.get(JobRow, job_id)
+        assert row is not None, f"job {job_id} does not exist"
+        s.expunge(row)
+        return row
+
+
+@pytest.fixture
+def a100_dispatcher(kube: FakeKube, sf: sessionmaker[Session]) -> Iterator[Dispatcher]:
+    """One dispatcher (no elector) on the fake API server with one A100 node."""
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    yield Dispatcher(sf, c)
+    c.close()
+
+
+@pytest.fixture
+def a100_replicas(kube: FakeKube, db_url: str,
+        sf: sessionmaker[Session]) -> Iterator[tuple[Dispatcher, Dispatcher]]:
+    """Two dispatcher replicas on one lock and one A100 node; the first to run leads."""
+    kube.add_node(article_a100("a100-0"))
+    lock = f"gpuq-{uuid.uuid4().hex[:8]}"
+    made = []
+    for _ in range(2):
+        c = started_cluster(kube, sf)
+        made.append((Dispatcher(sf, c, elector=elector(db_url, lock)), c))
+    yield made[0][0], made[1][0]
+    for d, c in made:
+        d.elector.release()
+        c.close()

@@ -8,47 +8,16 @@ import time
 
 import pytest
 
-from gpuq.clock import utcnow
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.spec import JobSpec
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import JobRow
 from tests.fakekube import admission
 from tests.fakekube.db import A100_TRAINING_CONFIG
-from tests.fakekube.fixtures import started_cluster
-from tests.fakekube.objects import article_a100
+from tests.fakekube.fixtures import job_row, submit_a100_job
 
 CONFIG = A100_TRAINING_CONFIG
 PASSES = 4
 
 
-def _job(sf) -> int:
-    with sf() as s:
-        spec = JobSpec.model_validate({
-            "name": "sft", "team": "nlp",
-            "resources": {"gpus": 1, "gpu_types": ["a100-80g"], "cpu": 4, "memory_gb": 16}})
-        job_id = submit_job(s, spec, now=utcnow()).job.id
-        s.commit()
-    return job_id
-
-
-def _row(sf, job_id) -> JobRow:
-    with sf() as s:
-        row = s.get(JobRow, job_id)
-        s.expunge(row)
-        return row
-
-
 def _creates(kube) -> int:
     return sum(1 for m, p in kube.requests if m == "POST" and p.endswith("/pods"))
-
-
-@pytest.fixture
-def dispatcher(kube, sf):
-    kube.add_node(article_a100("a100-0"))
-    c = started_cluster(kube, sf)
-    yield Dispatcher(sf, c)
-    c.close()
 
 
 JOBS_OWN = {
@@ -61,7 +30,7 @@ JOBS_OWN = {
 
 @pytest.mark.parametrize("case", sorted(JOBS_OWN))
 def test_a_refusal_of_the_jobs_own_fails_it_with_the_apiservers_message(
-        kube, sf, dispatcher, case):
+        kube, sf, a100_dispatcher, case):
     """403 (Pod Security, PriorityClass), 404 (namespace), a webhook's denial: the same on
     every try. The job ends failed, its reason the apiserver's words; one create only."""
     plugin, words = JOBS_OWN[case]
@@ -71,10 +40,10 @@ def test_a_refusal_of_the_jobs_own_fails_it_with_the_apiservers_message(
                 "runAsUser": 0}}]}}))
     else:
         kube.admission.append(plugin)
-    job_id = _job(sf)
+    job_id = submit_a100_job(sf)
     for _ in range(PASSES):
-        dispatcher.run_once()
-    row = _row(sf, job_id)
+        a100_dispatcher.run_once()
+    row = job_row(sf, job_id)
     assert row.status == "failed", row.reason
     assert words in row.reason
     assert _creates(kube) == 1
@@ -84,22 +53,22 @@ def test_a_refusal_of_the_jobs_own_fails_it_with_the_apiservers_message(
 @pytest.mark.parametrize("plugin", [admission.quota_exceeded, admission.rbac_denied],
                          ids=["quota", "rbac"])
 def test_a_passing_refusal_holds_the_job_with_backoff_not_a_create_loop(
-        kube, sf, dispatcher, plugin):
+        kube, sf, a100_dispatcher, plugin):
     """An exceeded ResourceQuota, gpuq's own RBAC: the job waits in the queue with the
     message and is held out of the plan (backoff), so passes do not create and delete
     its Pod again and again; once the refusal passes and the hold ends, it is bound."""
     kube.admission.append(plugin)
-    job_id = _job(sf)
+    job_id = submit_a100_job(sf)
     for _ in range(PASSES):
-        dispatcher.run_once()
-    row = _row(sf, job_id)
+        a100_dispatcher.run_once()
+    row = job_row(sf, job_id)
     assert row.status == "pending"
     assert "forbidden" in row.reason and "next try in" in row.reason
     assert _creates(kube) == 1, "the refused job was created again every pass"
-    assert dispatcher.binder.holds.failures(str(job_id)) == 1
+    assert a100_dispatcher.binder.holds.failures(str(job_id)) == 1
     kube.admission.clear()  # the quota freed up
-    dispatcher.binder.holds.clock = lambda: time.monotonic() + 3600  # its hold is over
-    dispatcher.run_once()
-    assert _row(sf, job_id).status in ("admitted", "running")
+    a100_dispatcher.binder.holds.clock = lambda: time.monotonic() + 3600  # its hold is over
+    a100_dispatcher.run_once()
+    assert job_row(sf, job_id).status in ("admitted", "running")
     assert len(kube.gpuq_pods()) == 1
-    assert dispatcher.binder.holds.failures(str(job_id)) == 0
+    assert a100_dispatcher.binder.holds.failures(str(job_id)) == 0

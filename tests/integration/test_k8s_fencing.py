@@ -10,16 +10,10 @@ import uuid
 import psycopg
 import pytest
 
-from gpuq.clock import utcnow
 from gpuq.cluster import k8s_labels as L
-from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.dispatch.leader import SESSION_OPTIONS, NotLeader, libpq_dsn
-from gpuq.domain.spec import JobSpec
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import JobRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
-from tests.fakekube.fixtures import elector, started_cluster
-from tests.fakekube.objects import article_a100
+from tests.fakekube.fixtures import elector, job_row, submit_a100_job
 
 CONFIG = A100_TRAINING_CONFIG
 
@@ -28,21 +22,6 @@ def _terminate(db_url: str, pid: int | None) -> None:
     """The leader's session ends (a database failover, its host gone)."""
     with psycopg.connect(libpq_dsn(db_url), autocommit=True) as c:
         c.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
-
-
-def _job(sf) -> int:
-    with sf() as s:
-        spec = JobSpec.model_validate({
-            "name": "sft", "team": "nlp",
-            "resources": {"gpus": 1, "gpu_types": ["a100-80g"], "cpu": 4, "memory_gb": 16}})
-        job_id = submit_job(s, spec, now=utcnow()).job.id
-        s.commit()
-    return job_id
-
-
-def _status(sf, job_id) -> str:
-    with sf() as s:
-        return s.get(JobRow, job_id).status
 
 
 def test_the_server_drops_a_dead_leaders_session_within_seconds(db_url):
@@ -79,21 +58,6 @@ def test_each_term_has_a_new_epoch(db_url):
         b.release()
 
 
-@pytest.fixture
-def two(kube, db_url, sf):
-    """Two dispatcher replicas on one lock, d1 leading."""
-    kube.add_node(article_a100("a100-0"))
-    lock = f"gpuq-{uuid.uuid4().hex[:8]}"
-    made = []
-    for _ in range(2):
-        c = started_cluster(kube, sf)
-        made.append((Dispatcher(sf, c, elector=elector(db_url, lock)), c))
-    yield made[0][0], made[1][0]
-    for d, c in made:
-        d.elector.release()
-        c.close()
-
-
 def _plan_as_leader(d1):
     """d1 runs a pass up to the committed plan, not the cluster calls."""
     assert d1.elector.ensure()
@@ -103,11 +67,11 @@ def _plan_as_leader(d1):
     return plan
 
 
-def test_a_deposed_leader_does_not_perform_its_committed_plan(kube, db_url, sf, two):
+def test_a_deposed_leader_does_not_perform_its_committed_plan(kube, db_url, sf, a100_replicas):
     """d1 commits an admission, then loses its session; d2 leads and its reconcile binds
     the admitted job. d1 carrying on with its plan would make a second Pod set."""
-    d1, d2 = two
-    job_id = _job(sf)
+    d1, d2 = a100_replicas
+    job_id = submit_a100_job(sf)
     plan = _plan_as_leader(d1)
     assert [b.job_id for b in plan.binds] == [str(job_id)]
     _terminate(db_url, d1.elector.backend_pid)
@@ -119,13 +83,13 @@ def test_a_deposed_leader_does_not_perform_its_committed_plan(kube, db_url, sf, 
     assert pods[0]["metadata"]["annotations"][L.ANN_LEADER_EPOCH] == str(d2.elector.epoch)
 
 
-def test_between_its_check_and_its_call_the_pod_names_fence_it(kube, db_url, sf, two):
+def test_between_its_check_and_its_call_the_pod_names_fence_it(kube, db_url, sf, a100_replicas):
     """Even when the deposed leader's re-check passes (the instant before its session
     died), both leaders bind the same admission under the same Pod names: the
     apiserver refuses the second set (409), and the deposed leader's undo is fenced,
     so the job stays with the new leader's Pods."""
-    d1, d2 = two
-    job_id = _job(sf)
+    d1, d2 = a100_replicas
+    job_id = submit_a100_job(sf)
     plan = _plan_as_leader(d1)
     _terminate(db_url, d1.elector.backend_pid)
     d2.run_once()
@@ -133,20 +97,20 @@ def test_between_its_check_and_its_call_the_pod_names_fence_it(kube, db_url, sf,
     with pytest.raises(NotLeader):
         d1.perform(plan)
     assert len(kube.gpuq_pods()) == 1
-    assert _status(sf, job_id) in ("admitted", "running")
+    assert job_row(sf, job_id).status in ("admitted", "running")
     # both created it, under one name: the second create was refused
     assert sum(1 for m, p in kube.requests if m == "POST" and p.endswith("/pods")) == 2
 
 
-def test_a_deposed_leaders_write_is_refused(kube, db_url, sf, two):
+def test_a_deposed_leaders_write_is_refused(kube, db_url, sf, a100_replicas):
     """d1's planning transaction commits only in its own epoch: once d2 began a term,
     d1's admissions roll back."""
-    d1, d2 = two
-    job_id = _job(sf)
+    d1, d2 = a100_replicas
+    job_id = submit_a100_job(sf)
     assert d1.elector.ensure()
     d1.sync_cluster()
     _terminate(db_url, d1.elector.backend_pid)
     assert d2.elector.ensure()
     with pytest.raises(NotLeader):
         d1.plan_and_commit()
-    assert _status(sf, job_id) == "pending"
+    assert job_row(sf, job_id).status == "pending"
