@@ -38,6 +38,7 @@ import gc
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from gpuq.scheduling.books import Books, Statement, holding
 from gpuq.scheduling.context import PlacementContext
@@ -66,10 +67,12 @@ from gpuq.scheduling.ordering import FairOrder, promoted
 from gpuq.scheduling.placement import place_job, try_place
 from gpuq.scheduling.pool_steps import (
     charge,
+    choose_victims,
     may_preempt_anyone,
     preempt_for,
     reclaim_expired,
     return_leases,
+    why_no_room,
 )
 from gpuq.scheduling.pools import PoolLedger
 from gpuq.scheduling.preemption import VictimPool
@@ -292,7 +295,7 @@ class Cycle:
             if reason is None:  # placement: explained only now
                 reason = self.explain_no_room(job, sig)
             elif reason.code is not ReasonCode.TEAM_QUOTA:
-                reason = reason.extend(self._protected_note(job))
+                reason = self._protected_note(job, reason)
             self._wait(job, gate, reason)
             return
         adm = fit.admission
@@ -318,7 +321,7 @@ class Cycle:
         """Why nothing fits (whose reservations stand in the way, else the capacity),
         remembered for the signature until something is released."""
         reason = self._held_reason(job) or capacity_reason(job, self.state.index, self.ctx)
-        reason = reason.extend(self._protected_note(job))
+        reason = self._protected_note(job, reason)
         self.memo.put("placement", sig, NoFit(reason), self.failure_context(job),
                       self.state.release_epoch)
         return reason
@@ -412,25 +415,108 @@ class Cycle:
         return (lowest is not None and job.priority_value > lowest
                 and not why.fields.get("above_quota"))
 
-    def _protected_note(self, job: JobRequest) -> str:
-        """After a failed victim search: lower-priority jobs the minimum run time
-        still protects, and when the first stops being protected."""
+    def _protected_note(self, job: JobRequest, reason: Reason) -> Reason:
+        """After a failed victim search: ``reason`` with what the minimum run time changes.
+
+        Lower-priority jobs the minimum run time still protects are named only with the
+        preemptor's own verdict at the time their protection ends (the real rules on the
+        cycle's state, :func:`pool_steps.choose_victims` with the clock moved on): "job(s)
+        X may be preempted for it in N s" only when that what-if stops X, and then the
+        reason carries ``start_in_s``. When no victim set would make room even once every
+        protection has ended (a non-preemptible job its pool cannot pay for, the rest held
+        by jobs it may not preempt), the reason says so and how to fix it, instead of
+        promising a preemption the rules never make."""
         vp = self.victim_pool
         if vp is None or job.priority_value <= self.lowest_victim:
-            return ""
+            return reason
         ctx = self.ctx
         needs_gpu = job.mode != "gpus" or (job.gpus or 0) > 0
         names = (
             {t.name for t in allowed_types(job, ctx.gpu_types, ctx.pools)} if needs_gpu else None
         )
-        cfg = self.snap.config
-        got = vp.protected(job, names, self.snap.now, cfg.min_run_time_s, self.gone)
+        snap = self.snap
+        cfg = snap.config
+        fresh = vp.protected(job, names, snap.now, cfg.min_run_time_s, self.gone)
+        if fresh is None:
+            return reason
+        sig = self.memo.number(job)
+        context = (job.priority_value, job.team, job.last_preempted_by, len(self.gone))
+        epoch = self.state.release_epoch
+        got = self.memo.get("protected", sig, context, epoch)
         if got is None:
-            return ""
-        ids, wait = got
+            got = self.memo.put("protected", sig, self._protection_verdict(job, names, fresh),
+                                context, epoch)
+        note, fields = got
+        return reason.extend(note, **fields)
+
+    def _protection_verdict(
+        self, job: JobRequest, names: set[str] | None, fresh: list[RunningJob],
+    ) -> tuple[str, dict]:
+        """(the note, its fields) for :meth:`_protected_note`: the earliest protection end
+        at which the preemptor would stop someone for ``job`` (a later end only adds
+        victims, so a binary search over the ends), or why it never would."""
+        snap = self.snap
+        cfg = snap.config
+        min_run = cfg.min_run_time_s
+        ids = ", ".join(sorted(r.request.id for r in fresh)[:3])
+        ends = sorted({r.started_at + min_run for r in fresh})
+        fair = self.fair_rule(job)
+
+        def place(j: JobRequest, st: ClusterState):
+            return place_job(j, st, self.ctx)
+
+        def team_ok(placements) -> bool:
+            return self.ledger.check(job, units_by_type(placements)) is None
+
+        def victims_at(t: float):
+            later = replace(snap, now=t)
+            return choose_victims(job, later, self.books, place, self.gone, names, team_ok,
+                                  None, fair)
+
+        found = victims_at(ends[-1])
+        if found is None:
+            why = why_no_room(job, snap, self.books, place, [
+                r for r in snap.running
+                if r.request.preemptible and r.request.priority_value < job.priority_value
+                and r.request.id not in self.gone
+                and (names is None or any(p.gpu_type in names for p in r.placements))
+            ], team_ok)
+            return (
+                f"; lower-priority job(s) {ids} ran less than min_run_time_s "
+                f"({min_run:g} s), but no preemption will make room for it: {why}"
+                f"{self._no_room_fix(job, why)}",
+                {"no_preemption": True},
+            )
+        lo, hi = 0, len(ends) - 1
+        while lo < hi:  # the earliest end at which the what-if finds victims
+            mid = (lo + hi) // 2
+            got = victims_at(ends[mid])
+            if got is None:
+                lo = mid + 1
+            else:
+                hi, found = mid, got
+        wait = max(0.0, ends[lo] - snap.now)
+        who = ", ".join(sorted(v.id for v in found)[:3])
         return (
-            f"; lower-priority job(s) {', '.join(ids)} ran less than min_run_time_s "
-            f"({cfg.min_run_time_s:g} s): may be preempted for it in {wait:.0f} s"
+            f"; lower-priority job(s) {who} ran less than min_run_time_s "
+            f"({min_run:g} s): may be preempted for it in {wait:.0f} s",
+            {"start_in_s": wait, "victims": tuple(sorted(v.id for v in found))},
+        )
+
+    def _no_room_fix(self, job: JobRequest, why: str) -> str:
+        """How to run a job no preemption will make room for, when a setting can: a
+        non-preemptible job stopped by its pool's budget may be submitted preemptible
+        (it may then borrow) or its pool given more guarantee."""
+        if job.preemptible or ReasonCode.POOL_QUOTA is not getattr(why, "code", None):
+            return ""
+        gpu_type = why.fields.get("gpu_type")  # type: ignore[attr-defined]
+        lower = sorted((p for p in self.snap.priorities.values() if p.preemptible),
+                       key=lambda p: -p.value)
+        as_ = f"as {lower[0].name}" if lower else "with a preemptible priority"
+        return (
+            f"; to run it, submit it {as_} (a preemptible job may borrow other pools' idle "
+            f"guarantee) or ask an admin to raise pool {job.pool}'s guarantee"
+            + (f" of {gpu_type}" if gpu_type else "")
         )
 
     def quota_precheck(self, job: JobRequest, sig: int) -> Reason | None:

@@ -30,10 +30,12 @@ from gpuq.scheduling.model import (
     LeaseReturn,
     Preemption,
     ReplicaPlacement,
+    RunningJob,
     Snapshot,
 )
 from gpuq.scheduling.pools import Charge, PoolLedger, lease_grants
 from gpuq.scheduling.preemption import (
+    Candidate,
     PlaceFn,
     VictimPool,
     VictimTrial,
@@ -181,6 +183,39 @@ def preempt_for(
     ``accept`` adds the caller's own checks (team quota) to the what-if;
     ``fair`` allows same-priority victims (fair-share preemption, the engine's
     rule)."""
+    victims = choose_victims(job, snap, books, place, gone, type_names, accept,
+                             victims_pool, fair)
+    if victims is None:
+        return None
+    stmt = books.statement()
+    for v in victims:
+        stmt.release(v.job)
+    placed = place(job, books.state)
+    adm = charge(job, placed, books.pools, snap) if placed is not None else None
+    if not isinstance(adm, Admission):  # cannot happen after a positive what-if; undo
+        stmt.discard()
+        return None
+    stmt.reserve(holding(job, adm, snap.now))
+    stmt.commit()
+    gone.update(v.id for v in victims)
+    return to_preemptions(job, victims), adm
+
+
+def choose_victims(
+    job: JobRequest,
+    snap: Snapshot,
+    books: Books,
+    place: PlaceFn,
+    gone: Collection[str],
+    type_names: Collection[str] | None,
+    accept: AcceptFn | None = None,
+    victims_pool: VictimPool | None = None,
+    fair: FairShareRule | None = None,
+) -> list[Candidate] | None:
+    """The victims :func:`preempt_for` would stop for ``job`` at ``snap.now`` (None: no
+    set makes room under the rules), the books left unchanged. With a snapshot moved
+    to a later ``now`` it is the preemptor's verdict at that time if nothing else
+    changes meanwhile: what a waiting job's reason may promise (engine.py)."""
     pool = victims_pool or VictimPool(snap.running, snap.now, pools_below_guarantee(snap))
     w = VictimTrial(job, books, _accepting(place, accept), may_borrow(job, snap))
     single = job.replicas == 1 or job.min_available == 1
@@ -195,18 +230,36 @@ def preempt_for(
         return None
     if fair is not None and not fair.within_budget([v.job for v in victims if v.fair]):
         return None
-    stmt = books.statement()
-    for v in victims:
-        stmt.release(v.job)
-    placed = place(job, books.state)
-    adm = charge(job, placed, books.pools, snap) if placed is not None else None
-    if not isinstance(adm, Admission):  # cannot happen after a positive what-if; undo
-        stmt.discard()
-        return None
-    stmt.reserve(holding(job, adm, snap.now))
-    stmt.commit()
-    gone.update(v.id for v in victims)
-    return to_preemptions(job, victims), adm
+    return victims
+
+
+def why_no_room(
+    job: JobRequest,
+    snap: Snapshot,
+    books: Books,
+    place: PlaceFn,
+    stoppable: Sequence[RunningJob],
+    accept: AcceptFn | None = None,
+) -> str:
+    """Why ``job`` would still not run with every job in ``stoppable`` stopped: the pool's
+    reason (e.g. a non-preemptible job does not borrow), the caller's check (the team
+    quota), or the place being held by jobs it may not preempt. The books are left
+    unchanged."""
+    w = VictimTrial(job, books, place, may_borrow(job, snap))
+    try:
+        for r in stoppable:
+            w.remove(r)
+        placed = place(job, w.state)
+        if placed is None:
+            return "the rest of the room it needs is held by jobs it may not preempt"
+        plan = w.pools.plan(job, units_by_type(placed), w.may_borrow)
+        if not isinstance(plan, Charge):
+            return plan  # the pool's Reason (its code tells the caller which fix applies)
+        if accept is not None and not accept(placed):
+            return f"team {job.team}'s quota would not cover it"
+        return "the victims' minimum run time and the thrash guard leave no set that frees it"
+    finally:
+        w.restore_all()
 
 
 def _accepting(place: PlaceFn, accept: AcceptFn | None) -> PlaceFn:

@@ -161,23 +161,20 @@ class VictimPool:
     def protected(
         self, job: JobRequest, names: Collection[str] | None, now: float, min_run: float,
         gone: Collection[str],
-    ) -> tuple[list[str], float] | None:
+    ) -> list[RunningJob] | None:
         """Lower-priority jobs on ``job``'s GPU types that only the minimum run time
-        keeps from being victims: (first ids, seconds until the first is no longer
-        protected), or None. For the waiting job's reason, so a P1 job is not told
-        only "largest free block: 0" while a P2 job it may preempt shortly holds it."""
+        keeps from being victims now, or None. Whether stopping them once they are no
+        longer protected would make room is the preemptor's question (the engine asks
+        it before a reason promises anything)."""
         if self._fresh is None:
             start = now - min_run
             self._fresh = [x for x in self.recs if x[3].started_at > start]
         hit = [
-            x for x in self._fresh
+            x[3] for x in self._fresh
             if x[0] < job.priority_value and x[2] != job.id and x[2] not in gone
             and (names is None or not x[4].isdisjoint(names))
         ]
-        if not hit:
-            return None
-        first = min(x[3].started_at for x in hit)
-        return sorted(x[2] for x in hit)[:3], max(0.0, first + min_run - now)
+        return hit or None
 
 
 def node_groups(
