@@ -1,55 +1,104 @@
 """The core's headline figures for two checkouts in one run: old (``--baseline DIR``, e.g.
 ``git worktree add /tmp/old main``) and new (this checkout), each in its own subprocess,
-one after the other, so both see the same machine.
+alternating old, new, old, new ... (``--rounds``), so both see the same machine, and the
+median of each figure is printed with the load average.
 
-Figures (CPU seconds of the cycle, as ``bench/core.py`` builds its data): one cycle with
+Figures (CPU seconds of one cycle, as ``bench/core.py`` builds its data): one cycle with
 10,000 pending jobs on an empty 10,000-node cluster (placements/s), one cycle with 100,000
 pending jobs that cannot fit (every card busy), and the same backlog with every job past the
-reservation cap.
+reservation cap. Each subprocess times each case ``--repeat`` times and reports its median.
+Both trees must take the same decisions: the admissions and the reasons' digest of each case
+are printed and compared.
 
-Run: ``.venv/bin/python bench/core_compare.py --baseline /tmp/old``.
+Run: ``.venv/bin/python bench/core_compare.py --baseline /tmp/old [--rounds 3]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CODE = r'''
-import sys, time
+import hashlib, json, statistics, sys, time
 sys.path.insert(0, ".")
 from bench.core import cluster, jobs, snapshot, full_cluster_running
 from gpuq.scheduling.engine import schedule
+repeat = int(sys.argv[1])
 nodes = cluster(10000)
 pend = jobs(10_000, seed=20_000)
-c0 = time.process_time(); res = schedule(snapshot(nodes, pend)); c1 = time.process_time()
-reps = sum(len(a.placements) for a in res.admissions)
 run = full_cluster_running(nodes); big = jobs(100_000, seed=7)
-c2 = time.process_time(); r2 = schedule(snapshot(nodes, big, run)); c3 = time.process_time()
-r3 = schedule(snapshot(nodes, big, run, now=1e6)); c4 = time.process_time()
-assert not r2.admissions and not r3.admissions
-print(f"10,000 x 10,000: {c1 - c0:.3f} s, {len(res.admissions)} admitted, "
-      f"{reps / (c1 - c0):,.0f} placements/s | 100,000 that cannot fit: {c3 - c2:.3f} s | "
-      f"every job old: {c4 - c3:.3f} s")
+cases = {"place": lambda: snapshot(nodes, pend),
+         "nofit": lambda: snapshot(nodes, big, run),
+         "old": lambda: snapshot(nodes, big, run, now=1e6)}
+out = {}
+for name, make in cases.items():
+    times = []
+    for _ in range(repeat):
+        snap = make()
+        c0 = time.process_time(); res = schedule(snap); times.append(time.process_time() - c0)
+    digest = hashlib.sha256(json.dumps(
+        [[a.job_id, [repr(p) for p in a.placements]] for a in res.admissions]
+        + [res.order, sorted((k, str(v)) for k, v in res.reasons.items())]).encode()).hexdigest()
+    out[name] = {"cpu_s": statistics.median(times), "admitted": len(res.admissions),
+                 "replicas": sum(len(a.placements) for a in res.admissions),
+                 "digest": digest[:16]}
+print(json.dumps(out))
 '''
+
+
+def run_tree(folder: str, repeat: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", CODE, str(repeat)], cwd=folder,
+                         capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": folder}, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{folder}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", required=True, help="a checkout of the old core")
+    ap.add_argument("--rounds", type=int, default=3, help="old/new subprocess pairs")
+    ap.add_argument("--repeat", type=int, default=3, help="cycles per case per subprocess")
     args = ap.parse_args()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    loads = [os.getloadavg()[0]]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}, load average {load:.1f} at start; CPU seconds")
-    for name, folder in (("old", os.path.abspath(args.baseline)), ("new", HERE)):
-        out = subprocess.run([sys.executable, "-c", CODE], cwd=folder, capture_output=True,
-                             text=True, env={**os.environ, "PYTHONPATH": folder}, check=False)
-        print(f"{name} ({folder}): {out.stdout.strip() or out.stderr[-2000:]}")
+          f"{platform.python_version()}, load average {loads[0]:.1f} at start; CPU seconds "
+          f"of one cycle, median of {args.rounds} rounds x {args.repeat} cycles", flush=True)
+    trees = {"old": os.path.abspath(args.baseline), "new": HERE}
+    got: dict[str, list[dict]] = {"old": [], "new": []}
+    for _ in range(args.rounds):
+        for name, folder in trees.items():
+            got[name].append(run_tree(folder, args.repeat))
+            loads.append(os.getloadavg()[0])
+    labels = {"place": "10,000 x 10,000", "nofit": "100,000 that cannot fit",
+              "old": "every job old"}
+    for case, label in labels.items():
+        row = []
+        for name in trees:
+            runs = [r[case] for r in got[name]]
+            med = statistics.median(r["cpu_s"] for r in runs)
+            extra = ""
+            if case == "place":
+                extra = f", {runs[0]['replicas'] / med:,.0f} placements/s"
+            row.append(f"{name} {med:.3f} s{extra}")
+        same = {r[case]["digest"] for name in trees for r in got[name]}
+        adm = got["new"][0][case]["admitted"]
+        ratio = statistics.median(
+            n[case]["cpu_s"] / o[case]["cpu_s"] for o, n in zip(got["old"], got["new"], strict=True)
+        )
+        print(f"{label}: {' | '.join(row)} | new/old {ratio:.2f} (median of the rounds' "
+              f"ratios) | {adm} admitted | decisions "
+              f"{'identical' if len(same) == 1 else 'DIFFER'}")
+    print(f"load average during the run: {min(loads):.1f}-{max(loads):.1f}; "
+          f"trees: old {trees['old']}, new {trees['new']}")
 
 
 if __name__ == "__main__":

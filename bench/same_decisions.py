@@ -116,7 +116,7 @@ def _random_snapshot_cycles(seed: int) -> list[dict[str, Any]]:
                            guaranteed=rng.choice([{}, {"v100": 8.0}]))}
     cfg = SchedulerConfig(
         reservation_after_s=rng.choice([0.0, 300.0, 1e9]),
-        aging_s=rng.choice([600.0, 43200.0]),
+        fair_horizon_s=rng.choice([600.0, 86400.0]),
         fair_preemption=rng.random() < 0.7,
         min_run_time_s=rng.choice([0.0, 60.0]),
         max_cycle_admissions=rng.choice([100_000, 3]),
