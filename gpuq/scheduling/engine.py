@@ -63,7 +63,7 @@ from gpuq.scheduling.model import (
     RunningJob,
     Snapshot,
 )
-from gpuq.scheduling.ordering import FairOrder, promoted
+from gpuq.scheduling.ordering import PROMOTE, FairOrder
 from gpuq.scheduling.placement import place_job, try_place
 from gpuq.scheduling.pool_steps import (
     charge,
@@ -136,6 +136,12 @@ class Cycle:
             lead += 1
         self.last_cycle_gate = self.gates[lead - 1] if lead else None
         self.later_gates = self.gates[lead:]
+        # a signature the leading gates let through goes straight to placement: a
+        # remembered placement failure is then answered without the gate loop (admit)
+        self.placement_next = bool(self.later_gates) and self.later_gates[0] is (
+            self.placement_gate)
+        # hold classes by estimated run time, valid while the holds are unchanged
+        self._hold_classes: dict[float, int] = {}
         self.gone: set[str] = set()  # running jobs stopped this cycle
         preemptible = [r.request.priority_value for r in snap.running if r.request.preemptible]
         self.lowest_victim = min(preemptible, default=10**9)
@@ -212,11 +218,19 @@ class Cycle:
         short jobs of every team out."""
         if job.submitted_at <= self.reserve_before:
             return True
-        if job.duration_estimate_s is None:
+        est = job.duration_estimate_s
+        if est is None:
             return False
-        cfg = self.snap.config
-        return promoted(job, self.snap.now, cfg.reservation_after_s,
-                        cfg.unknown_duration_s) and self.owed(job)
+        # ordering.promoted(), inlined (this runs for every job a backlog passes over):
+        # requeued, or waited PROMOTE x its prediction or the cap
+        if not job.preemption_count:
+            wait_for = PROMOTE * est
+            cap = self.snap.config.reservation_after_s
+            if cap < wait_for:
+                wait_for = cap
+            if self.snap.now - job.submitted_at < wait_for:
+                return False
+        return self.owed(job)
 
     # -- for the descheduler: admissions outside the queue's order -------------
     def admission(self, job: JobRequest) -> Admission | None:
@@ -269,7 +283,21 @@ class Cycle:
         (``Gate.for_cycle``) are not asked again for a signature they let through."""
         memo = self.memo
         sig = memo.number(job)
-        gates = self.later_gates if sig in memo.passed else self.gates
+        if sig in memo.passed:
+            if self.placement_next:
+                # the common wait of a backlog, answered as the Placement gate would
+                # answer it from the memo (Placement.check, then the NoFit branch below)
+                got = memo.entries.get((
+                    "placement", sig,
+                    (job.priority_value, job.team, self.hold_class(job) if self.ctx.holds else 0),
+                ))
+                if got is not None and got[0] == self.state.release_epoch:
+                    self.result.reasons[job.id] = got[1].reason
+                    self._maybe_reserve(job)
+                    return
+            gates = self.later_gates
+        else:
+            gates = self.gates
         fit = FIT
         for gate in gates:
             v = gate.check(self, job, sig, fit)
@@ -575,8 +603,13 @@ class Cycle:
         d = job.duration_estimate_s
         if d is None:
             return 0
-        end = self.snap.now + d
-        return sum(1 for h in self.ctx.holds.values() if end <= h.start + EPS)
+        got = self._hold_classes.get(d)
+        if got is None:
+            end = self.snap.now + d
+            got = self._hold_classes[d] = sum(
+                1 for h in self.ctx.holds.values() if end <= h.start + EPS
+            )
+        return got
 
     def _maybe_reserve(self, job: JobRequest) -> None:
         if not self.may_reserve(job):
@@ -593,6 +626,7 @@ class Cycle:
             return
         self.reservations += 1
         add_holds(self.ctx, r)
+        self._hold_classes.clear()  # the holds changed
         wait = max(0.0, r.start - self.snap.now)
         before = self.result.reasons.get(job.id)
         self.result.reasons[job.id] = Reason(
