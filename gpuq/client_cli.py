@@ -164,7 +164,8 @@ def status_text(status: str | None) -> str:
 
 def jobs_table(items: Iterable[Mapping[str, Any]], title: str = "jobs") -> Table:
     t = Table(title=title, header_style="bold")
-    for col in ("id", "name", "team", "pool", "prio", "status", "wait", "CU", "where / reason"):
+    for col in ("id", "name", "team", "pool", "prio", "status", "wait", "CU", "est. start",
+                "where / reason"):
         t.add_column(col, overflow="fold")
     for j in items:
         where = placement_text(j) if j.get("allocations") else (j.get("reason") or "-")
@@ -177,6 +178,7 @@ def jobs_table(items: Iterable[Mapping[str, Any]], title: str = "jobs") -> Table
             status_text(j.get("status")),
             fmt_s(j.get("wait_seconds")),
             fmt_num(j.get("units")),
+            fmt_when(j.get("estimated_start")),
             where,
         )
     return t

@@ -88,7 +88,8 @@ def install_services(app: FastAPI, services: Services) -> None:
     estimator = estimator_for(app)
     for loop in services.loops:
         if isinstance(loop, Dispatcher) and loop.front_door is not None:
-            loop.front_door.start_of = lambda job_id: estimator.starts(services.clock())(job_id)
+            loop.front_door.start_of = lambda job_id, at: estimator.starts(services.clock())(
+                job_id, at)
 
 
 def _cached_catalog(request: Request) -> CatalogView | None:

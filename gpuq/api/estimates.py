@@ -97,12 +97,19 @@ class StartEstimator:
                     self._thread.start()
         return last
 
-    def starts(self, now: datetime) -> Callable[[str], datetime | None]:
-        """A lookup ``job id -> estimated start`` from the current estimates; a start the
-        replay put in the past (the estimates are up to ``interval_s`` old) reads "now"."""
+    def starts(self, now: datetime) -> Callable[..., datetime | None]:
+        """A lookup ``(job id, the start its reason names) -> estimated start``.
+
+        The start the job's pending reason names (``jobs.reason_start_at``: a reservation's
+        expected start, a preemption the preemptor would make) comes first: it is the last
+        cycle's own verdict and what the reason beside it says, so the queue never shows
+        "-" next to "expected start in 52s". Else the current replay's estimate. A start
+        in the past (the estimates are up to ``interval_s`` old) reads "now"."""
         est = self.current()
 
-        def start_of(job_id: str) -> datetime | None:
+        def start_of(job_id: str, reason_start: datetime | None = None) -> datetime | None:
+            if reason_start is not None:
+                return max(reason_start.replace(microsecond=0), now)
             t = est.get(job_id) if est is not None else None
             return None if t is None else max(datetime.fromtimestamp(round(t), UTC), now)
 

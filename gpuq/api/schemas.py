@@ -176,8 +176,9 @@ class JobOut(BaseModel):
     queue_position: int | None = None
     # who submitted it: ``token:<name>`` or ``oidc:<subject>`` (None: before 0004)
     submitted_by: str | None = None
-    # pending jobs: when the core, replayed forward from now, would start it (None: not
-    # within the replay's bounds, or not pending)
+    # pending jobs: the start the pending reason names (jobs.reason_start_at), else when
+    # the core, replayed forward from now, would start it (None: not within the replay's
+    # bounds, or not pending)
     estimated_start: UtcTime | None = None
     # a job queued from a Kubernetes workload (Job, JobSet, PyTorchJob); None for REST jobs
     owner: OwnerOut | None = None

@@ -92,6 +92,7 @@ class JobEntry:
     request: JobRequest
     running: RunningJob | None = None
     reason_at: float | None = None  # when this picture last wrote the reason (clock epoch)
+    start_at: float | None = None  # the start that reason names, as written (epoch)
 
 
 @dataclass
@@ -245,16 +246,29 @@ class QueuePicture:
     # after a commit ------------------------------------------------------------
 
     def queue_written(
-        self, rows: list[tuple[int, int, str | None]], order: list[int] | None, at: float = 0.0
+        self, rows: list[tuple[int, int, str | None, float | None]], order: list[int] | None,
+        at: float = 0.0,
     ) -> None:
-        """Reasons (job id, revision, reason) and the order the dispatcher committed
-        (they take no revision, so the next refresh would not re-read them)."""
-        for job_id, revision, reason in rows:
+        """Reasons (job id, revision, reason, the start it names) and the order the
+        dispatcher committed (they take no revision, so the next refresh would not
+        re-read them)."""
+        for job_id, revision, reason, start in rows:
             e = self.entries.get(job_id)
             if e is not None and e.revision == revision:
-                e.reason, e.reason_at = reason, at
+                e.reason, e.reason_at, e.start_at = reason, at, start
         if order is not None:
             self.written_order = order
+
+    def start_moved(self, job_id: str, start: float | None, now: float, every: float) -> bool:
+        """True when the start a job's unchanged reason names has moved since this picture
+        wrote it (or it never wrote one) and the last write is ``every`` seconds old: the
+        text "expected start in 52s" can repeat while the instant it means moves on."""
+        e = self.entries.get(int(job_id))
+        if e is None or start is None and e.start_at is None:
+            return False
+        if e.reason_at is not None and now - e.reason_at < every:
+            return False
+        return start is None or e.start_at is None or abs(e.start_at - start) >= 1.0
 
     def reason_is_fresh(self, job_id: str, old: str, new: str, now: float, every: float) -> bool:
         """True when ``new`` differs from ``old`` only in its numbers and this

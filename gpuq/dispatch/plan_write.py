@@ -34,6 +34,7 @@ from gpuq.scheduling.model import (
 from gpuq.scheduling.policies import get_policy
 from gpuq.scheduling.preemption import stop_sentence
 from gpuq.scheduling.releasing import hold_in_snapshot
+from gpuq.scheduling.verdicts import Reason
 from gpuq.store import batch_states, queue_order
 from gpuq.store.cordon import cordoned_nodes
 from gpuq.store.leases import return_leases
@@ -135,7 +136,7 @@ class PlanAndWrite:
                 | {p.job_id for p in result.preemptions}
                 | set(result.unschedulable)
             )
-            reasons: list[tuple[int, int, str | None]] = []
+            reasons: list[tuple[int, int, str | None, float | None]] = []
             order: list[int] | None = None
             if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
                 order, reasons = self._write_queue(session, ctx, result, decided)
@@ -179,7 +180,7 @@ class PlanAndWrite:
 
     def _write_queue(
         self, session: Session, ctx: SnapshotContext, result: CycleResult, decided: set[str]
-    ) -> tuple[list[int], list[tuple[int, int, str | None]]]:
+    ) -> tuple[list[int], list[tuple[int, int, str | None, float | None]]]:
         """Reasons of jobs left pending, and the dispatch order.
 
         The order is one array row (``queue_order``); reasons are written only
@@ -194,12 +195,18 @@ class PlanAndWrite:
         # v100-16g 1" -> "0") is rewritten at most every reason_refresh_s per job:
         # with a large backlog such changes otherwise rewrite thousands of rows a pass.
         now = ctx.snapshot.now
-        rows: list[tuple[int, int, str | None]] = []
+        rows: list[tuple[int, int, str | None, float | None]] = []
         for job_id, (reason, _) in ctx.pending_meta.items():
-            new_reason = result.reasons.get(job_id, reason)
-            if job_id in decided or new_reason == reason:
+            if job_id in decided:
                 continue
-            if (
+            new_reason = result.reasons.get(job_id, reason)
+            start = _start_named(new_reason, now)
+            if new_reason == reason:
+                # the same words; the start they name may have moved on (a first write
+                # after a restart knows none): rewritten at most every reason_refresh_s
+                if not self.picture.start_moved(job_id, start, now, self.reason_refresh_s):
+                    continue
+            elif (
                 reason is not None
                 and new_reason is not None
                 and self.picture.reason_is_fresh(
@@ -207,9 +214,19 @@ class PlanAndWrite:
                 )
             ):
                 continue
-            rows.append((int(job_id), ctx.revisions[job_id], new_reason))
+            rows.append((int(job_id), ctx.revisions[job_id], new_reason, start))
         queue_order.write_reasons(conn, rows)
         return order, rows
+
+
+def _start_named(reason: str | None, now: float) -> float | None:
+    """The start (epoch) a core reason names through its ``start_in_s`` field (a
+    reservation, other jobs' reservations, a preemption the preemptor would make), or
+    None: the time is stored beside the words, never parsed back out of them."""
+    if not isinstance(reason, Reason):
+        return None
+    s = reason.fields.get("start_in_s")
+    return None if s is None else now + float(s)
 
 
 def _id(job_id: str) -> int:

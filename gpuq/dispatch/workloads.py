@@ -70,7 +70,8 @@ class FrontDoor(Part):
     refused: dict[str, str] = field(default_factory=dict)  # workload uid -> reason
     # job id -> its estimated start (the API's estimates, wired by gpuq/main.py); None:
     # no gpuq.io/estimated-start annotation
-    start_of: Callable[[str], datetime | None] | None = None
+    # (job id, the start its reason names) -> estimated start (gpuq/api/estimates.py)
+    start_of: Callable[[str, datetime | None], datetime | None] | None = None
 
     @property
     def client(self) -> Any:
@@ -214,7 +215,7 @@ class FrontDoor(Part):
         """RFC 3339 (what ``kubectl`` shows for times), pending jobs only."""
         if row.status != "pending" or self.start_of is None:
             return None
-        t = self.start_of(str(row.id))
+        t = self.start_of(str(row.id), row.reason_start_at)
         return None if t is None else t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

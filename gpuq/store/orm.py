@@ -226,6 +226,9 @@ class JobRow(Base):
     priority: Mapped[str] = mapped_column(ForeignKey("priority_classes.name", ondelete="RESTRICT"))
     status: Mapped[str] = mapped_column(String(16), default="pending")
     reason: Mapped[str | None] = mapped_column(Text)
+    # the start time the pending reason names ("expected start in 52s"), written with it
+    # by the dispatcher and cleared by any state change (migration 0012)
+    reason_start_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
     # CU the job holds (sum of allocations); the requested CU while pending when known
     units: Mapped[float | None] = mapped_column(Float)

@@ -25,11 +25,12 @@ _WRITE = text(
 )
 _WRITE_REASONS = text(
     """
-    UPDATE jobs AS j SET reason = v.reason
+    UPDATE jobs AS j SET reason = v.reason, reason_start_at = v.start_at
     FROM (
-        SELECT o.id, x.reason
+        SELECT o.id, x.reason, x.start_at
         FROM unnest(CAST(:ids AS bigint[]), CAST(:revs AS bigint[]),
-                    CAST(:reasons AS text[])) AS x(id, rev, reason)
+                    CAST(:reasons AS text[]), CAST(:starts AS timestamptz[]))
+            AS x(id, rev, reason, start_at)
         JOIN jobs AS o ON o.id = x.id
         WHERE o.revision = x.rev AND o.status = 'pending'
         ORDER BY o.id  -- locked in id order, as every writer of job rows (gpuq/store/states.py)
@@ -52,9 +53,13 @@ def write_order(conn: Connection, job_ids: Sequence[int], writer: str | None = N
     conn.execute(_WRITE, {"ids": list(job_ids), "writer": writer})
 
 
-def write_reasons(conn: Connection, rows: Sequence[tuple[int, int, str | None]]) -> None:
-    """(job id, revision seen, reason): one statement; a job that changed since
-    (another revision, or no longer pending) keeps what it has."""
+ReasonRow = tuple[int, int, "str | None", "float | None"]
+
+
+def write_reasons(conn: Connection, rows: Sequence[ReasonRow]) -> None:
+    """(job id, revision seen, reason, start the reason names in epoch seconds or None):
+    one statement; a job that changed since (another revision, or no longer pending)
+    keeps what it has."""
     if rows:
         conn.execute(
             _WRITE_REASONS,
@@ -62,6 +67,8 @@ def write_reasons(conn: Connection, rows: Sequence[tuple[int, int, str | None]])
                 "ids": [r[0] for r in rows],
                 "revs": [r[1] for r in rows],
                 "reasons": [r[2] for r in rows],
+                "starts": [None if r[3] is None else datetime.fromtimestamp(r[3], UTC)
+                           for r in rows],
             },
         )
 
@@ -112,7 +119,7 @@ def fill_queue_positions(session: Session, jobs: Iterable[Any]) -> None:
 
 _QUEUE_COLUMNS = """
     j.id, j.name, j.team, j.pool, j.priority, j.status, j.reason, j.submitted_at,
-    j.queued_at, j.waited_s, j.preemption_count
+    j.queued_at, j.waited_s, j.preemption_count, j.reason_start_at
 """
 _LENGTH = text("SELECT cardinality(job_ids) FROM queue_order WHERE id = 1")
 # the ranked part: a slice of the order row, each id looked up by its primary key

@@ -103,6 +103,7 @@ _UPDATE = text(
         {", ".join(_stamp(c) for c in STAMPED)},
         queue_position = CASE WHEN v.to_status = 'pending' THEN j.queue_position END,
         reason = v.reason,
+        reason_start_at = NULL,  -- a new state's reason names no start (queue_order.py)
         units = COALESCE(v.units, j.units),
         -- a running job sent back to the queue ran that long without finishing:
         -- the longest such attempt is a lower bound on its run time (leases)

@@ -185,7 +185,7 @@ def test_rest_and_workload_share_one_queue_and_quota(kube, sf, world):
     kube.add_node(article_a100("a100-1"))
     # the API's estimates, as gpuq/main.py wires them into the front door
     est = StartEstimator(sf, utcnow, 30.0, background=False)
-    d.front_door.start_of = lambda job_id: est.starts(utcnow())(job_id)
+    d.front_door.start_of = lambda job_id, at: est.starts(utcnow())(job_id, at)
     rest = _rest_job(sf, "rest-one", "nlp", 4)
     d.run_once()
     apply(w, example("indexed-job.yaml"))

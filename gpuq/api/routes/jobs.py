@@ -250,9 +250,9 @@ def list_jobs(
     items = [job_out(r, now, leases.get(r.id)) for r in rows]
     if any(o.status == "pending" for o in items):
         start = estimator.starts(now)  # as on GET /v1/jobs/{id}: one estimate per page
-        for o in items:
+        for r, o in zip(rows, items, strict=True):
             if o.status == "pending":
-                o.estimated_start = start(o.id)
+                o.estimated_start = start(o.id, r.reason_start_at)
     return JobPage(items=items, next_cursor=next_cursor)
 
 
@@ -272,7 +272,7 @@ def get_job(
         released=job_store.released_placements(session, job),
     )
     if job.status == "pending":
-        out.estimated_start = estimator.starts(now)(out.id)
+        out.estimated_start = estimator.starts(now)(out.id, job.reason_start_at)
     return out
 
 

@@ -75,7 +75,7 @@ def get_queue(
             wait_seconds=round(wait_seconds(j, now), 3),
             reason=j.reason,
             preemption_count=j.preemption_count,
-            estimated_start=start_of(str(j.id)),
+            estimated_start=start_of(str(j.id), j.reason_start_at),
         )
         for i, j in enumerate(rows)
     ]
