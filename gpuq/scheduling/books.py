@@ -75,16 +75,21 @@ class Statement:
     """Tentative changes to the books: applied now, then committed or discarded.
 
     A discard is not a release: the cluster state's ``release_epoch`` (which
-    tells the cycle's memos that capacity came free) is put back as well.
+    tells the cycle's memos that capacity came free) is put back as well, and
+    the state's capacity index is left as it was, the order of its nodes
+    included (a journal opens with the first change: ``ClusterState.begin``).
+    A statement may be used again after it was committed or discarded.
     """
 
-    __slots__ = ("books", "ops", "epoch")
+    __slots__ = ("books", "ops", "epoch", "token", "open")
 
     def __init__(self, books: Books) -> None:
         self.books = books
         # id(job) -> (reserved?, job), in the order the changes were made
         self.ops: dict[int, tuple[bool, RunningJob]] = {}
         self.epoch = books.state.release_epoch
+        self.token: object = None
+        self.open = False
 
     def release(self, r: RunningJob) -> None:
         self._record(False, r)
@@ -97,7 +102,14 @@ class Statement:
     def _record(self, reserved: bool, r: RunningJob) -> None:
         if id(r) in self.ops:
             raise ValueError(f"job {r.request.id} was already changed in this statement")
+        if not self.open:
+            self.token, self.open = self.books.state.begin(), True
         self.ops[id(r)] = (reserved, r)
+
+    def _close(self) -> None:
+        if self.open:
+            self.books.state.end(self.token)  # type: ignore[arg-type]
+            self.token, self.open = None, False
 
     def undo(self, r: RunningJob) -> None:
         """Undo the change made to ``r`` alone (none made: nothing happens)."""
@@ -112,7 +124,9 @@ class Statement:
             (books.release if reserved else books.reserve)(r)
         self.ops.clear()
         books.state.release_epoch = self.epoch
+        self._close()
 
     def commit(self) -> None:
         """Keep every change."""
         self.ops.clear()
+        self._close()

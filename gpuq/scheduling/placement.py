@@ -335,7 +335,7 @@ def _state_candidates(
     caps = index.caps
     out: list[tuple[float, ReplicaPlacement]] = []
     for t in types:
-        for sig, names in index.groups_of(t).items():
+        for sig, names in index.groups_of(t):
             p: ReplicaPlacement | None = None
             name = ""
             for k, name in enumerate(names):

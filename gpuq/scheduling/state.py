@@ -240,11 +240,32 @@ class ClusterState:
         if self._index is not None:
             self._index.update(node)
 
+    # -- tentative changes ---------------------------------------------------
+    def begin(self) -> CapacityIndex | None:
+        """Open a journal on the capacity index: changes until :meth:`end` are
+        tentative, and undoing them leaves the index exactly as it was, the order of
+        its buckets included (:mod:`gpuq.scheduling.capacity_index`). Returns the
+        token to give :meth:`end`."""
+        idx = self._index
+        if idx is not None:
+            idx.begin()
+        return idx
+
+    def end(self, token: CapacityIndex | None) -> None:
+        if token is not None:
+            if token is self._index:
+                token.end()
+        elif self._index is not None:
+            # built while the changes were made: built again from the state as it is
+            # now, as if they had never happened
+            self._index = None
+
     @contextmanager
     def simulate_remove(self, jobs: Iterable[RunningJob]) -> Iterator[None]:
         """What-if: free the jobs' capacity, restore it on exit."""
         placed = [p for j in jobs for p in j.placements if p.node in self.nodes]
         epoch = self.release_epoch
+        token = self.begin()
         for p in placed:
             self.unapply(p)
         try:
@@ -253,22 +274,26 @@ class ClusterState:
             for p in placed:
                 self.apply(p)
             self.release_epoch = epoch
+            self.end(token)
 
     @contextmanager
     def trial(self) -> Iterator[list[ReplicaPlacement]]:
         """Reserve placements tentatively; everything appended is rolled back on exit.
 
         Used for gangs (try on the working copy, then commit or roll back).
-        A rollback is not a release, so memos stay valid.
+        A rollback is not a release, so memos stay valid; nor does it reorder the
+        capacity index (the next job meets the nodes in the same order).
         """
         placed: list[ReplicaPlacement] = []
         epoch = self.release_epoch
+        token = self.begin()
         try:
             yield placed
         finally:
             for p in reversed(placed):
                 self._apply(p, -1)
             self.release_epoch = epoch
+            self.end(token)
 
 
 def held_fits(node: Node, p: ReplicaPlacement) -> bool:

@@ -97,7 +97,8 @@ def test_state_groups_follow_reservations() -> None:
                 held.extend(got)
         idx = state.index
         for t in idx.group_types():
-            for sig, names in idx.groups_of(t).items():
+            for sig, names in idx.groups_of(t):
+                names = list(names)
                 assert names, "empty groups are dropped"
                 for name in names:
                     assert signature(state.nodes[name]) == sig
