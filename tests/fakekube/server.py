@@ -29,11 +29,19 @@ makes matching requests wait without an answer (a half-open connection, a proxy 
 load balancer whose backend died, an apiserver whose etcd stopped answering: the
 apiserver bounds its own handlers, k8s.io/apiserver pkg/server/filters/timeout.go,
 at --request-timeout 60 s except watches, but nothing bounds a dead path to it), until
-:meth:`FakeKube.unhang`.
+:meth:`FakeKube.unhang`; :meth:`FakeKube.slow` answers matching requests late.
+
+The fake keeps a clock of its own (:meth:`FakeKube.now`, moved on by
+:meth:`FakeKube.advance`), so what the control plane does after minutes happens when a
+test says: the kubelet's crash-loop back-off (tests/fakekube/containers.py), and the
+node lifecycle, taint eviction and PodGC controllers (tests/fakekube/controllers.py)
+run on every :meth:`FakeKube.advance`. The watch cache keeps a window of recent events
+(``watch_cache_size``); a watch from before it is answered 410 Gone.
 """
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import copy
 import json
@@ -46,7 +54,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tests.fakekube import kubelet
+from tests.fakekube import containers, controllers, kubelet
 from tests.fakekube.selectors import (
     Matcher,
     SelectorError,
@@ -73,6 +81,13 @@ def status(code: int, reason: str, message: str, **details: Any) -> dict:
         "details": details,
         "code": code,
     }
+
+
+def _epoch(ts: str | None) -> float:
+    """An RFC 3339 stamp (seconds) as seconds since the epoch; 0 when absent."""
+    if not ts:
+        return 0.0
+    return calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ"))
 
 
 def _match_labels(selector: str | None, labels: dict[str, str]) -> bool:
@@ -121,6 +136,23 @@ class FakeKube:
         # or None when the path is not theirs; asked before the core routes
         self.extensions: list[Callable[[str, str, dict, dict], tuple[int, dict] | None]] = []
         self._hang: list[re.Pattern[str]] = []  # "METHOD path?query" that get no answer
+        self._slow: list[tuple[re.Pattern[str], float]] = []  # ... answered this late
+        # the fake's clock: wall time plus what advance() added
+        self.clock_offset = 0.0
+        # kube-controller-manager's knobs (tests/fakekube/controllers.py)
+        self.node_monitor_grace_s = controllers.NODE_MONITOR_GRACE_S
+        self.default_toleration_s = controllers.DEFAULT_TOLERATION_S
+        self.podgc_quarantine_s = controllers.PODGC_QUARANTINE_S
+        self._heartbeat: dict[str, float] = {}  # node -> last status its kubelet posted
+        self._lost: set[str] = set()  # nodes whose kubelet stopped posting status
+        self._gone_nodes: dict[str, float] = {}  # deleted node -> when PodGC first saw it
+        self._restart_at: dict[tuple[str, str, str], float] = {}  # crash-loop restarts due
+        # the watch cache's window (cacher/watch_cache.go: capacity, events per resource);
+        # None keeps every event (only compact() expires history)
+        self.watch_cache_size: int | None = None
+        # seconds between the watch cache's bookmarks to a watcher (cacher.go
+        # bookmarkFrequency: about a minute); one always ends a stream at its deadline
+        self.bookmark_every_s = 60.0
         self._closing = False
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -177,6 +209,19 @@ class FakeKube:
             meta["namespace"] = namespace
         return obj
 
+    def now(self) -> float:
+        """The fake's clock (seconds since the epoch)."""
+        return time.time() + self.clock_offset
+
+    def advance(self, seconds: float = 0.0) -> None:
+        """Move the clock on and let the kubelet and the controllers act on what is due."""
+        with self.cond:
+            self.clock_offset += seconds
+            self._kubelet_restarts()
+            self._node_lifecycle()
+            self._taint_eviction()
+            self._podgc()
+
     def add_node(self, node: dict) -> None:
         with self.cond:
             node = self._stamp(copy.deepcopy(node))
@@ -196,7 +241,118 @@ class FakeKube:
     def delete_node(self, name: str) -> None:
         with self.cond:
             node = self.nodes.pop(name)
+            self._lost.discard(name)
+            self._gone_nodes[name] = self.now()  # PodGC's quarantine starts
             self._emit("nodes", "DELETED", node)
+
+    def lose_node(self, name: str) -> None:
+        """The node's kubelet stops posting status (the machine died, or its network):
+        the node lifecycle controller notices after ``node_monitor_grace_s``
+        (tests/fakekube/controllers.py); nothing on the node changes its Pods any more."""
+        with self.cond:
+            self._lost.add(name)
+            self._heartbeat[name] = self.now()  # the last status it posted
+
+    def recover_node(self, name: str) -> None:
+        """The kubelet posts status again: Ready, untainted; it ends the Pods that were
+        deleted meanwhile (exit 143, Failed, then the object goes) and keeps the rest."""
+        with self.cond:
+            self._lost.discard(name)
+            self._heartbeat[name] = self.now()
+            node = self.nodes[name]
+            controllers.mark_ready(node, self.now())
+            self._emit("nodes", "MODIFIED", node)
+            for key, pod in list(self.pods.items()):
+                if pod["spec"].get("nodeName") == name and pod["metadata"].get(
+                        "deletionTimestamp"):
+                    self._kubelet_stop(key)
+
+    def _kubelet_stop(self, key: tuple[str, str]) -> None:
+        """The kubelet ends a deleted Pod: containers stopped (exit 143), phase Failed
+        (pkg/kubelet/status/status_manager.go: the terminal phase is written before the
+        final delete), then the object goes. Caller holds the lock."""
+        pod = self.pods[key]
+        if pod["status"].get("phase") not in ("Succeeded", "Failed"):
+            containers.stop_all(pod, self.now())
+            self._emit("pods", "MODIFIED", pod)
+        self._emit("pods", "DELETED", self.pods.pop(key))
+
+    def _node_lifecycle(self) -> None:
+        """Caller holds the lock (tests/fakekube/controllers.py, node lifecycle)."""
+        now = self.now()
+        for name in sorted(self._lost):
+            node = self.nodes.get(name)
+            if node is None or now - self._heartbeat.get(name, now) < self.node_monitor_grace_s:
+                continue
+            # when the controller, running every --node-monitor-period, noticed
+            noticed = min(now, self._heartbeat.get(name, now) + self.node_monitor_grace_s)
+            if controllers.mark_unknown(node, noticed):
+                self._emit("nodes", "MODIFIED", node)
+            for pod in self.pods.values():
+                if pod["spec"].get("nodeName") == name and pod["status"].get("phase") not in (
+                        "Succeeded", "Failed") and controllers.mark_pod_not_ready(pod, now):
+                    self._emit("pods", "MODIFIED", pod)
+
+    def _taint_eviction(self) -> None:
+        """Caller holds the lock (tests/fakekube/controllers.py, taint eviction)."""
+        now = self.now()
+        for key, pod in list(self.pods.items()):
+            node = self.nodes.get(pod["spec"].get("nodeName") or "")
+            if node is None or pod["metadata"].get("deletionTimestamp"):
+                continue
+            due = controllers.eviction_due(pod, (node.get("spec") or {}).get("taints") or [],
+                                           _epoch)
+            if due is None or due > now:
+                continue
+            evicted = controllers.taint_evicted(pod, now)
+            self.pods[key] = evicted
+            self._emit("pods", "MODIFIED", evicted)
+            if node["metadata"]["name"] not in self._lost:
+                self._kubelet_stop(key)  # a kubelet is there to end it
+
+    def _podgc(self) -> None:
+        """Caller holds the lock (tests/fakekube/controllers.py, PodGC gcOrphaned)."""
+        now = self.now()
+        for key, pod in list(self.pods.items()):
+            node = pod["spec"].get("nodeName")
+            if not node or node in self.nodes:
+                continue
+            first = self._gone_nodes.setdefault(node, now)
+            if now - first < self.podgc_quarantine_s:
+                continue
+            failed = controllers.podgc_orphaned(pod, now)
+            self.pods[key] = failed
+            self._emit("pods", "MODIFIED", failed)
+            self._emit("pods", "DELETED", self.pods.pop(key))  # grace period 0
+
+    def crash(self, ns: str, name: str, exit_code: int = 1, reason: str = "Error",
+              container: str | None = None) -> None:
+        """A container of the running Pod exits (``exit_code`` 137 with reason
+        ``OOMKilled``: the kernel's OOM killer). The kubelet ends the Pod or restarts the
+        container after its crash-loop back-off, per the Pod's restartPolicy
+        (tests/fakekube/containers.py); :meth:`advance` performs due restarts."""
+        with self.cond:
+            pod = self.pods[(ns, name)]
+            c = container or pod["spec"]["containers"][0]["name"]
+            if not pod["status"].get("containerStatuses"):
+                containers.start(pod, self.now())
+            due = containers.exit_container(pod, c, exit_code, reason, self.now())
+            if due is not None:
+                self._restart_at[(ns, name, c)] = due
+            self._emit("pods", "MODIFIED", pod)
+
+    def _kubelet_restarts(self) -> None:
+        """Caller holds the lock: containers whose crash-loop back-off is over run again."""
+        now = self.now()
+        for key, due in list(self._restart_at.items()):
+            if due > now:
+                continue
+            del self._restart_at[key]
+            pod = self.pods.get(key[:2])
+            if pod is None or pod["spec"].get("nodeName") in self._lost:
+                continue  # no kubelet there to restart it
+            containers.restart_container(pod, key[2], now)
+            self._emit("pods", "MODIFIED", pod)
 
     def add_pod(self, pod: dict) -> dict:
         """A Pod that something other than gpuq created (already bound)."""
@@ -218,7 +374,8 @@ class FakeKube:
                 pod["status"]["containerStatuses"] = [{"name": "main", "state": container_state}]
             self._emit("pods", "MODIFIED", pod)
 
-    def disrupt(self, ns: str, name: str, reason: str = "DeletionByTaintManager") -> None:
+    def disrupt(self, ns: str, name: str, reason: str = "DeletionByTaintManager",
+                *, keep_terminating: bool = False) -> None:
         """A graceful deletion gpuq did not ask for, ended by the kubelet, as a real
         cluster does it since 1.27: the ``DisruptionTarget`` condition first (its reason:
         ``EvictionByEvictionAPI`` pkg/registry/core/pod/storage/eviction.go,
@@ -226,7 +383,10 @@ class FakeKube:
         ``PreemptionByScheduler`` pkg/scheduler/framework/preemption/preemption.go,
         ``DeletionByPodGC`` pkg/controller/podgc/gc_controller.go), then the kubelet's
         stop, phase Failed with exit 143 (pkg/kubelet/kubelet.go: a Pod deleted while
-        running ends in a terminal phase before the object goes), then DELETED."""
+        running ends in a terminal phase before the object goes), then DELETED.
+        ``keep_terminating``: only the first step; the Pod stays Terminating (phase
+        Running: its processes still hold the node's devices for the grace period) until
+        :meth:`finish_terminating`."""
         with self.cond:
             pod = self.pods[(ns, name)]
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -236,6 +396,8 @@ class FakeKube:
             pod["metadata"]["deletionTimestamp"] = now
             pod["metadata"]["deletionGracePeriodSeconds"] = 30
             self._emit("pods", "MODIFIED", pod)
+            if keep_terminating:
+                return
             pod["status"]["phase"] = "Failed"
             pod["status"]["containerStatuses"] = [{"name": "main", "state": {"terminated": {
                 "exitCode": 143, "reason": "Error"}}}]
@@ -272,7 +434,19 @@ class FakeKube:
     def unhang(self) -> None:
         with self.cond:
             self._hang.clear()
+            self._slow.clear()
             self.cond.notify_all()
+
+    def slow(self, pattern: str, delay_s: float) -> None:
+        """Requests whose ``"METHOD path?query"`` matches ``pattern`` are answered only
+        after ``delay_s`` (an overloaded apiserver or etcd, a slow admission webhook: the
+        answer comes, late); a watch's stream starts that late. Cleared by :meth:`unhang`."""
+        with self.cond:
+            self._slow.append((re.compile(pattern), delay_s))
+
+    def delay_for(self, request: str) -> float:
+        with self.cond:
+            return max((d for p, d in self._slow if p.search(request)), default=0.0)
 
     def hung(self, request: str) -> bool:
         with self.cond:
@@ -368,6 +542,8 @@ class FakeKube:
             pod = self._stamp(copy.deepcopy(body), ns)
             pod["kind"], pod["apiVersion"] = "Pod", "v1"
             pod.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
+            # the DefaultTolerationSeconds admission plug-in (tests/fakekube/controllers.py)
+            controllers.default_tolerations(pod, self.default_toleration_s)
             pod["status"] = {"phase": "Pending"}
             self.pods[(ns, name)] = pod
             self._emit("pods", "ADDED", pod)
@@ -490,11 +666,17 @@ class FakeKube:
             return [k for k, p in self.pods.items() if p["metadata"].get("deletionTimestamp")]
 
     def finish_terminating(self) -> list[tuple[str, str]]:
-        """The grace periods are over: every terminating Pod is deleted."""
+        """The grace periods are over: every terminating Pod is deleted, a running one
+        after its kubelet stopped it (Failed, exit 143: :meth:`_kubelet_stop`); none on a
+        lost node (no kubelet there to end it)."""
         with self.cond:
-            done = [k for k, p in self.pods.items() if p["metadata"].get("deletionTimestamp")]
+            done = [k for k, p in self.pods.items() if p["metadata"].get("deletionTimestamp")
+                    and p["spec"].get("nodeName") not in self._lost]
             for k in done:
-                self._emit("pods", "DELETED", self.pods.pop(k))
+                if self.pods[k]["spec"].get("nodeName"):
+                    self._kubelet_stop(k)
+                else:
+                    self._emit("pods", "DELETED", self.pods.pop(k))
             return done
 
     def watch_events(self, kind: str, since: str | None, selector: str | None, handler: Any,
@@ -519,13 +701,11 @@ class FakeKube:
                         handler.send_event("ADDED", o)
             else:
                 pos = int(since)
-                if pos <= self.compacted_rv:
-                    handler.send_event(
-                        "ERROR",
-                        status(410, "Expired", f"too old resource version: {pos} "
-                                               f"({self.compacted_rv + 1})"),
-                    )
+                expired = self.expired(kind, pos)
+                if expired:
+                    handler.send_event("ERROR", status(410, "Expired", expired))
                     return
+        last_bookmark = time.monotonic()
         while True:
             if self._hang and handler.hung():
                 handler.wait_unhung()  # silent, the connection open, until unhang()
@@ -536,24 +716,52 @@ class FakeKube:
                     and time.monotonic() < deadline
                     and not self._has_after(kind, pos)
                     and not (self._hang and handler.hung())
+                    and not (bookmarks and time.monotonic() - last_bookmark
+                             >= self.bookmark_every_s)
                 ):
                     self.cond.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
                 if self._hang and handler.hung():
                     continue
                 if self._closing:
                     return
+                bookmark = {"kind": "Node" if kind == "nodes" else "Pod", "apiVersion": "v1",
+                            "metadata": {"resourceVersion": str(self.rv)}}
                 if time.monotonic() >= deadline:
                     if bookmarks:
-                        handler.send_event("BOOKMARK", {
-                            "kind": "Node" if kind == "nodes" else "Pod", "apiVersion": "v1",
-                            "metadata": {"resourceVersion": str(self.rv)}})
+                        handler.send_event("BOOKMARK", bookmark)
                     return
+                if bookmarks and time.monotonic() - last_bookmark >= self.bookmark_every_s \
+                        and not self._has_after(kind, pos):
+                    last_bookmark = time.monotonic()
+                    pos = self.rv
+                    if not handler.send_event("BOOKMARK", bookmark):
+                        return
+                    continue
                 batch = [(rv, t, o, p) for rv, k, t, o, p in self.log if rv > pos and k == kind]
             for rv, t, o, p in batch:
                 pos = rv
                 sent = watch_event(t, o, p, match)
                 if sent is not None and not handler.send_event(sent, o):
                     return
+
+    def expired(self, kind: str, rv: int) -> str | None:
+        """Why a watch from ``rv`` is answered 410 Gone, or None: history compacted
+        (:meth:`compact`, etcd's compaction), or ``rv`` older than the watch cache's
+        window of the last ``watch_cache_size`` events of ``kind`` (k8s.io/apiserver
+        pkg/storage/cacher/watch_cache.go getAllEventsSinceLocked: "too old resource
+        version: <rv> (<oldest - 1>)")."""
+        with self.cond:
+            if rv <= self.compacted_rv:
+                return f"too old resource version: {rv} ({self.compacted_rv + 1})"
+            if self.watch_cache_size is None:
+                return None
+            rvs = [r for r, k, _t, _o, _p in self.log if k == kind]
+            if len(rvs) <= self.watch_cache_size:
+                return None
+            oldest = rvs[-self.watch_cache_size]
+            if rv < oldest - 1:
+                return f"too old resource version: {rv} ({oldest - 1})"
+            return None
 
     def _has_after(self, kind: str, pos: int) -> bool:
         return any(rv > pos and k == kind for rv, k, _t, _o, _p in self.log)
@@ -586,9 +794,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.kube.wait_unhung(f"{self.command} {self.path}")
 
     def _hold(self) -> None:
-        """A request FakeKube.hang() matches gets no answer until unhang()."""
+        """A request FakeKube.hang() matches gets no answer until unhang(); one
+        FakeKube.slow() matches waits its delay first."""
+        if self.kube._slow:
+            delay = self.kube.delay_for(f"{self.command} {self.path}")
+            if delay:
+                time.sleep(delay)
         if self.kube._hang and self.hung():
             self.wait_unhung()
+
+    def _hold_slow(self) -> None:
+        """A watch FakeKube.slow() matches starts its stream that late (a hang is
+        applied inside the stream: FakeKube.watch_events)."""
+        delay = self.kube.delay_for(f"{self.command} {self.path}") if self.kube._slow else 0
+        if delay:
+            time.sleep(delay)
 
     # -------------------------------------------------------------- helpers
     def _body(self) -> dict:
@@ -634,7 +854,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlparse(self.path)
         q = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        if not q.get("watch"):
+        if q.get("watch"):
+            self._hold_slow()
+        else:
             self._hold()
         self.kube.requests.append(("GET", self.path))
         if self._extension("GET"):
@@ -667,8 +889,9 @@ class _Handler(BaseHTTPRequestHandler):
             except SelectorError as e:
                 self._send(400, status(400, "BadRequest", str(e)))
                 return
-            if self.kube.gone_as_http and since and int(since) <= self.kube.compacted_rv:
-                self._send(410, status(410, "Expired", f"too old resource version: {since}"))
+            expired = self.kube.expired(kind, int(since)) if since and since != "0" else None
+            if self.kube.gone_as_http and expired:
+                self._send(410, status(410, "Expired", expired))
                 return
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -687,6 +910,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._list(kind, q)
 
     def _list(self, kind: str, q: dict[str, str], namespace: str | None = None) -> None:
+        rv = q.get("resourceVersion")
+        if q.get("resourceVersionMatch") == "Exact" and rv and rv.isdigit() and int(
+                rv) <= self.kube.compacted_rv:
+            # an exact list is read from etcd at that revision (k8s.io/apiserver
+            # pkg/storage/etcd3/store.go GetList): a compacted one is 410 Expired
+            self._send(410, status(410, "Expired", f"too old resource version: {rv} "
+                                                   f"({self.kube.compacted_rv + 1})"))
+            return
         try:
             limit = int(q["limit"]) if q.get("limit") else None
             self._send(200, self.kube.list(kind, q.get("labelSelector"), q.get("fieldSelector"),
