@@ -25,6 +25,10 @@ class JobStatusEvent:
     job_id: str
     phase: PodPhase
     message: str = ""
+    # False: the job ended (failed, gone) while some of its Pods still hold their
+    # resources (terminating in a grace period, on a lost node): its capacity is held
+    # until the cluster shows them gone, so no other job is bound onto those cards
+    pods_gone: bool = True
 
 
 @dataclass(slots=True)

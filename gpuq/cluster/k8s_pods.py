@@ -392,6 +392,31 @@ def stuck_reason(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def restarted_reason(pod: Mapping[str, Any]) -> str | None:
+    """Why the kubelet restarts a container of this Pod, or None when it does not.
+
+    gpuq's Pods say ``restartPolicy: Never`` (gpuq owns restarts: failure_policy,
+    retries), but a Pod made before that, or adopted from elsewhere, may say
+    ``OnFailure``/``Always``: the kubelet then restarts a failed container after a
+    back-off (``CrashLoopBackOff``, pkg/kubelet/kuberuntime/kuberuntime_manager.go) and the
+    Pod stays Running forever while its workload fails. Such a run has failed: the
+    reason is the last exit the kubelet reports (``lastState.terminated``: OOMKilled,
+    Error with its exit code)."""
+    st = pod.get("status") or {}
+    for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+        waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        if waiting != "CrashLoopBackOff" and not (cs.get("restartCount") and last.get(
+                "exitCode")):
+            continue
+        bits = [last.get("reason") or "", f"exit code {last.get('exitCode')}"
+                if last.get("exitCode") is not None else ""]
+        what = ", ".join(b for b in bits if b) or "failed"
+        return (f"container {cs.get('name')}: {what}, restarted by the kubelet "
+                f"{cs.get('restartCount', 0)} times ({waiting or 'restarting'})")
+    return None
+
+
 def job_phase(pods: Sequence[Mapping[str, Any]], expected: int) -> tuple[PodPhase, str]:
     """The job's phase from the Pods of one bind attempt.
 

@@ -59,6 +59,7 @@ from gpuq.cluster.k8s_pods import (
     job_phase,
     placement_key,
     pod_placement_key,
+    restarted_reason,
     stuck_reason,
 )
 from gpuq.cluster.k8s_refusals import is_permanent
@@ -636,17 +637,34 @@ class KubernetesCluster:
     def _report(self, job_id: str, t: _Track, phase: str, message: str) -> None:
         """Report one change of the job's phase (under the lock). A gang that ended in
         any way but success is stopped whole: its survivors must not keep their cards
-        (a disrupted replica requeues the whole gang, a failed one fails or restarts it)."""
+        (a disrupted replica requeues the whole gang, a failed one fails or restarts it).
+
+        A job that ends while Pods of its attempt still hold resources (a disrupted Pod
+        in its grace period, or Terminating on a lost node; a gang's survivors; a Pod
+        that never started) is reported with ``pods_gone`` False and its attempt counts
+        as stopped, so :meth:`draining_job_ids` holds its capacity until the Pods are
+        gone: the cards are not handed to another job while a process may still use
+        them."""
         t.reported = phase
+        pods_gone = True
         if phase in TERMINAL:
-            t.ended_at = time.monotonic()
-        self._events.append(JobStatusEvent(job_id, phase, message))  # type: ignore[arg-type]
+            now = time.monotonic()
+            t.ended_at = now
+            if phase != "succeeded" and any(
+                    _holds_or_will_hold(p) for p in self._job_pods(job_id, t.bind_id)):
+                pods_gone = False
+                t.stopped = True
+                t.stopped_at = now
+        self._events.append(JobStatusEvent(job_id, phase, message,  # type: ignore[arg-type]
+                                           pods_gone=pods_gone))
         if phase in TERMINAL and t.expected > 1:
             self._gangs_ended.append((job_id, phase, message))
 
     def _check_stuck(self) -> list[tuple[str, str]]:
         """Jobs whose Pod cannot start (image pull, container config) past the start
-        deadline: reported failed with the kubelet's reason; the caller stops them."""
+        deadline, or whose container the kubelet restarts after it failed
+        (:func:`restarted_reason`): reported failed with the kubelet's reason; the caller
+        stops them."""
         out = []
         with self._lock:
             for job_id, t in self._tracks.items():
@@ -654,12 +672,17 @@ class KubernetesCluster:
                     continue
                 for pod in self._job_pods(job_id, t.bind_id):
                     why = stuck_reason(pod)
-                    if why and _created_age_s(pod) >= self.ks.start_deadline_s:
+                    restarted = restarted_reason(pod)
+                    if restarted:  # a run that failed, restarted over gpuq's head
+                        msg = f"pod {pod['metadata'].get('name')}: {restarted}"
+                    elif why and _created_age_s(pod) >= self.ks.start_deadline_s:
                         msg = (f"pod {pod['metadata'].get('name')}: {why} "
                                f"(not started after {self.ks.start_deadline_s:g} s)")
-                        self._report(job_id, t, "failed", msg)
-                        out.append((job_id, msg))
-                        break
+                    else:
+                        continue
+                    self._report(job_id, t, "failed", msg)
+                    out.append((job_id, msg))
+                    break
         return out
 
     def _collect_finished(self) -> None:
@@ -843,10 +866,16 @@ class KubernetesCluster:
                 # Reported again even when already followed: an earlier report may
                 # have been polled by a standby or by a pass whose transaction failed
                 # (unless that report is still waiting to be polled).
+                holding = phase in ("failed", "gone") and any(
+                    _holds_or_will_hold(p) for p in pods)
+                if holding:  # its capacity waits for the Pods (see _report)
+                    t = self._tracks[job_id]
+                    t.stopped, t.stopped_at = True, time.monotonic()
                 if phase != "pending" and not any(
                     e.job_id == job_id and e.phase == phase for e in self._events
                 ):
-                    self._events.append(JobStatusEvent(job_id, phase, message))
+                    self._events.append(JobStatusEvent(job_id, phase, message,
+                                                       pods_gone=not holding))
         return report
 
     def __enter__(self) -> KubernetesCluster:

@@ -100,7 +100,7 @@ class Ingest(Part):
                 now=now,
                 event_type="retried",
                 reason=f"run failed (retry {n}/{limit}): {ev.message}",
-                pods_gone=True,
+                pods_gone=ev.pods_gone,
             )
         elif ev.phase in ("succeeded", "failed"):
             change_state(
@@ -109,7 +109,7 @@ class Ingest(Part):
                 ev.phase,
                 now=now,
                 reason=ev.message or None,
-                pods_gone=True,
+                pods_gone=ev.pods_gone,
             )
         elif ev.phase == "gone":
             change_state(
@@ -119,5 +119,5 @@ class Ingest(Part):
                 now=now,
                 event_type="requeued",
                 reason=f"pods lost on the cluster: {ev.message}" if ev.message else "pods lost",
-                pods_gone=True,
+                pods_gone=ev.pods_gone,
             )

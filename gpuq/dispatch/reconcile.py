@@ -52,9 +52,10 @@ class Reconcile(Part):
                 nodes = self.cluster.list_nodes()
                 fp = fingerprint(nodes)
                 if fp != self._nodes_fingerprint:
-                    sync_node_rows(session, nodes)
+                    _changed, kept = sync_node_rows(session, nodes)
                     session.commit()
-                    self._nodes_fingerprint = fp
+                    # a gone node's row kept for its allocations: sync again next pass
+                    self._nodes_fingerprint = None if kept else fp
                 self.live_nodes = nodes
             if self.after_leader_change:
                 if self.elector is not None and not self.elector.still_leader():

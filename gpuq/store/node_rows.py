@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from gpuq.domain.config import GpuTypeConfig, MigProfileConfig
 from gpuq.scheduling.model import Node
-from gpuq.store.orm import GpuTypeRow, NodeRow
+from gpuq.store.orm import AllocationRow, GpuTypeRow, NodeRow
 
 SOURCE = "kubernetes"
 
@@ -70,10 +70,15 @@ def fingerprint(nodes: list[Node]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def sync_node_rows(session: Session, nodes: list[Node]) -> int:
-    """Upsert the live nodes, drop Kubernetes rows whose node is gone; returns changes."""
+def sync_node_rows(session: Session, nodes: list[Node]) -> tuple[int, int]:
+    """Upsert the live nodes, drop Kubernetes rows whose node is gone; returns (changes,
+    rows kept). A gone node's row stays while allocations still name it -- a job's
+    capacity held until its Pods on a deleted node are gone (PodGC removes them after
+    its quarantine) -- so the foreign key holds and the pass goes on; the caller syncs
+    again on a later pass while any row was kept."""
     rows = {r.name: r for r in session.scalars(select(NodeRow))}
-    changed = 0
+    held = set(session.scalars(select(AllocationRow.node).distinct()))
+    changed = kept = 0
     live = set()
     for n in nodes:
         live.add(n.name)
@@ -89,6 +94,9 @@ def sync_node_rows(session: Session, nodes: list[Node]) -> int:
                 changed += 1
     for name, row in rows.items():
         if name not in live and row.source == SOURCE:
+            if name in held:
+                kept += 1
+                continue
             session.delete(row)
             changed += 1
-    return changed
+    return changed, kept
