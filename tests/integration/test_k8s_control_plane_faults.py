@@ -238,6 +238,7 @@ def test_a_pod_the_kubelet_restarts_fails_its_job_and_is_stopped(kube):
     the field is immutable) is OOM-killed; the kubelet restarts it after a back-off and
     the Pod stays Running in CrashLoopBackOff. Before the fix its job stayed running
     forever, holding its card; now it fails with the kubelet's reason and is stopped."""
+    kube.honour_grace = True  # the stopped Pod stays Terminating: its card stays held
     kube.add_node(article_a100("a100-0"))
     c = make_cluster(kube)
     c.start(wait_s=10)
