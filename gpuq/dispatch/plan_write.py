@@ -37,6 +37,7 @@ from gpuq.scheduling.releasing import hold_in_snapshot
 from gpuq.scheduling.verdicts import Reason
 from gpuq.store import batch_states, queue_order
 from gpuq.store.cordon import cordoned_nodes
+from gpuq.store.fair_state import read_fair, write_fair
 from gpuq.store.leases import return_leases
 from gpuq.store.node_rows import fingerprint
 from gpuq.store.requeue import any_unschedulable, requeue_if_fits
@@ -44,6 +45,7 @@ from gpuq.store.snapshot import SnapshotContext
 from gpuq.store.states import Change, apply_changes
 
 Decide = Callable[[Snapshot], CycleResult]
+_UNREAD = object()  # no leader term has read the deficits yet
 _D = TypeVar("_D", Admission, Preemption, LeaseReturn)
 
 
@@ -69,9 +71,10 @@ class PlanAndWrite:
         self.timings: dict[str, float] = {}  # snapshot / core / write seconds, last run
         # the inventory unschedulable jobs were last re-checked against (see _recheck)
         self.inventory_sig: tuple[str, str, str] | None = None
-        # the teams' deficits the core returned last pass (gpuq/scheduling/deficit.py), kept
-        # in memory: a restart starts every team at zero credit
+        # the teams' deficits the core returned last pass (gpuq/scheduling/deficit.py),
+        # written with each pass and read back by a new leader (gpuq/store/fair_state.py)
         self.fair: FairState | None = None
+        self._fair_term: object = _UNREAD  # the leader term self.fair was read in
 
     def run(self, decide: Decide | None = None, live_nodes: list[Node] | None = None) -> Plan:
         """One planning transaction; ``decide`` defaults to the policy. On any
@@ -93,10 +96,13 @@ class PlanAndWrite:
                 self.picture.invalidate()  # requeued jobs join this very cycle
                 ctx = self._snapshot(session, now, live_nodes)
             t1 = time.perf_counter()
+            term = self.elector.epoch if self.elector is not None else None
+            if term != self._fair_term:  # a new term: what the last leader left
+                self.fair = read_fair(session)
+                self._fair_term = term
             ctx.snapshot.fair = self.fair
             result = (decide or get_policy(self.policy_name))(ctx.snapshot)
-            if decide is None and result.fair is not None:
-                self.fair = result.fair
+            keep_fair = decide is None and result.fair is not None and result.fair != self.fair
             t2 = time.perf_counter()
             timings["snapshot"], timings["core"] = t1 - t0, t2 - t1
             plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
@@ -140,9 +146,14 @@ class PlanAndWrite:
             order: list[int] | None = None
             if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
                 order, reasons = self._write_queue(session, ctx, result, decided)
+            if keep_fair:
+                assert result.fair is not None
+                write_fair(session, result.fair)
             if self.elector is not None:
                 self.elector.fence(session)  # NotLeader: a new leader's term; roll back
             session.commit()
+            if keep_fair:
+                self.fair = result.fair
             self.picture.queue_written(reasons, order, ctx.snapshot.now)
             timings["write"] = time.perf_counter() - t2
         return plan
