@@ -22,6 +22,7 @@ from gpuq.dispatch.bind_holds import BindHolds
 from gpuq.dispatch.leader import LeaderElector
 from gpuq.dispatch.picture import QueuePicture
 from gpuq.dispatch.plan import Plan, bind_request
+from gpuq.domain.runtime_history import RuntimeHistory
 from gpuq.scheduling.model import (
     Admission,
     CycleResult,
@@ -41,6 +42,7 @@ from gpuq.store.fair_state import read_fair, write_fair
 from gpuq.store.leases import return_leases
 from gpuq.store.node_rows import fingerprint
 from gpuq.store.requeue import any_unschedulable, requeue_if_fits
+from gpuq.store.runtime_history import read_history
 from gpuq.store.snapshot import SnapshotContext
 from gpuq.store.states import Change, apply_changes
 
@@ -75,6 +77,8 @@ class PlanAndWrite:
         # written with each pass and read back by a new leader (gpuq/store/fair_state.py)
         self.fair: FairState | None = None
         self._fair_term: object = _UNREAD  # the leader term self.fair was read in
+        # run-time predictions from the teams' history (gpuq/domain/runtime_history.py)
+        self.history = RuntimeHistory()
 
     def run(self, decide: Decide | None = None, live_nodes: list[Node] | None = None) -> Plan:
         """One planning transaction; ``decide`` defaults to the policy. On any
@@ -101,6 +105,7 @@ class PlanAndWrite:
                 self.fair = read_fair(session)
                 self._fair_term = term
             ctx.snapshot.fair = self.fair
+            self._predict(session, ctx.snapshot)
             result = (decide or get_policy(self.policy_name))(ctx.snapshot)
             keep_fair = decide is None and result.fair is not None and result.fair != self.fair
             t2 = time.perf_counter()
@@ -174,6 +179,16 @@ class PlanAndWrite:
             ]
             hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity
         return ctx
+
+    def _predict(self, session: Session, snap: Snapshot) -> None:
+        """Jobs without an estimate carry the run time their team's history predicts
+        (``JobRequest.predicted_s``); new lists, the picture keeps its own."""
+        self.history.stats = read_history(session).stats
+        n = len(snap.pending)
+        jobs = self.history.annotate([*snap.pending, *(r.request for r in snap.running)])
+        snap.pending = jobs[:n]
+        snap.running = [r if r.request is j else replace(r, request=j)
+                        for r, j in zip(snap.running, jobs[n:], strict=True)]
 
     def _recheck(self, session: Session, snap: Snapshot, now: datetime) -> bool:
         """When the inventory changed since the last look (a node added,
