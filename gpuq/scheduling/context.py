@@ -93,11 +93,10 @@ class PlacementContext:
         return v
 
     def may_use_hold(self, job: JobRequest, hold: Hold) -> bool:
-        """Backfill rule: only a job expected to end before the reservation starts (by its
-        estimate, else its prediction: ``JobRequest.expected_s``)."""
+        """Backfill rule: only a job expected to end before the reservation starts."""
         if hold.job_id == job.id:
             return True
-        d = job.expected_s
+        d = job.duration_estimate_s
         return d is not None and self.now + d <= hold.start + EPS
 
 

@@ -150,6 +150,7 @@ class FakeKube:
         # the watch cache's window (cacher/watch_cache.go: capacity, events per resource);
         # None keeps every event (only compact() expires history)
         self.watch_cache_size: int | None = None
+        self.gone_answers = 0  # watches answered 410 Gone (either cause)
         # seconds between the watch cache's bookmarks to a watcher (cacher.go
         # bookmarkFrequency: about a minute); one always ends a stream at its deadline
         self.bookmark_every_s = 60.0
@@ -752,6 +753,7 @@ class FakeKube:
         version: <rv> (<oldest - 1>)")."""
         with self.cond:
             if rv <= self.compacted_rv:
+                self.gone_answers += 1
                 return f"too old resource version: {rv} ({self.compacted_rv + 1})"
             if self.watch_cache_size is None:
                 return None
@@ -760,6 +762,7 @@ class FakeKube:
                 return None
             oldest = rvs[-self.watch_cache_size]
             if rv < oldest - 1:
+                self.gone_answers += 1
                 return f"too old resource version: {rv} ({oldest - 1})"
             return None
 
@@ -889,8 +892,9 @@ class _Handler(BaseHTTPRequestHandler):
             except SelectorError as e:
                 self._send(400, status(400, "BadRequest", str(e)))
                 return
-            expired = self.kube.expired(kind, int(since)) if since and since != "0" else None
-            if self.kube.gone_as_http and expired:
+            expired = (self.kube.expired(kind, int(since))
+                       if self.kube.gone_as_http and since and since != "0" else None)
+            if expired:
                 self._send(410, status(410, "Expired", expired))
                 return
             self.send_response(200)
