@@ -22,6 +22,7 @@ from gpuq.dispatch.bind_holds import BindHolds
 from gpuq.dispatch.leader import LeaderElector
 from gpuq.dispatch.picture import QueuePicture
 from gpuq.dispatch.plan import Plan, bind_request
+from gpuq.domain.runtime_history import RuntimeHistory
 from gpuq.scheduling.model import (
     Admission,
     CycleResult,
@@ -37,13 +38,16 @@ from gpuq.scheduling.releasing import hold_in_snapshot
 from gpuq.scheduling.verdicts import Reason
 from gpuq.store import batch_states, queue_order
 from gpuq.store.cordon import cordoned_nodes
+from gpuq.store.fair_state import read_fair, write_fair
 from gpuq.store.leases import return_leases
 from gpuq.store.node_rows import fingerprint
 from gpuq.store.requeue import any_unschedulable, requeue_if_fits
+from gpuq.store.runtime_history import read_history
 from gpuq.store.snapshot import SnapshotContext
 from gpuq.store.states import Change, apply_changes
 
 Decide = Callable[[Snapshot], CycleResult]
+_UNREAD = object()  # no leader term has read the deficits yet
 _D = TypeVar("_D", Admission, Preemption, LeaseReturn)
 
 
@@ -69,9 +73,12 @@ class PlanAndWrite:
         self.timings: dict[str, float] = {}  # snapshot / core / write seconds, last run
         # the inventory unschedulable jobs were last re-checked against (see _recheck)
         self.inventory_sig: tuple[str, str, str] | None = None
-        # the teams' deficits the core returned last pass (gpuq/scheduling/deficit.py), kept
-        # in memory: a restart starts every team at zero credit
+        # the teams' deficits the core returned last pass (gpuq/scheduling/deficit.py),
+        # written with each pass and read back by a new leader (gpuq/store/fair_state.py)
         self.fair: FairState | None = None
+        self._fair_term: object = _UNREAD  # the leader term self.fair was read in
+        # run-time predictions from the teams' history (gpuq/domain/runtime_history.py)
+        self.history = RuntimeHistory()
 
     def run(self, decide: Decide | None = None, live_nodes: list[Node] | None = None) -> Plan:
         """One planning transaction; ``decide`` defaults to the policy. On any
@@ -93,10 +100,14 @@ class PlanAndWrite:
                 self.picture.invalidate()  # requeued jobs join this very cycle
                 ctx = self._snapshot(session, now, live_nodes)
             t1 = time.perf_counter()
+            term = self.elector.epoch if self.elector is not None else None
+            if term != self._fair_term:  # a new term: what the last leader left
+                self.fair = read_fair(session)
+                self._fair_term = term
             ctx.snapshot.fair = self.fair
+            self._predict(session, ctx.snapshot)
             result = (decide or get_policy(self.policy_name))(ctx.snapshot)
-            if decide is None and result.fair is not None:
-                self.fair = result.fair
+            keep_fair = decide is None and result.fair is not None and result.fair != self.fair
             t2 = time.perf_counter()
             timings["snapshot"], timings["core"] = t1 - t0, t2 - t1
             plan.grace_seconds = ctx.snapshot.config.preemption_grace_s
@@ -140,9 +151,14 @@ class PlanAndWrite:
             order: list[int] | None = None
             if decide is None:  # partial decisions (descheduler, reaper) leave the queue be
                 order, reasons = self._write_queue(session, ctx, result, decided)
+            if keep_fair:
+                assert result.fair is not None
+                write_fair(session, result.fair)
             if self.elector is not None:
                 self.elector.fence(session)  # NotLeader: a new leader's term; roll back
             session.commit()
+            if keep_fair:
+                self.fair = result.fair
             self.picture.queue_written(reasons, order, ctx.snapshot.now)
             timings["write"] = time.perf_counter() - t2
         return plan
@@ -163,6 +179,16 @@ class PlanAndWrite:
             ]
             hold_in_snapshot(ctx.snapshot, ctx.releasing)  # stopping Pods hold capacity
         return ctx
+
+    def _predict(self, session: Session, snap: Snapshot) -> None:
+        """Jobs without an estimate carry the run time their team's history predicts
+        (``JobRequest.predicted_s``); new lists, the picture keeps its own."""
+        self.history.stats = read_history(session).stats
+        n = len(snap.pending)
+        jobs = self.history.annotate([*snap.pending, *(r.request for r in snap.running)])
+        snap.pending = jobs[:n]
+        snap.running = [r if r.request is j else replace(r, request=j)
+                        for r, j in zip(snap.running, jobs[n:], strict=True)]
 
     def _recheck(self, session: Session, snap: Snapshot, now: datetime) -> bool:
         """When the inventory changed since the last look (a node added,

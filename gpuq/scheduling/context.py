@@ -93,10 +93,11 @@ class PlacementContext:
         return v
 
     def may_use_hold(self, job: JobRequest, hold: Hold) -> bool:
-        """Backfill rule: only a job expected to end before the reservation starts."""
+        """Backfill rule: only a job expected to end before the reservation starts (by its
+        estimate, else its prediction: ``JobRequest.expected_s``)."""
         if hold.job_id == job.id:
             return True
-        d = job.duration_estimate_s
+        d = job.expected_s
         return d is not None and self.now + d <= hold.start + EPS
 
 

@@ -199,7 +199,7 @@ class Cycle:
         if within(held + need, ent):
             return True
         cfg = self.snap.config
-        est = job.duration_estimate_s
+        est = job.expected_s
         run = est if est is not None else cfg.unknown_duration_s
         return credit >= min(need * run, 0.5 * ent * cfg.fair_horizon_s) - EPS
 
@@ -212,13 +212,13 @@ class Cycle:
 
     def may_reserve(self, job: JobRequest) -> bool:
         """A reservation for a job that does not fit: at the hard cap, or -- for a job with
-        a prediction -- promoted within its team (ordering.promoted) while its team is owed
-        it. A job without one waits for the cap: held capacity may only be backfilled by
-        jobs with a prediction, so holding it early for a job of unknown length kept the
-        short jobs of every team out."""
+        a prediction (its estimate, or its team's history) -- promoted within its team
+        (ordering.promoted) while its team is owed it. A job without one waits for the
+        cap: held capacity may only be backfilled by jobs with a prediction, so holding it
+        early for a job of unknown length kept the short jobs of every team out."""
         if job.submitted_at <= self.reserve_before:
             return True
-        est = job.duration_estimate_s
+        est = job.expected_s
         if est is None:
             return False
         # ordering.promoted(), inlined (this runs for every job a backlog passes over):
@@ -593,14 +593,14 @@ class Cycle:
         return Reason(
             ReasonCode.RESERVED,
             f"free capacity is held for job(s) {', '.join(owners[:3])} (reservation, expected "
-            f"start in {wait:.0f}s); a job whose duration_estimate_s ends before then may "
-            "use it",
+            f"start in {wait:.0f}s); a job whose duration_estimate_s (or predicted run "
+            "time) ends before then may use it",
             {"holders": tuple(owners), "start_in_s": wait},
         )
 
     def hold_class(self, job: JobRequest) -> int:
-        """How many of the cycle's holds the job's estimated end precedes."""
-        d = job.duration_estimate_s
+        """How many of the cycle's holds the job's expected end precedes."""
+        d = job.expected_s
         if d is None:
             return 0
         got = self._hold_classes.get(d)

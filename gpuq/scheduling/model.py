@@ -147,6 +147,16 @@ class JobRequest:
     # ``speed`` table): placement prefers the type where the job runs fastest
     # (``w_speed``). Empty: every type alike, the term is off.
     speed: tuple[tuple[str, float], ...] = ()
+    # The caller's prediction of the run time of a job without ``duration_estimate_s``:
+    # the typical run of its team's earlier jobs of the same shape
+    # (gpuq/domain/runtime_history.py); None: no history yet
+    predicted_s: float | None = None
+
+    @property
+    def expected_s(self) -> float | None:
+        """The run time the core plans with: the job's estimate, else the prediction."""
+        d = self.duration_estimate_s
+        return d if d is not None else self.predicted_s
 
     @property
     def mode(self) -> RequestMode:

@@ -14,7 +14,8 @@ Within a team, among jobs of one priority: **promoted** jobs first, by age
 never queued behind its own team's younger small jobs), or that has waited
 ``PROMOTE`` times its predicted run time, or the hard cap
 ``reservation_after_s``; then the shortest predicted run time
-(``duration_estimate_s``; none counts as ``unknown_s``), then age. A
+(``JobRequest.expected_s``: the estimate, else the prediction from the team's
+history of similar jobs; none counts as ``unknown_s``), then age. A
 promoted job that does not fit gets a reservation when its team is owed it
 (:mod:`gpuq.scheduling.engine`), so a long job is never starved by a stream
 of short ones of its own team either.
@@ -46,8 +47,8 @@ def promoted(j: JobRequest, now: float, cap_s: float, unknown_s: float) -> bool:
     if j.preemption_count > 0:
         return True
     waited = now - j.submitted_at
-    est = j.duration_estimate_s if j.duration_estimate_s is not None else unknown_s
-    return waited >= min(cap_s, PROMOTE * est)
+    est = j.expected_s
+    return waited >= min(cap_s, PROMOTE * (est if est is not None else unknown_s))
 
 
 class FairOrder:
@@ -71,16 +72,14 @@ class FairOrder:
             # which this equals): age, the shortest predicted, promoted first, priority
             q.sort(key=_AGE)
             if shortest_first and any(
-                j.duration_estimate_s is not None or j.preemption_count for j in q
+                j.expected_s is not None or j.preemption_count for j in q
             ):
                 unknown = unknown_duration_s
-                q.sort(key=lambda j: unknown if j.duration_estimate_s is None
-                       else j.duration_estimate_s)
+                run = {id(j): unknown if j.expected_s is None else j.expected_s for j in q}
+                q.sort(key=lambda j: run[id(j)])
                 oldest = now - cap_s
                 first = [j for j in q if j.preemption_count or j.submitted_at <= oldest
-                         or now - j.submitted_at >= PROMOTE * (
-                             unknown if j.duration_estimate_s is None
-                             else j.duration_estimate_s)]
+                         or now - j.submitted_at >= PROMOTE * run[id(j)]]
                 if first:
                     first.sort(key=_AGE)
                     ids = {id(j) for j in first}

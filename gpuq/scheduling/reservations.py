@@ -32,7 +32,7 @@ class Reservation:
 
 
 def expected_end(r: RunningJob, now: float, unknown_s: float) -> float:
-    d = r.request.duration_estimate_s
+    d = r.request.expected_s
     end = r.started_at + d if d is not None else now + unknown_s
     return max(end, now)
 

@@ -55,6 +55,7 @@ from gpuq.domain.config import GpuqConfig
 from gpuq.domain.from_config import ClusterModel, cluster_model
 from gpuq.domain.percentiles import percentile
 from gpuq.domain.requests import request_from_spec
+from gpuq.domain.runtime_history import RuntimeHistory
 from gpuq.domain.spec import JobSpec
 from gpuq.scheduling.demands import replica_options
 from gpuq.scheduling.descheduler import deschedule
@@ -263,6 +264,9 @@ class Simulator:
         self._dirty = False  # something arrived or ended since the last cycle
         self._lease_due = False  # a lease expired: cycle even with nothing pending
         self.fair: FairState | None = None  # the teams' deficits, cycle to cycle
+        # run-time predictions from each team's finished jobs, as the dispatcher keeps
+        # them (gpuq/domain/runtime_history.py): every policy sees JobRequest.predicted_s
+        self.history = RuntimeHistory()
         # the live service's descheduler loop, only next to the gpuq core it belongs to
         cfg = model.cluster.scheduler
         self.descheduler: Policy | None = (
@@ -448,8 +452,18 @@ class Simulator:
                 cap[n.gpu_type] += c.gpu_types[n.gpu_type].weight * len(n.devices)
         return dict(cap)
 
+    def _predict(self) -> None:
+        """Pending jobs carry the prediction the history makes now (they keep it while
+        they run: a running job's expected end)."""
+        history = self.history
+        for j in self.pending.values():
+            p = history.predict(j.request)
+            if p != j.request.predicted_s:
+                j.request = replace(j.request, predicted_s=p)
+
     def snapshot(self) -> Snapshot:
         c = self.model.cluster
+        self._predict()
         running = [
             RunningJob(j.request, j.placements, j.start_s or 0.0, j.leases)
             for j in self.running.values()
@@ -576,6 +590,7 @@ class Simulator:
         if outcome == "finish":
             j.status = "succeeded"
             j.end_s = self.now
+            self.history.record(j.request, self.now - (j.start_s or self.now))
             self.event("finish", j)
         else:
             self.event("fail", j)

@@ -18,8 +18,9 @@ are then the only ones run on the evaluation windows. gpuq itself is not
 tuned: it runs its defaults.
 
 Every setting gets what gpuq gets: the scenario's GPU types with their memory
-and the operator's speed table (``GpuType.speed``), and each job's
-``duration_estimate_s`` when it has one (Slurm's time limit).
+and the operator's speed table (``GpuType.speed``), each job's
+``duration_estimate_s`` when it has one and else the run time its team's history
+predicts (``JobRequest.predicted_s``; Slurm's time limit).
 """
 
 from __future__ import annotations
@@ -64,14 +65,15 @@ GRIDS: dict[str, list[Settings]] = {
         {"prefer_speed": False},
         {"resource_model": "pinned"},
     ],
-    # node Weight by GPU type and PriorityMaxAge; bf_window >= the longest time limit and
-    # bf_max_job_test 500 in all
+    # node Weight by GPU type, PriorityMaxAge, time limits from the history's prediction
+    # or DefaultTime; bf_window >= the longest time limit and bf_max_job_test 500 in all
     "slurm": [
         {},
         {"node_weight": "fastest"},
         {"node_weight": "none"},
         {"priority_max_age_s": 1 * DAY},
         {"node_weight": "fastest", "priority_max_age_s": 1 * DAY},
+        {"time_limits": "default"},
     ],
     "fifo-typed": [
         {},

@@ -394,6 +394,7 @@ ALL_TABLES = [
     "priority_classes",
     "gpu_types",
     "queue_order",
+    "runtime_history",
 ]
 
 
@@ -417,3 +418,19 @@ class QueueOrderRow(Base):
     # the dispatcher that wrote it: another one's write means the reasons it wrote
     # (which take no job revision) are unknown to this one's picture
     writer: Mapped[str | None] = mapped_column(String(64))
+
+
+class RuntimeHistoryRow(Base):
+    """The run-time summary of one (team, request class): how many runs succeeded and the
+    mean of their log run time over about the last 20 (gpuq/domain/runtime_history.py).
+    Updated when a job succeeds; bounded by teams x classes, not by the job history."""
+
+    __tablename__ = "runtime_history"
+
+    team: Mapped[str] = mapped_column(NAME, primary_key=True)
+    request_class: Mapped[str] = mapped_column(String(255), primary_key=True)
+    runs: Mapped[int] = mapped_column(Integer)
+    mean_log: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )

@@ -48,6 +48,7 @@ from gpuq.domain.states import (
     InvalidTransition,
 )
 from gpuq.store.orm import JobEventRow, JobRow
+from gpuq.store.runtime_history import record_succeeded
 
 # a declarative class's __table__ is a Table (SQLAlchemy types it FromClause, the
 # general case of a class mapped to a select); insert_rows needs its typed columns
@@ -180,6 +181,8 @@ def apply_changes(conn: Connection, changes: Sequence[Change], now: datetime) ->
         )
     }
     stopped = [i for i in sorted(rows) if rows[i].old in ACTIVE and rows[i].status not in ACTIVE]
+    # a run that succeeded counts in its team's run-time history (the core's prediction)
+    record_succeeded(conn, [rows[i] for i in stopped if rows[i].status == "succeeded"], now)
     gone = [i for i in stopped if by_id[i].pods_gone]
     draining = [i for i in stopped if not by_id[i].pods_gone]
     if gone:

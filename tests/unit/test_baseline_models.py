@@ -7,39 +7,18 @@ from gpuq.simulate.baselines.slurm import SlurmPolicy
 from gpuq.simulate.baselines.volcano import deserved_shares
 from gpuq.simulate.command import run_simulate
 from gpuq.simulate.policies import POLICY_NAMES, make_policy
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from gpuq.simulate.replay import ScenarioModel, Simulator
+from tests.unit.baseline_fixtures import ONE_FLAVOR, jobs_by_name, run_policy
 
 
-def _run(text: str, policy: str) -> dict:
-    model = ScenarioModel.from_config(load_config_text(text))
-    return to_json(Simulator(model, make_policy(policy), policy).run())
-
-
-def _jobs(doc: dict) -> dict[str, dict]:
-    return {j["name"]: j for j in doc["jobs"]}
-
-
-ONE_FLAVOR = """
-gpu_types:
-  - {name: a100-80g, memory_gb: 80, weight: 10}
-nodes:
-  - {name: a, count: 1, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}
-pools: [{name: p}]
-teams: [{name: lender, pool: p}, {name: borrower, pool: p}]
-jobs:
-  - {name: borrows, team: borrower, submit_at_s: 0, runtime_s: 5000, resources: {gpus: 8}}
-  - {name: nominal, team: lender, submit_at_s: 100, runtime_s: 1000, resources: {gpus: 4}}
-"""
-
-
-def test_names_are_registered_and_fresh_per_run():
+def test_names_are_registered_and_fresh_perrun_policy():
     assert {"kueue", "volcano", "slurm", "gpuq", "fifo-typed"} <= set(POLICY_NAMES)
     assert make_policy("slurm") is not make_policy("slurm")  # Slurm keeps usage per run
 
 
 def test_kueue_borrows_then_preempts_the_borrower_for_the_lenders_nominal_quota():
-    doc = _run(ONE_FLAVOR, "kueue")
-    jobs = _jobs(doc)
+    doc = run_policy(ONE_FLAVOR, "kueue")
+    jobs = jobs_by_name(doc)
     # the borrower took all 8 cards (4 of its own nominal quota, 4 borrowed) at once ...
     admits = [e for e in doc["events"] if e["type"] == "admit"]
     assert (admits[0]["job"], admits[0]["t"]) == ("borrows", 0.0)
@@ -55,9 +34,10 @@ def test_kueue_borrows_then_preempts_the_borrower_for_the_lenders_nominal_quota(
 def test_kueue_does_not_preempt_a_queue_within_its_nominal_quota():
     text = ONE_FLAVOR.replace("resources: {gpus: 8}}", "resources: {gpus: 4}}").replace(
         "runtime_s: 1000, resources: {gpus: 4}", "runtime_s: 1000, resources: {gpus: 8}")
-    doc = _run(text, "kueue")
+    doc = run_policy(text, "kueue")
     assert not [e for e in doc["events"] if e["type"] == "preempt"]
-    assert _jobs(doc)["nominal"]["start_s"] == 5000.0  # waits: the other queue is not borrowing
+    # waits: the other queue is not borrowing
+    assert jobs_by_name(doc)["nominal"]["start_s"] == 5000.0
 
 
 TWO_FLAVORS = """
@@ -79,7 +59,7 @@ jobs:
 
 
 def test_kueue_flavors_in_fixed_order_and_best_effort_fifo():
-    jobs = _jobs(_run(TWO_FLAVORS, "kueue"))
+    jobs = jobs_by_name(run_policy(TWO_FLAVORS, "kueue"))
     # cheapest flavor first; when it is used up the next flavor is tried
     assert jobs["first"]["allocations"][0]["gpu_type"] == "v100-32g"
     assert jobs["second"]["allocations"][0]["gpu_type"] == "a100-80g"
@@ -115,8 +95,8 @@ jobs:
 
 
 def test_volcano_reclaims_up_to_the_deserved_share_and_places_gangs_whole():
-    doc = _run(VOLCANO, "volcano")
-    jobs = _jobs(doc)
+    doc = run_policy(VOLCANO, "volcano")
+    jobs = jobs_by_name(doc)
     # "early" took all 8 cards; "late" (equal weight, deserves 4 of them once it asks)
     # reclaims one card per waiting job at once
     rec = [e for e in doc["events"] if e["type"] == "reclaim"]
@@ -149,7 +129,7 @@ jobs:
 
 
 def test_slurm_backfill_starts_a_short_job_that_ends_before_the_big_ones_reserved_start():
-    jobs = _jobs(_run(BACKFILL, "slurm"))
+    jobs = jobs_by_name(run_policy(BACKFILL, "slurm"))
     big, short, long_ = jobs["big"], jobs["short"], jobs["long"]
     assert big["start_s"] == 1000.0  # reserved for when "running" reaches its time limit
     assert short["start_s"] < 1000.0 and short["end_s"] <= big["start_s"]  # backfilled
@@ -159,7 +139,7 @@ def test_slurm_backfill_starts_a_short_job_that_ends_before_the_big_ones_reserve
 def test_slurm_without_backfill_gain_keeps_strict_priority():
     # without a time limit (no estimate: DefaultTime 2 days) nothing ends before "big"
     text = BACKFILL.replace(", duration_estimate_s: 500", "")
-    jobs = _jobs(_run(text, "slurm"))
+    jobs = jobs_by_name(run_policy(text, "slurm"))
     assert jobs["short"]["start_s"] >= jobs["big"]["start_s"]
 
 

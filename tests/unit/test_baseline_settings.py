@@ -7,17 +7,9 @@ import pytest
 from gpuq.domain.config import load_config_text
 from gpuq.simulate.baselines.kueue import S2A, KueuePolicy, KueueSettings
 from gpuq.simulate.baselines.slurm import DEFAULT_TIME_S, SlurmSettings
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from gpuq.simulate.replay import ScenarioModel, Simulator
 from gpuq.simulate.tuning import GRIDS, build
-
-
-def _run(text: str, policy: str, **settings) -> dict:
-    model = ScenarioModel.from_config(load_config_text(text))
-    return to_json(Simulator(model, build(policy, settings or None), policy).run())
-
-
-def _jobs(doc: dict) -> dict[str, dict]:
-    return {j["name"]: j for j in doc["jobs"]}
+from tests.unit.baseline_fixtures import ONE_FLAVOR, jobs_by_name, run_policy
 
 
 def test_every_grid_setting_builds():
@@ -57,9 +49,9 @@ def test_slurm_bf_window_as_long_as_the_time_limit_keeps_the_big_job_planned():
     # 2 days away. With bf_window >= the limit it is planned there and "small" (2-day limit)
     # may not backfill in front of it; with a 1-day window it is not planned and "small"
     # takes the free half of the node, delaying "big" past the end of "first".
-    good = _jobs(_run(WINDOW, "slurm"))
+    good = jobs_by_name(run_policy(WINDOW, "slurm"))
     assert good["big"]["start_s"] == 150000.0 and good["small"]["start_s"] >= 150000.0
-    short = _jobs(_run(WINDOW, "slurm", bf_window_s=86400.0))
+    short = jobs_by_name(run_policy(WINDOW, "slurm", bf_window_s=86400.0))
     assert short["small"]["start_s"] < 1000.0  # the next backfill pass (bf_interval)
     assert short["big"]["start_s"] == short["small"]["end_s"] > 160000.0
     assert DEFAULT_TIME_S == 2 * 86400.0
@@ -80,20 +72,20 @@ jobs:
 
 
 def _type_of(doc: dict, job: str = "one") -> str:
-    return _jobs(doc)[job]["allocations"][0]["gpu_type"]
+    return jobs_by_name(doc)[job]["allocations"][0]["gpu_type"]
 
 
 def test_slurm_node_weight_by_speed():
     # slurm.conf: larger weights for faster nodes, lowest weight allocated first
-    assert _type_of(_run(TWO_TYPES, "slurm")) == "v100-32g"
-    assert _type_of(_run(TWO_TYPES, "slurm", node_weight="fastest")) == "a100-80g"
+    assert _type_of(run_policy(TWO_TYPES, "slurm")) == "v100-32g"
+    assert _type_of(run_policy(TWO_TYPES, "slurm", node_weight="fastest")) == "a100-80g"
 
 
 def test_fifo_typed_with_a_speed_preference_takes_the_fastest_allowed_type():
-    assert _type_of(_run(TWO_TYPES, "fifo-typed")) == "a100-80g"  # first node by name
+    assert _type_of(run_policy(TWO_TYPES, "fifo-typed")) == "a100-80g"  # first node by name
     text = TWO_TYPES.replace("name: a, count", "name: z, count")
-    assert _type_of(_run(text, "fifo-typed")) == "v100-32g"
-    assert _type_of(_run(text, "fifo-typed", prefer_speed=True)) == "a100-80g"
+    assert _type_of(run_policy(text, "fifo-typed")) == "v100-32g"
+    assert _type_of(run_policy(text, "fifo-typed", prefer_speed=True)) == "a100-80g"
 
 
 # -- Kueue ------------------------------------------------------------------------------
@@ -106,38 +98,27 @@ def test_kueue_flavor_order_and_when_can_borrow():
                         "resources: {gpus: 1}")
     # nominal quota: 2 cards of each flavor per team. "zero" and "one" fill t1's V100 quota;
     # "two" would borrow V100s (the cheapest flavor) ...
-    assert _type_of(_run(text, "kueue"), "two") == "v100-32g"  # MayStopSearch: borrow
+    assert _type_of(run_policy(text, "kueue"), "two") == "v100-32g"  # MayStopSearch: borrow
     # ... TryNextFlavor takes the A100 flavor, where t1 is within its nominal quota
-    assert _type_of(_run(text, "kueue", when_can_borrow="TryNextFlavor"), "two") == "a100-80g"
-    assert _type_of(_run(text, "kueue", flavor_order="fastest"), "zero") == "a100-80g"
+    assert _type_of(run_policy(text, "kueue", when_can_borrow="TryNextFlavor"), "two") == "a100-80g"
+    assert _type_of(run_policy(text, "kueue", flavor_order="fastest"), "zero") == "a100-80g"
 
 
-ONE_FLAVOR = """
-gpu_types:
-  - {name: a100-80g, memory_gb: 80, weight: 10}
-nodes:
-  - {name: a, count: 1, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}
-pools: [{name: p}]
-teams: [{name: lender, pool: p}, {name: borrower, pool: p}]
-jobs:
-  - {name: borrows, team: borrower, submit_at_s: 0, runtime_s: 5000, resources: {gpus: 8}}
-  - {name: nominal, team: lender, submit_at_s: 100, runtime_s: 1000, resources: {gpus: 4}}
-"""
 
 
 def test_kueue_cohort_quota_and_the_two_fair_sharing_strategies():
     # all quota at the cohort: the lender borrows too, so only fair sharing may preempt.
     # LessThanOrEqualToFinalShare alone: the lender's share with its job (500) is above the
     # borrower's without its only job (0): no preemption, the lender waits
-    one = _run(ONE_FLAVOR, "kueue", nominal="cohort", strategies=(S2A,))
+    one = run_policy(ONE_FLAVOR, "kueue", nominal="cohort", strategies=(S2A,))
     assert not [e for e in one["events"] if e["type"] == "preempt"]
-    assert _jobs(one)["nominal"]["start_s"] == 5000.0
+    assert jobs_by_name(one)["nominal"]["start_s"] == 5000.0
     # Kueue's default, both strategies: LessThanInitialShare (500 < the borrower's 1000 now)
-    both = _run(ONE_FLAVOR, "kueue", nominal="cohort")
+    both = run_policy(ONE_FLAVOR, "kueue", nominal="cohort")
     pre = [e for e in both["events"] if e["type"] == "preempt"]
     assert len(pre) == 1 and "fair sharing" in pre[0]["reason"] and pre[0]["t"] == 100.0
     # split nominal quota: the lender is within its nominal quota and reclaims it
-    split = _run(ONE_FLAVOR, "kueue")
+    split = run_policy(ONE_FLAVOR, "kueue")
     assert "reclaim of nominal quota" in [e for e in split["events"]
                                           if e["type"] == "preempt"][0]["reason"]
 
@@ -158,10 +139,10 @@ def test_kueue_covers_cpu_and_memory_in_the_share_when_asked():
 # -- Volcano ----------------------------------------------------------------------------
 
 def test_volcano_affinity_model_prefers_the_fastest_allowed_model():
-    assert _type_of(_run(TWO_TYPES, "volcano")) == "a100-80g"
+    assert _type_of(run_policy(TWO_TYPES, "volcano")) == "a100-80g"
     full = TWO_TYPES.replace("gpus: 4, cpu: 64", "gpus: 8, cpu: 64", 1)
     # without the preference, binpack over every allowed model's nodes (ties by name)
-    assert _type_of(_run(full, "volcano", prefer_speed=False)) in ("a100-80g", "v100-32g")
+    assert _type_of(run_policy(full, "volcano", prefer_speed=False)) in ("a100-80g", "v100-32g")
 
 
 DESERVED = """
@@ -179,9 +160,9 @@ jobs:
 
 def test_volcano_per_task_deserved_check():
     # each queue deserves 4 of the 8 cards; "six" would take queue a above it
-    on = _jobs(_run(DESERVED, "volcano"))
+    on = jobs_by_name(run_policy(DESERVED, "volcano"))
     assert on["four"]["start_s"] == 0.0 and on["six"]["start_s"] >= 1000.0
-    off = _jobs(_run(DESERVED, "volcano", per_task_check=False, reclaim=False))
+    off = jobs_by_name(run_policy(DESERVED, "volcano", per_task_check=False, reclaim=False))
     assert off["six"]["start_s"] == 0.0 and off["four"]["start_s"] >= 1000.0
 
 
@@ -197,6 +178,6 @@ jobs:
 """ + "".join(f"  - {{name: e{i}, team: early, submit_at_s: 0, runtime_s: 4000, "
               f"resources: {{gpus: 1}}}}\n" for i in range(4)) + \
         "  - {name: l, team: late, submit_at_s: 100, runtime_s: 500, resources: {gpus: 1}}\n"
-    assert [e for e in _run(text, "volcano")["events"] if e["type"] == "reclaim"]
-    assert not [e for e in _run(text, "volcano", reclaim=False)["events"]
+    assert [e for e in run_policy(text, "volcano")["events"] if e["type"] == "reclaim"]
+    assert not [e for e in run_policy(text, "volcano", reclaim=False)["events"]
                 if e["type"] == "reclaim"]

@@ -105,25 +105,11 @@ def test_team_key_holdings_first_then_credit() -> None:
 def test_the_simulator_carries_the_deficits_from_cycle_to_cycle() -> None:
     """CycleResult.fair of one cycle is Snapshot.fair of the next: a team that waits for
     the whole node builds credit while the other team's stream holds it."""
-    from gpuq.domain.config import load_config_text
     from gpuq.scheduling.engine import schedule
-    from gpuq.simulate.replay import ScenarioModel, Simulator
+    from gpuq.simulate.replay import Simulator
+    from tests.unit.stream_fixtures import two_team_stream
 
-    small = "\n".join(
-        f"  - {{name: a{i}, team: a, submit_at_s: {i * 30}, runtime_s: 240,"
-        f" duration_estimate_s: 240, resources: {{gpus: 1}}}}" for i in range(40)
-    )
-    text = f"""
-gpu_types: [{{name: a100-80g, memory_gb: 80, weight: 10}}]
-nodes: [{{name: n, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}}]
-pools: [{{name: p}}]
-teams: [{{name: a, pool: p}}, {{name: b, pool: p}}]
-jobs:
-  - {{name: big, team: b, submit_at_s: 15, runtime_s: 600, duration_estimate_s: 600,
-      resources: {{gpus: 8}}}}
-{small}
-"""
-    sim = Simulator(ScenarioModel.from_config(load_config_text(text)), schedule)
+    sim = Simulator(two_team_stream(40), schedule)
     seen: list[float] = []
     policy = sim.policy
 

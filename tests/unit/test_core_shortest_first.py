@@ -56,3 +56,21 @@ def test_priority_still_comes_first() -> None:
     short_p2 = job("short", priority="P2", priority_value=100, duration_estimate_s=60)
     long_p1 = job("long", submitted_at=10, duration_estimate_s=7200)
     assert _first([short_p2, long_p1]) == "long"
+
+
+def test_a_prediction_from_the_teams_history_orders_jobs_without_an_estimate() -> None:
+    """``predicted_s`` (the caller's prediction from the team's history) stands in for a
+    missing estimate: in the order, and in the promotion after 2x the prediction."""
+    long_ = job("long", submitted_at=0, predicted_s=7200)
+    short = job("short", submitted_at=50, predicted_s=60)
+    assert _first([long_, short]) == "short"
+    unknown = job("unknown", submitted_at=0)
+    assert _first([unknown, short]) == "short"
+    # the estimate wins over the prediction
+    assert _first([job("est", submitted_at=0, duration_estimate_s=30, predicted_s=9000),
+                   short]) == "est"
+    # waited 2 x its prediction: promoted before younger shorter ones
+    old = job("old", submitted_at=0, predicted_s=600)
+    assert _first([old, job("s", submitted_at=1200, predicted_s=60)], now=1250) == "old"
+    assert _first([job("old", submitted_at=0, predicted_s=900),
+                   job("s", submitted_at=1200, predicted_s=60)], now=1250) == "s"

@@ -18,29 +18,17 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuq.domain.config import load_config_text
 from gpuq.scheduling.engine import schedule
 from gpuq.scheduling.model import SchedulerConfig
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from tests.unit.stream_fixtures import Stream, Waiting, stream_model, two_team_stream
 
 
 def scenario(reservation_after_s: float) -> ScenarioModel:
-    small = "\n".join(
-        f"  - {{name: s{i}, team: t, submit_at_s: {i * 20}, runtime_s: 100,"
-        f" duration_estimate_s: 100, resources: {{gpus: 1}}}}"
-        for i in range(100)
-    )
-    text = f"""
-gpu_types: [{{name: a100-80g, memory_gb: 80, weight: 10}}]
-nodes: [{{name: a, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}}]
-pools: [{{name: p}}]
-teams: [{{name: t, pool: p}}]
-scheduler: {{reservation_after_s: {reservation_after_s}}}
-jobs:
-  - {{name: big, team: t, submit_at_s: 10, runtime_s: 100, resources: {{gpus: 8}}}}
-{small}
-"""
-    return ScenarioModel.from_config(load_config_text(text))
+    """One team: an 8-GPU job at 10 s (no estimate) among a 1-GPU 100 s job every 20 s."""
+    return stream_model([Stream("t", 100, 20, 100, prefix="s")],
+                        Waiting("big", "t", 10, 100, 8, estimate=False),
+                        scheduler=f"{{reservation_after_s: {reservation_after_s}}}")
 
 
 def big_start(reservation_after_s: float) -> float:
@@ -60,33 +48,6 @@ def test_without_reservation_the_stream_starves_it() -> None:
     assert big_start(1e9) >= 1900
 
 
-def two_team_stream(hours: float) -> ScenarioModel:
-    """One 8-card node; team a: a 1-GPU 240 s job every 30 s; team b: one 8-GPU 600 s job.
-
-    Under the *default* config (no scheduler: section). Before the after-removal
-    check in the fair-share "reclaim a type" rule, b's job waited 72,225 s and was
-    preempted 120 times: each time the reservation started it, a job of a (under
-    its per-type share) stopped it, b being over its share only by this one job.
-    """
-    n = int(hours * 3600 / 30)
-    small = "\n".join(
-        f"  - {{name: a{i}, team: a, submit_at_s: {i * 30}, runtime_s: 240,"
-        f" duration_estimate_s: 240, resources: {{gpus: 1}}}}"
-        for i in range(n)
-    )
-    text = f"""
-gpu_types: [{{name: a100-80g, memory_gb: 80, weight: 10}}]
-nodes: [{{name: n, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}}]
-pools: [{{name: p}}]
-teams: [{{name: a, pool: p}}, {{name: b, pool: p}}]
-jobs:
-  - {{name: big, team: b, submit_at_s: 15, runtime_s: 600, duration_estimate_s: 600,
-      resources: {{gpus: 8}}}}
-{small}
-"""
-    return ScenarioModel.from_config(load_config_text(text))
-
-
 def wait_bound(cards: float, predicted_s: float, entitled: float, longest_s: float) -> float:
     """The documented bound (module docstring) under the default configuration."""
     h = SchedulerConfig().fair_horizon_s
@@ -97,7 +58,7 @@ def wait_bound(cards: float, predicted_s: float, entitled: float, longest_s: flo
 
 
 def test_default_config_big_job_of_another_team_starts_and_is_not_preempted() -> None:
-    doc = to_json(Simulator(two_team_stream(20), schedule).run())
+    doc = to_json(Simulator(two_team_stream(int(20 * 3600 / 30)), schedule).run())
     big = next(j for j in doc["jobs"] if j["name"] == "big")
     assert big["status"] == "succeeded"
     assert big["preemptions"] == 0
@@ -130,22 +91,12 @@ def test_any_job_that_fits_starts_within_the_bound_under_the_defaults(sc) -> Non
     bound = wait_bound(size, predicted, min(size, share), max(run_s, predicted))
     horizon = at + bound + 3 * run_s  # the streams outlast the bound
     n = int(horizon / period)
-    small = "\n".join(
-        f"  - {{name: {t}-{i}, team: {t}, submit_at_s: {i * period + k}, runtime_s: {run_s},"
-        f" duration_estimate_s: {run_s}, resources: {{gpus: {gpus}}}}}"
-        for k, t in enumerate(teams) for i in range(n)
+    model = stream_model(
+        [Stream(t, n, period, run_s, gpus, offset_s=k, prefix=f"{t}-")
+         for k, t in enumerate(teams)],
+        Waiting("target", "b", at, predicted, size),
     )
-    text = f"""
-gpu_types: [{{name: a100-80g, memory_gb: 80, weight: 10}}]
-nodes: [{{name: n, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}}]
-pools: [{{name: p}}]
-teams: [{", ".join(f"{{name: {t}, pool: p}}" for t in [*teams, "b"])}]
-jobs:
-  - {{name: target, team: b, submit_at_s: {at}, runtime_s: {predicted},
-      duration_estimate_s: {predicted}, resources: {{gpus: {size}}}}}
-{small}
-"""
-    doc = to_json(Simulator(ScenarioModel.from_config(load_config_text(text)), schedule).run())
+    doc = to_json(Simulator(model, schedule).run())
     target = next(j for j in doc["jobs"] if j["name"] == "target")
     assert target["status"] == "succeeded"
     assert target["preemptions"] == 0  # not stopped by the stream that blocked it

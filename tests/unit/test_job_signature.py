@@ -45,6 +45,7 @@ REDRAW = {
     "last_preempted_by": st.sampled_from([None, "r0"]),
     "last_reclaimed_at": st.sampled_from([None, 5.0]),
     "longest_attempt_s": st.sampled_from([None, 100.0]),
+    "predicted_s": st.sampled_from([None, 10.0, 1e5]),
 }
 
 requests = st.builds(

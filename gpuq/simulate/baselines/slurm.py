@@ -50,11 +50,14 @@ The configuration modelled (``slurm.conf``):
   starts a job now only if it fits now without touching capacity planned for
   a higher-priority job, and otherwise plans the job at its earliest start
   (which later jobs then may not delay). **Time limit** = the job's
-  ``duration_estimate_s``, or ``DefaultTime`` = 2 days when it has none.
+  ``duration_estimate_s``; else, with ``time_limits: predicted`` (the default), the run
+  time its account's history predicts (``JobRequest.predicted_s``, the prediction gpuq
+  orders by), as a ``job_submit`` plugin would set it, with ``OverTimeLimit=UNLIMITED``
+  (``slurm.conf``: a job may outrun it); else ``DefaultTime`` = 2 days.
 * No preemption (``PreemptType=preempt/none``, Slurm's default).
 
-Left out: jobs are not killed at their time limit (the scenarios' estimates
-are at least the run time, and the default covers the longest run), the
+Left out: jobs are not killed at their time limit (``OverTimeLimit=UNLIMITED``: a
+predicted limit may be short), the
 backfill plan counts GPUs per node only (CPU and memory are checked when the
 job starts), decayed usage of a job that ended between two cycles
 is charged up to the midpoint of the two, a job whose earliest start lies
@@ -89,6 +92,7 @@ DEFAULT_TIME_S = 2 * DAY
 BF_INTERVAL_S = 30.0
 BF_RESOLUTION_S = 60.0  # bf_resolution: planned start times are rounded to this
 NODE_WEIGHTS = ("speed", "fastest", "none")
+TIME_LIMITS = ("predicted", "default")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +105,17 @@ class SlurmSettings:
     bf_max_job_test: int = 500
     bf_window_s: float | None = None  # None: the longest time limit seen (>= DefaultTime)
     node_weight: str = "speed"
+    # where a job without an estimate gets its time limit: ``predicted`` -- the run time
+    # its account's history predicts (what gpuq orders by; set by a ``job_submit``
+    # plugin, with ``OverTimeLimit=UNLIMITED`` so a job that outruns it is not killed),
+    # ``default`` -- ``DefaultTime``
+    time_limits: str = "predicted"
 
     def __post_init__(self) -> None:
         if self.node_weight not in NODE_WEIGHTS:
             raise ValueError(f"node_weight must be one of {', '.join(NODE_WEIGHTS)}")
+        if self.time_limits not in TIME_LIMITS:
+            raise ValueError(f"time_limits must be one of {', '.join(TIME_LIMITS)}")
 
 
 @dataclass(slots=True)
@@ -124,8 +135,14 @@ class NodePlan:
         return self.cards - worst
 
 
-def time_limit(job: JobRequest) -> float:
-    return job.duration_estimate_s if job.duration_estimate_s else DEFAULT_TIME_S
+def time_limit(job: JobRequest, predicted: bool = True) -> float:
+    """The job's time limit: its estimate; else (``time_limits: predicted``) the run time
+    its account's history predicts (``JobRequest.predicted_s``); else ``DefaultTime``."""
+    if job.duration_estimate_s:
+        return job.duration_estimate_s
+    if predicted and job.predicted_s:
+        return job.predicted_s
+    return DEFAULT_TIME_S
 
 
 class SlurmPolicy:
@@ -141,6 +158,9 @@ class SlurmPolicy:
         self.seen: dict[str, tuple[str, float, float]] = {}  # job id -> (account, start, bill/s)
         self.last_bf: float | None = None
         self.total_cards = 0.0
+
+    def time_limit(self, job: JobRequest) -> float:
+        return time_limit(job, self.settings.time_limits == "predicted")
 
     # -- usage and priority -----------------------------------------------------------
     def _charge(self, snap: Snapshot) -> None:
@@ -222,8 +242,8 @@ class SlurmPolicy:
         started: dict[str, tuple[JobRequest, tuple]] = {}
         options = {j.id: self._by_weight(type_options(j, snap), snap) for j in order}
         if self.settings.bf_window_s is None:  # bf_window >= the longest time limit
-            limits = [time_limit(j) for j in snap.pending]
-            limits += [time_limit(r.request) for r in snap.running]
+            limits = [self.time_limit(j) for j in snap.pending]
+            limits += [self.time_limit(r.request) for r in snap.running]
             self.bf_window_s = max([self.bf_window_s, *limits])
         for j in order:
             if not options[j.id]:
@@ -272,7 +292,7 @@ class SlurmPolicy:
         plans = {n.name: NodePlan(float(len(n.devices))) for n in snap.nodes
                  if n.gpu_type and n.schedulable}
         for r in running:
-            end = max(r.started_at + time_limit(r.request), snap.now + 1.0)
+            end = max(r.started_at + self.time_limit(r.request), snap.now + 1.0)
             for p in r.placements:
                 if p.node in plans and p.gpu_type:
                     c = p.share if p.share > 0 else float(len(p.devices) or 1)
@@ -287,7 +307,7 @@ class SlurmPolicy:
             for p in placed:
                 if p.node in plans and p.gpu_type:
                     c = p.share if p.share > 0 else float(len(p.devices))
-                    plans[p.node].uses.append((now, now + time_limit(j), c))
+                    plans[p.node].uses.append((now, now + self.time_limit(j), c))
         by_type: dict[str, list[str]] = defaultdict(list)
         for n in snap.nodes:
             if n.gpu_type and n.name in plans:
@@ -299,7 +319,7 @@ class SlurmPolicy:
             tested += 1
             if tested > self.settings.bf_max_job_test:
                 break
-            limit = time_limit(j)
+            limit = self.time_limit(j)
             got = self._earliest(j, options[j.id], plans, by_type, now, limit)
             if got is None:
                 result.reasons[j.id] = "slurm: never fits the plan (Resources)"
