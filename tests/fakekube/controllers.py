@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tests.fakekube.containers import stamp
+from tests.fakekube.kubelet import tolerated
 
 UNREACHABLE = "node.kubernetes.io/unreachable"
 NOT_READY = "node.kubernetes.io/not-ready"
@@ -105,17 +106,6 @@ def mark_pod_not_ready(pod: dict, now: float) -> bool:
     return True
 
 
-def _tolerates(tol: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """ToleratesTaint (k8s.io/api core/v1 toleration.go)."""
-    if tol.get("effect") and tol.get("effect") != taint.get("effect"):
-        return False
-    if tol.get("key") and tol.get("key") != taint.get("key"):
-        return False
-    if tol.get("operator") == "Exists":
-        return True
-    return (tol.get("value") or "") == (taint.get("value") or "")
-
-
 def eviction_due(pod: Mapping[str, Any], taints: Iterable[Mapping[str, Any]],
                  epoch_of: Any) -> float | None:
     """When the taint eviction controller deletes ``pod`` (seconds since the epoch; 0:
@@ -125,7 +115,7 @@ def eviction_due(pod: Mapping[str, Any], taints: Iterable[Mapping[str, Any]],
     for taint in taints:
         if taint.get("effect") != "NoExecute":
             continue
-        matching = [t for t in tolerations if _tolerates(t, taint)]
+        matching = [t for t in tolerations if tolerated(taint, [t])]
         if not matching:
             return 0.0
         seconds = [t["tolerationSeconds"] for t in matching

@@ -84,7 +84,8 @@ def _affinity_ok(node: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
         all(_matches(labels, e) for e in t.get("matchExpressions") or []) for t in terms)
 
 
-def _tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:
+def tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:
+    """ToleratesTaint (k8s.io/api core/v1 toleration.go) for any of ``tolerations``."""
     for t in tolerations:
         if t.get("key") and t.get("key") != taint.get("key"):
             continue
@@ -104,7 +105,7 @@ def admit(node: Mapping[str, Any], pod: Mapping[str, Any],
         return "NodeAffinity", "Predicate NodeAffinity failed: node(s) didn't match Pod's " \
                                "node affinity/selector"
     for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") == "NoExecute" and not _tolerated(
+        if taint.get("effect") == "NoExecute" and not tolerated(
                 taint, spec.get("tolerations") or []):
             return "TaintToleration", "Predicate TaintToleration failed: node(s) had " \
                                       f"untolerated taint {{{taint.get('key')}}}"

@@ -25,25 +25,21 @@ from gpuq.scheduling.model import ReplicaPlacement
 from gpuq.store.jobs import submit_job
 from gpuq.store.orm import AllocationRow, JobEventRow, JobRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
-from tests.fakekube.fixtures import make_cluster, started_cluster, wait_until
+from tests.fakekube.fixtures import (
+    job_row,
+    make_cluster,
+    started_cluster,
+    submit_a100_job,
+    wait_until,
+)
 from tests.fakekube.objects import article_a100, pod
 
 CONFIG = A100_TRAINING_CONFIG
 NS = "gpuq-jobs"
 
 
-def _submit(sf, name: str, gpus: int = 8) -> int:
-    with sf() as s:
-        spec = JobSpec.model_validate({"name": name, "team": "nlp", "resources": {
-            "gpus": gpus, "gpu_types": ["a100-80g"]}})
-        job_id = submit_job(s, spec, now=utcnow()).job.id
-        s.commit()
-    return job_id
-
-
 def _status(sf, job_id: int) -> str:
-    with sf() as s:
-        return s.get(JobRow, job_id).status
+    return job_row(sf, job_id).status
 
 
 def _events(sf, job_id: int) -> list[str]:
@@ -98,9 +94,9 @@ def test_a_disrupted_pod_keeps_its_cards_until_it_is_gone(kube, sf):
     c = started_cluster(kube, sf)
     d = Dispatcher(sf, c, grace_seconds=1)
     try:
-        a = _submit(sf, "a")
+        a = submit_a100_job(sf, 8, "a")
         _until(d, kube, lambda: _status(sf, a) == "running")
-        b = _submit(sf, "b")
+        b = submit_a100_job(sf, 8, "b")
         d.run_once()
         (pa,) = _pods_of(kube, a)
         kube.disrupt(NS, pa["metadata"]["name"], "EvictionByEvictionAPI",
@@ -138,7 +134,7 @@ def test_a_gangs_survivors_keep_their_cards_until_they_are_gone(kube, sf):
             g = submit_job(s, spec, now=utcnow()).job.id
             s.commit()
         _until(d, kube, lambda: _status(sf, g) == "running")
-        other = _submit(sf, "other")
+        other = submit_a100_job(sf, 8, "other")
         d.run_once()
         first, second = sorted(_pods_of(kube, g), key=lambda p: p["metadata"]["name"])
         kube.disrupt(NS, first["metadata"]["name"], keep_terminating=True)
@@ -167,7 +163,7 @@ def test_node_loss_requeues_without_a_retry_runs_elsewhere_and_podgc_frees_the_n
     c = started_cluster(kube, sf)
     d = Dispatcher(sf, c, grace_seconds=1)
     try:
-        j = _submit(sf, "train")
+        j = submit_a100_job(sf, 8, "train")
         _until(d, kube, lambda: _status(sf, j) == "running")
         (p,) = _pods_of(kube, j)
         lost = p["spec"]["nodeName"]
@@ -322,11 +318,11 @@ def test_slow_answers_under_the_timeout_bind_and_hung_ones_cost_a_pass_its_timeo
     d = Dispatcher(sf, c, grace_seconds=1)
     try:
         kube.slow(r"^POST /api/v1/namespaces/[^/]+/pods", 0.2)
-        a = _submit(sf, "a", gpus=4)
+        a = submit_a100_job(sf, 4, "a")
         _until(d, kube, lambda: _status(sf, a) == "running")
         kube.unhang()
         kube.hang(r"/binding$")
-        b = _submit(sf, "b", gpus=4)
+        b = submit_a100_job(sf, 4, "b")
         done = threading.Event()
 
         def one_pass() -> None:
