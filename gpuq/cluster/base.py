@@ -144,6 +144,17 @@ class Cluster(Protocol):
         """Status changes since the last call."""
         ...
 
+    def acknowledge(self, events: Sequence[JobStatusEvent]) -> None:
+        """These polled events are committed to the database: what the cluster kept so
+        that no outcome could be lost may go now (on Kubernetes, gpuq's outcome
+        finalizer on the Pods). Only the leader calls it, after its commit."""
+        ...
+
+    def avoided_nodes(self) -> Mapping[str, frozenset[str]]:
+        """Job id -> nodes the job is not placed on for now (a node's kubelet refused
+        its Pod at admission a moment ago); empty where nothing refuses."""
+        ...
+
     def running_job_ids(self) -> set[str]:
         """Jobs that have pods on the cluster now (for reconcile after restart)."""
         ...

@@ -31,6 +31,11 @@ ANN_MIG = "gpuq.io/mig"  # "dev:slice:profile;..."
 ANN_SHARE = "gpuq.io/share"
 # the leader epoch (fencing token) of the dispatcher that bound the Pod
 ANN_LEADER_EPOCH = "gpuq.io/leader-epoch"
+# On every Pod gpuq makes: the apiserver keeps the object (Terminating) until gpuq has
+# recorded the Pod's outcome and removed this, so a Pod that finishes and is deleted or
+# garbage-collected while gpuq cannot see it is still read (the Job controller's
+# batch.kubernetes.io/job-tracking, pkg/controller/job/job_controller.go)
+OUTCOME_FINALIZER = "gpuq.io/outcome"
 
 # --- on Nodes: gpuq's own labels ------------------------------------------
 ARTICLE_GPU_TYPE = "gpu-type"  # a100

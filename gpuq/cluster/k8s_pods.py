@@ -15,6 +15,7 @@ torchrun and MPI-style launchers read (docs/multi-node.md).
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -290,11 +291,14 @@ def build_pod(
             tolerations.append(tol)
     if tolerations:
         spec["tolerations"] = tolerations
+    # gpuq reads the Pod's outcome before the object may go (k8s_labels.OUTCOME_FINALIZER)
+    finalizers = [f for f in meta.pop("finalizers", None) or [] if f != L.OUTCOME_FINALIZER]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             **meta,
+            "finalizers": [*finalizers, L.OUTCOME_FINALIZER],
             "name": pod_name(req, p.replica, bind_id),
             "namespace": namespace,
             "labels": labels,
@@ -334,6 +338,22 @@ KUBELET_DISRUPTION_REASONS = frozenset({
     "NodePorts", "TaintToleration", "InvalidNodeInfo", "UnexpectedAdmissionError",
     "UnknownReason", "UnexpectedPredicateFailureType", "NodeLost",
 })
+# Of those, the kubelet's admission refusals (pkg/kubelet/lifecycle/predicate.go, plus
+# ``OutOf<resource>``): the same node would refuse the job again at once
+ADMISSION_REJECTIONS = frozenset({
+    "NodeAffinity", "NodeName", "NodePorts", "TaintToleration", "InvalidNodeInfo",
+    "UnexpectedAdmissionError", "UnknownReason", "UnexpectedPredicateFailureType",
+})
+
+
+def rejected_on(pod: Mapping[str, Any]) -> str | None:
+    """The node whose kubelet refused this Pod at admission, or None."""
+    st = pod.get("status") or {}
+    reason = st.get("reason") or ""
+    if st.get("phase") != "Failed" or not (
+            reason in ADMISSION_REJECTIONS or reason.startswith("OutOf")):
+        return None
+    return (pod.get("spec") or {}).get("nodeName") or None
 # Container waiting reasons the kubelet keeps retrying with back-off
 # (pkg/kubelet/images/types.go, pkg/kubelet/kuberuntime/kuberuntime_container.go):
 # the Pod stays Pending and would hold its cards forever; gpuq fails the job with
@@ -371,13 +391,44 @@ def disruption(pod: Mapping[str, Any]) -> str | None:
     if parts:
         text = message or (target or {}).get("message") or ""
         return "; ".join(parts) + (f": {text}" if text else "")
-    if (pod.get("metadata") or {}).get("deletionTimestamp") and st.get("phase") != "Succeeded":
+    if (pod.get("metadata") or {}).get("deletionTimestamp") and st.get(
+            "phase") != "Succeeded" and not ended_before_deletion(pod):
         # deleted by someone else without a condition (kubectl delete, a controller's
         # plain delete; gpuq's own stops are not judged): the kubelet's graceful stop then
         # ends it Failed with exit 143 (pkg/kubelet/status/status_manager.go), which is
         # not the workload's failure
         return "deleted outside gpuq"
     return None
+
+
+def _stamp(ts: Any) -> float | None:
+    """An RFC 3339 time (``2026-12-03T21:00:00Z``, fractions allowed) as epoch seconds."""
+    if not isinstance(ts, str) or not ts:
+        return None
+    try:
+        return dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def ended_before_deletion(pod: Mapping[str, Any]) -> bool:
+    """A Failed Pod whose containers had all ended before anyone asked to delete it: its
+    failure is the workload's own, and the deletion (PodGC of terminated Pods past the
+    threshold, a user's clean-up) only removes a finished object. The deletion was asked
+    at ``deletionTimestamp - deletionGracePeriodSeconds`` (the apiserver sets the stamp to
+    the request time plus the grace period, pkg/registry/rest/delete.go
+    BeforeDelete). Without the times to compare, False (a deletion ended it)."""
+    meta, st = pod.get("metadata") or {}, pod.get("status") or {}
+    deleted = _stamp(meta.get("deletionTimestamp"))
+    statuses = st.get("containerStatuses") or []
+    if st.get("phase") != "Failed" or deleted is None or not statuses:
+        return False
+    asked = deleted - float(meta.get("deletionGracePeriodSeconds") or 0)
+    for cs in statuses:
+        finished = _stamp(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        if finished is None or finished > asked:
+            return False
+    return True
 
 
 def stuck_reason(pod: Mapping[str, Any]) -> str | None:

@@ -70,6 +70,9 @@ class KubeSettings(BaseSettings):
     # long for `kubectl logs`; they count toward the cluster's terminated-Pod GC
     # threshold, past which PodGC deletes other teams' finished Pods).
     finished_pod_ttl_s: float = Field(default=3600.0, ge=0)
+    # A node whose kubelet refused a job's Pod at admission (out of devices after a lost
+    # race, affinity) is not offered to that job again for this long.
+    rejected_node_ttl_s: float = Field(default=300.0, ge=0)
     # Jobs bound at once by the dispatcher (each bind creates the job's Pods and binds
     # them; kube-scheduler binds up to its `parallelism`, 16, at once). 1: in turn.
     bind_workers: int = Field(default=16, ge=1, le=256)

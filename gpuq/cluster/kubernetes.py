@@ -16,6 +16,13 @@
 * Status: Pod changes become :class:`JobStatusEvent` s (running, succeeded,
   failed, gone) for :meth:`poll_events`; :meth:`reconcile` squares the
   database with the Pods after a restart or a failover.
+* Outcomes are never lost: every Pod gpuq makes carries its outcome finalizer
+  (``gpuq.io/outcome``), so the apiserver keeps a Pod that finished and was then
+  deleted or garbage-collected (PodGC, a user, a TTL) while gpuq could not see it
+  (partition, dispatcher down) until gpuq has read it. The finalizer comes off once the
+  outcome is committed (:meth:`acknowledge`) or gpuq itself stops the Pod (stop,
+  orphans, undo, the finished-Pod TTL): the Job controller's tracking finalizer
+  (pkg/controller/job/job_controller.go, ``batch.kubernetes.io/job-tracking``).
 """
 
 from __future__ import annotations
@@ -59,10 +66,12 @@ from gpuq.cluster.k8s_pods import (
     job_phase,
     placement_key,
     pod_placement_key,
+    rejected_on,
     restarted_reason,
     stuck_reason,
 )
 from gpuq.cluster.k8s_refusals import is_permanent
+from gpuq.cluster.k8s_rejections import RejectedNodes
 from gpuq.cluster.k8s_settings import KubeSettings
 from gpuq.cluster.k8s_usage import (
     FOREIGN_PODS_FIELDS,
@@ -104,6 +113,9 @@ class _Track:
     # and the workload's status, not a Pod, says when the job is over
     workload: bool = False
     ended_at: float | None = None  # monotonic time its outcome was reported (finished-Pod TTL)
+    # a terminal phase was reported and is not yet committed (acknowledge): the attempt's
+    # Pods keep their outcome finalizer, whoever deletes them
+    outcome_pending: bool = False
 
 
 def attempt_id(attempt: str) -> str:
@@ -127,6 +139,7 @@ class StaleCache(RuntimeError):
 
 #: what a call that failed raises: the apiserver's answer, or no answer in time
 CALL_ERRORS = (ApiException, urllib3.exceptions.HTTPError)
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
 
 def _created_age_s(pod: dict) -> float:
@@ -194,6 +207,8 @@ class KubernetesCluster:
         self._reported_unmatched: set[tuple[str, str]] = set()
         self._by_job: dict[str, dict[str, dict]] = {}  # job id -> pod key -> Pod
         self.unmatched: dict[str, str] = {}  # node -> product, from the last list_nodes
+        # nodes whose kubelet refused a job's Pod: not offered to that job for a while
+        self.rejected = RejectedNodes(self.ks.rejected_node_ttl_s)
         self.nodes = Informer("nodes", self.api.list_node, None, **self._informer_kw())
         # The team's Pod policy at bind time (wired by gpuq.runtime to the catalog);
         # without it, the restricted default of the install.
@@ -510,7 +525,55 @@ class KubernetesCluster:
                 if not created:
                     t.seen = True  # no Pod was made: nothing to wait for
         for ns, name in created:
+            self._release(ns, name)  # never ran: no outcome to keep
             self._delete(ns, name, 1)
+
+    def _release(self, ns: str, name: str) -> bool:
+        """Take gpuq's outcome finalizer off a Pod (a strategic merge patch that deletes
+        just that entry, as the Job controller removes its own); a Pod already gone is
+        fine. False when the call failed: a later pass retries (:meth:`acknowledge`)."""
+        patch = {"metadata": {"$deleteFromPrimitiveList/finalizers": [L.OUTCOME_FINALIZER]}}
+        try:
+            self.api.patch_namespaced_pod(name, ns, patch, _preload_content=False,
+                                          _content_type=STRATEGIC_MERGE)
+        except CALL_ERRORS as e:
+            if getattr(e, "status", None) == 404:
+                return True
+            log.warning("remove the outcome finalizer of %s/%s: %s; the next pass retries",
+                        ns, name, getattr(e, "status", e))
+            return False
+        return True
+
+    def _keeps_outcome(self, pod: dict) -> bool:
+        """Must ``pod`` keep its outcome finalizer? (under the lock) Yes while it belongs
+        to the current attempt of a job whose end gpuq has not committed: the attempt is
+        live, or its terminal phase is reported but not yet acknowledged. Pods of a
+        stopped or earlier attempt, and of jobs gpuq does not follow (ended, or not
+        active in the database after a reconcile), have nothing left to tell."""
+        t = self._tracks.get(L.job_id_of(pod))
+        if t is None or t.workload:
+            return False
+        if pod["metadata"].get("labels", {}).get(L.BIND_ID, "") != t.bind_id:
+            return False
+        return t.outcome_pending or (not t.stopped and t.reported not in TERMINAL)
+
+    def acknowledge(self, events: Sequence[JobStatusEvent]) -> None:
+        """The caller committed these events: their Pods' outcomes are in the database,
+        so gpuq's finalizer comes off them (and off any Pod that no longer needs it: a
+        call that failed before is retried here, every pass of the leader)."""
+        with self._lock:
+            for ev in events:
+                t = self._tracks.get(ev.job_id)
+                if t is not None and ev.phase in TERMINAL and t.reported == ev.phase:
+                    t.outcome_pending = False
+            loose = [
+                (p["metadata"].get("namespace", self.ks.namespace), p["metadata"]["name"])
+                for pods in self._by_job.values() for p in pods.values()
+                if L.OUTCOME_FINALIZER in (p["metadata"].get("finalizers") or ())
+                and not self._keeps_outcome(p)
+            ]
+        for ns, name in loose:
+            self._release(ns, name)
 
     def _delete(self, ns: str, name: str, grace: int | None) -> bool:
         body: dict[str, str | int] = {"apiVersion": "v1", "kind": "DeleteOptions"}
@@ -548,6 +611,12 @@ class KubernetesCluster:
         for pod in self._job_pods(job_id) or self._list_job_pods(job_id):
             meta = pod.get("metadata") or {}
             ns, name = meta.get("namespace", self.ks.namespace), meta.get("name", "")
+            with self._lock:
+                # a Pod that ended keeps it while its end is the job's unrecorded outcome;
+                # one gpuq stops now ends by gpuq's decision: nothing to read from it
+                keep = self._keeps_outcome(pod) and not _holds_or_will_hold(pod)
+            if L.OUTCOME_FINALIZER in (meta.get("finalizers") or ()) and not keep:
+                self._release(ns, name)
             if meta.get("deletionTimestamp"):
                 continue
             if not (pod.get("spec") or {}).get("nodeName"):
@@ -632,6 +701,11 @@ class KubernetesCluster:
             pods = self._job_pods(job_id, bind_id)
             phase, message = job_phase(pods, t.expected)
             if phase != t.reported and phase != "pending":
+                if phase == "gone":  # requeued: not straight back to a refusing kubelet
+                    for p in pods:
+                        node = rejected_on(p)
+                        if node:
+                            self.rejected.add(job_id, node)
                 self._report(job_id, t, phase, message)
 
     def _report(self, job_id: str, t: _Track, phase: str, message: str) -> None:
@@ -646,6 +720,7 @@ class KubernetesCluster:
         gone: the cards are not handed to another job while a process may still use
         them."""
         t.reported = phase
+        t.outcome_pending = phase in TERMINAL
         pods_gone = True
         if phase in TERMINAL:
             now = time.monotonic()
@@ -703,10 +778,12 @@ class KubernetesCluster:
                     continue
                 for p in pods.values():
                     meta = p.get("metadata") or {}
-                    if not _holds_or_will_hold(p) and not meta.get("deletionTimestamp"):
+                    if (not _holds_or_will_hold(p) and not meta.get("deletionTimestamp")
+                            and not self._keeps_outcome(p)):
                         doomed.append((meta.get("namespace", self.ks.namespace),
                                        meta.get("name", "")))
         for ns, name in doomed:
+            self._release(ns, name)
             self._delete(ns, name, 1)
 
     def report_finished(self, job_id: str, phase: str, message: str) -> None:
@@ -742,6 +819,11 @@ class KubernetesCluster:
             self.stop(job_id, "could not start", grace_seconds=1)
         self._collect_finished()
         return out
+
+    def avoided_nodes(self) -> dict[str, frozenset[str]]:
+        """Job id -> nodes whose kubelet refused its Pod a moment ago (k8s_rejections)."""
+        with self._lock:
+            return self.rejected.current()
 
     def running_job_ids(self) -> set[str]:
         """Jobs that have Pods on the cluster now, finished ones included (their
@@ -823,7 +905,11 @@ class KubernetesCluster:
         report = ReconcileReport()
         by_job: dict[str, list[dict]] = {}
         for p in self.pods.items():
-            if L.is_gpuq_pod(p) and not (p.get("metadata") or {}).get("deletionTimestamp"):
+            meta = p.get("metadata") or {}
+            # a Pod being deleted counts while its outcome finalizer holds it: it ended
+            # (or is ending) while gpuq could not see it, and its phase says how
+            if L.is_gpuq_pod(p) and (not meta.get("deletionTimestamp")
+                                     or L.OUTCOME_FINALIZER in (meta.get("finalizers") or ())):
                 by_job.setdefault(L.job_id_of(p), []).append(p)
         for jid, pods in by_job.items():
             if jid not in active_job_ids and any(
@@ -862,7 +948,8 @@ class KubernetesCluster:
                 if t is not None and t.bind_id == bind_id and not t.stopped:
                     t.reported = phase
                 else:
-                    self._tracks[job_id] = _Track(bind_id, expected, reported=phase)
+                    t = self._tracks[job_id] = _Track(bind_id, expected, reported=phase)
+                t.outcome_pending = phase in TERMINAL
                 # Reported again even when already followed: an earlier report may
                 # have been polled by a standby or by a pass whose transaction failed
                 # (unless that report is still waiting to be polled).

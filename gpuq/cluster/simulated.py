@@ -133,6 +133,13 @@ class SimulatedCluster:
             else:
                 self._release(pod)
 
+    def acknowledge(self, events: Sequence[JobStatusEvent]) -> None:
+        """Nothing is kept for the dispatcher's sake: events live in this process."""
+
+    def avoided_nodes(self) -> Mapping[str, frozenset[str]]:
+        """No kubelet here refuses a placed job."""
+        return {}
+
     def poll_events(self) -> list[JobStatusEvent]:
         with self._lock:
             now = to_epoch(self.clock())

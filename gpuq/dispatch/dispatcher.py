@@ -101,7 +101,7 @@ class Dispatcher(LoopService):
         # the queue and the cluster as of the last pass, refreshed incrementally
         # writes fenced by the leader epoch; cluster calls re-check leadership first
         self.planner = PlanAndWrite(session_factory, picture or QueuePicture(), clock, policy,
-                                    elector=elector)
+                                    elector=elector, avoided_nodes=cluster.avoided_nodes)
         # a bind refused for a passing reason holds its job out of the plan (backoff)
         self.binder = Binder(session_factory, cluster, clock, grace_seconds,
                              holds=self.planner.holds, elector=elector,

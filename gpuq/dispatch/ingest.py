@@ -34,6 +34,7 @@ class Ingest(Part):
         harmless, every rule checks the job's current state."""
         self.unrecorded.extend(self.cluster.poll_events())
         if not self.unrecorded:
+            self.cluster.acknowledge([])  # retries what an earlier acknowledge could not do
             return
         events = list(self.unrecorded)
         taken = len(events)
@@ -45,7 +46,9 @@ class Ingest(Part):
                 for ev in events:
                     self._apply(session, jobs.get(ev.job_id), ev)
             session.commit()
+        acked = self.unrecorded[:taken]
         del self.unrecorded[:taken]  # acknowledged: they are in the database now
+        self.cluster.acknowledge(acked)  # the cluster may let go of what it kept for them
 
     def forget(self) -> None:
         """Leadership lost: whoever leads next re-derives these from the cluster."""

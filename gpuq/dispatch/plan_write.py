@@ -11,7 +11,7 @@ for the bind part.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TypeVar
@@ -60,7 +60,10 @@ class PlanAndWrite:
         policy: str = "gpuq",
         holds: BindHolds | None = None,
         elector: LeaderElector | None = None,
+        avoided_nodes: Callable[[], Mapping[str, frozenset[str]]] | None = None,
     ) -> None:
+        # the cluster's nodes to keep each job off for now (Cluster.avoided_nodes)
+        self.avoided_nodes = avoided_nodes
         # the leader elector: the write transaction commits only in its epoch (fenced)
         self.elector = elector
         self.session_factory = session_factory
@@ -170,6 +173,10 @@ class PlanAndWrite:
         held = self.holds.held()
         if held:  # a new list: the picture keeps its own
             ctx.snapshot.pending = [j for j in ctx.snapshot.pending if j.id not in held]
+        avoid = self.avoided_nodes() if self.avoided_nodes is not None else {}
+        if avoid:  # requests are the picture's: a changed copy, never the cached one
+            ctx.snapshot.pending = [replace(j, avoid_nodes=avoid[j.id]) if j.id in avoid
+                                    else j for j in ctx.snapshot.pending]
         if live_nodes is not None:
             # an operator's cordon applies to a live cluster's nodes too (gpuq/store/cordon.py)
             cordoned = cordoned_nodes(session)

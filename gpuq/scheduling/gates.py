@@ -71,8 +71,11 @@ _CAPPED = NoFit(ADMISSION_LIMIT)
 _SHAPE = frozenset({
     "pool", "gpus", "gpu_units", "mig", "gpu_share", "min_gpu_memory_gb", "gpu_types",
     "avoid_gpu_types", "allow_mixed_types", "cpu", "memory_gb", "replicas", "min_available",
-    "placement", "topology", "tolerations", "speed",
+    "placement", "topology", "tolerations", "speed", "avoid_nodes",
 })
+# What "could it ever fit" reads: the shape without the speed table and the nodes to
+# avoid for now (a node avoided a while is still part of the inventory)
+_EVER = _SHAPE - {"speed", "avoid_nodes"}
 
 
 class Gate:
@@ -95,7 +98,7 @@ class Gate:
 
 class NeverFits(Gate):
     name = "never_fits"
-    reads = _SHAPE - {"speed"}
+    reads = _EVER
     for_cycle = True
 
     def check(self, c: Cycle, job: JobRequest, sig: int, fit: Fit) -> Verdict:
@@ -112,7 +115,7 @@ class NeverFits(Gate):
 
 class Cordoned(Gate):
     name = "cordoned"
-    reads = _SHAPE - {"speed"}
+    reads = _EVER
     for_cycle = True
 
     def applies(self, c: Cycle) -> bool:
@@ -146,8 +149,8 @@ class TeamQuota(Gate):
     quota; the exact check of the chosen placement is :class:`PoolCharge`'s."""
 
     name = "team_quota"
-    reads = frozenset({"team"}) | (_SHAPE - {"speed", "cpu", "memory_gb", "placement",
-                                             "topology", "tolerations", "allow_mixed_types"})
+    reads = frozenset({"team"}) | (_EVER - {"cpu", "memory_gb", "placement", "topology",
+                                            "tolerations", "allow_mixed_types"})
 
     def applies(self, c: Cycle) -> bool:
         return bool(c.capped_teams)

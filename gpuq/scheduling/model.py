@@ -151,6 +151,11 @@ class JobRequest:
     # the typical run of its team's earlier jobs of the same shape
     # (gpuq/domain/runtime_history.py); None: no history yet
     predicted_s: float | None = None
+    # Nodes this job is not placed on now: a node's kubelet refused its Pod at admission
+    # (out of devices after a lost race, affinity), and putting it straight back there
+    # would be refused again. Set by the dispatcher for a while (the cluster remembers,
+    # bounded, with an expiry); never part of the job's spec.
+    avoid_nodes: frozenset[str] = frozenset()
 
     @property
     def expected_s(self) -> float | None:

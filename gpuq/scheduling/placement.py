@@ -338,8 +338,12 @@ def _state_candidates(
         for sig, names in index.groups_of(t):
             p: ReplicaPlacement | None = None
             name = ""
-            for k, name in enumerate(names):
-                if k >= HOLD_TRIES:
+            tries = 0
+            for name in names:
+                if name in job.avoid_nodes:
+                    continue  # the state's other nodes score the same
+                tries += 1
+                if tries > HOLD_TRIES:
                     break
                 p = fit_on_node(job, d, nodes[name], gt, ctx)
                 if p is not None or not ctx.holds:
@@ -367,6 +371,8 @@ def fit_on_node(
     """Filter one node for one replica; returns what the replica would take there."""
     cpu = job.cpu if cpu is None else cpu
     mem = job.memory_gb if memory_gb is None else memory_gb
+    if node.name in job.avoid_nodes:  # its kubelet refused the job a moment ago
+        return None
     if not node_fits_host(node, cpu, mem):
         return None
     if node.taints and not tolerates(job, node):

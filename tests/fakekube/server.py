@@ -190,7 +190,19 @@ class FakeKube:
 
     # ------------------------------------------------------------ world edits
     def _emit(self, kind: str, type_: str, obj: dict) -> None:
-        """Caller holds the lock."""
+        """Caller holds the lock. A Pod about to be removed that still has finalizers
+        stays (k8s.io/apiserver pkg/registry/generic/registry/store.go: Delete removes
+        an object only when its finalizers are empty; otherwise it sets
+        deletionTimestamp and deletionGracePeriodSeconds 0, and the update that empties
+        them removes it, :meth:`patch_pod`): every way the fake removes a Pod goes
+        through here, so every one honours them."""
+        if kind == "pods" and type_ == "DELETED" and obj["metadata"].get("finalizers"):
+            meta = obj["metadata"]
+            meta.setdefault("deletionTimestamp",
+                            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            meta["deletionGracePeriodSeconds"] = 0
+            self.pods[(meta["namespace"], meta["name"])] = obj
+            type_ = "MODIFIED"
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         key = (kind, obj["metadata"].get("namespace"), obj["metadata"].get("name"))
@@ -620,6 +632,61 @@ class FakeKube:
                     self._emit("pods", "MODIFIED", pod)
             return 201, status(201, "", "", name=name)
 
+    def patch_pod(self, ns: str, name: str, body: dict, content_type: str) -> tuple[int, dict]:
+        """PATCH a Pod's metadata: labels and annotations (maps, merged) and finalizers
+        (a JSON merge patch replaces the list; a strategic merge patch may instead
+        delete entries with ``$deleteFromPrimitiveList/finalizers``,
+        k8s.io/apimachinery pkg/util/strategicpatch/patch.go), the metadata a client may
+        change on a Pod (pkg/apis/core/validation ValidatePodUpdate). A Pod being
+        deleted whose finalizers become empty is removed then (store.go Update,
+        ``shouldDeleteDuringUpdate``)."""
+        mime = content_type.split(";")[0].strip()
+        if mime not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            return 415, status(415, "UnsupportedMediaType",
+                               f"the body of the request was in an unknown format - {mime}")
+        meta_patch = body.get("metadata") or {}
+        drop = meta_patch.get("$deleteFromPrimitiveList/finalizers") if mime.startswith(
+            "application/strategic") else None
+        allowed = {"labels", "annotations", "finalizers"}
+        if drop is not None:
+            allowed.add("$deleteFromPrimitiveList/finalizers")
+        if set(body) - {"metadata"} or set(meta_patch) - allowed:
+            return 422, status(422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: '
+                               "pod updates may not change fields other than metadata here")
+        with self.cond:
+            pod = self.pods.get((ns, name))
+            if pod is None:
+                return 404, status(404, "NotFound", f'pods "{name}" not found', name=name)
+            patched = copy.deepcopy(pod)
+            meta = patched["metadata"]
+            for field in ("labels", "annotations"):
+                if field in meta_patch:
+                    merged = dict(meta.get(field) or {})
+                    for k, v in (meta_patch[field] or {}).items():
+                        if v is None:
+                            merged.pop(k, None)
+                        else:
+                            merged[k] = v
+                    meta[field] = merged
+            if "finalizers" in meta_patch:
+                meta["finalizers"] = list(meta_patch["finalizers"] or [])
+            if drop is not None:
+                meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f not in drop]
+            if not meta.get("finalizers"):
+                meta.pop("finalizers", None)
+            # an update of the Pod validates its metadata and spec (the status is the
+            # kubelet's, written through pods/status)
+            problem = invalid({k: v for k, v in patched.items() if k != "status"})
+            if problem:
+                return 422, status(422, "Invalid", f'Pod "{name}" is invalid: {problem}')
+            self.pods[(ns, name)] = patched
+            if (meta.get("deletionTimestamp") and not meta.get("finalizers")
+                    and meta.get("deletionGracePeriodSeconds") == 0):
+                self._emit("pods", "DELETED", self.pods.pop((ns, name)))
+            else:
+                self._emit("pods", "MODIFIED", patched)
+            return 200, copy.deepcopy(patched)
+
     def evict(self, ns: str, name: str, body: dict) -> tuple[int, dict]:
         with self.cond:
             if (ns, name) not in self.pods:
@@ -851,8 +918,15 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._hold()
         self.kube.requests.append(("PATCH", self.path))
-        if not self._extension("PATCH", self._body()):
-            self._send(405, status(405, "MethodNotAllowed", f"PATCH {self.path}"))
+        body = self._body()
+        if self._extension("PATCH", body):
+            return
+        m = POD_PATH.match(urlparse(self.path).path)
+        if m and m.group(2) and not m.group(3):
+            self._send(*self.kube.patch_pod(m.group(1), m.group(2), body,
+                                            self.headers.get("Content-Type", "")))
+            return
+        self._send(405, status(405, "MethodNotAllowed", f"PATCH {self.path}"))
 
     def do_GET(self) -> None:
         url = urlparse(self.path)

@@ -63,7 +63,6 @@ KINDS = {  # (group/version, plural) -> (kind, apiVersion)
 PATH = re.compile(r"^/apis/([^/]+/[^/]+)(?:/namespaces/([^/]+))?/(jobs|jobsets|pytorchjobs)"
                   r"(?:/([^/]+))?$")
 PT_TYPES = ("Master", "Worker")
-POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 
 
 def _now() -> str:
@@ -254,9 +253,6 @@ class Workloads:
 
     # -------------------------------------------------------------- HTTP
     def handle(self, method: str, path: str, query: dict, body: dict) -> tuple[int, dict] | None:
-        pm = POD_PATH.match(path)
-        if pm and method == "PATCH":
-            return self._patch_pod(pm.group(1), pm.group(2), body)
         m = PATH.match(path)
         if not m or (m.group(1), m.group(3)) not in KINDS:
             return None
@@ -323,26 +319,6 @@ class Workloads:
             if o.get(k) != n.get(k) and k != "completions":
                 return f"spec.{k}: field is immutable"
         return None
-
-    def _patch_pod(self, ns: str, name: str, body: dict) -> tuple[int, dict]:
-        """A merge patch of a Pod's labels and annotations (the only metadata a
-        client may change freely, kubernetes ``pkg/apis/core/validation``
-        ``ValidatePodUpdate``)."""
-        with self.kube.cond:
-            pod = self.kube.pods.get((ns, name))
-            if pod is None:
-                return 404, status(404, "NotFound", f'pods "{name}" not found', name=name)
-            if set(body) - {"metadata"} or set(body.get("metadata") or {}) - {
-                    "labels", "annotations"}:
-                return 422, status(422, "Invalid", "only metadata.labels/annotations here")
-            patched = merge_patch(pod, body)
-            err = validate(patched)
-            if err:
-                return 422, status(422, "Invalid", err)
-            pod.clear()
-            pod.update(patched)
-            self.kube._emit("pods", "MODIFIED", pod)
-            return 200, copy.deepcopy(pod)
 
     def create_pod(self, owner: dict, pod: dict) -> None:
         """A controller's Pod (validated; caller holds the lock)."""

@@ -215,7 +215,13 @@ def test_finished_pods_are_deleted_after_the_ttl_and_the_job_forgotten(kube, nod
         for p in kube.gpuq_pods():
             kube.set_pod_phase(p["metadata"]["namespace"], p["metadata"]["name"], "Succeeded")
         got: list[JobStatusEvent] = []
-        wait_until(lambda: got.extend(c.poll_events()) or kube.gpuq_pods() == [])
+
+        def recorded() -> list[JobStatusEvent]:  # the dispatcher's ingest: poll, commit, ack
+            evs = c.poll_events()
+            c.acknowledge(evs)
+            return evs
+
+        wait_until(lambda: got.extend(recorded()) or kube.gpuq_pods() == [])
         assert [e.phase for e in got] == ["succeeded"]
         wait_until(lambda: c.poll_events() == [] and "done" not in c._tracks)
         assert c.running_job_ids() == set()

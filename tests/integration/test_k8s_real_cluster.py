@@ -75,9 +75,17 @@ def cluster(kube: RealKube, nodes: None) -> Iterator[KubernetesCluster]:
     c.close()
 
 
+def _recorded(c: KubernetesCluster) -> list:
+    """What the dispatcher's ingest does each pass: poll the events, commit them, and
+    acknowledge them (gpuq's outcome finalizer then comes off the Pods)."""
+    evs = c.poll_events()
+    c.acknowledge(evs)
+    return evs
+
+
 def _events_until(c: KubernetesCluster, pred, timeout_s: float = 20.0) -> list:  # noqa: ANN001
     got: list = []
-    wait_for(lambda: got.extend(c.poll_events()) or pred(got), timeout_s, "gpuq job events")
+    wait_for(lambda: got.extend(_recorded(c)) or pred(got), timeout_s, "gpuq job events")
     return got
 
 
@@ -311,7 +319,8 @@ def test_graceful_eviction_shows_disruption_target_and_a_terminal_phase_first(ku
     t.start()
     kube.core.create_namespaced_pod_eviction(p["metadata"]["name"], kube.namespace, {
         "metadata": {"name": p["metadata"]["name"]}}, _preload_content=False)
-    t.join(40)
+    # gpuq records the Pod's end (its finalizer holds the object until then)
+    wait_for(lambda: _recorded(cluster) is None or not t.is_alive(), 40, "the Pod deleted")
     stop.set()
     types = [s[0] for s in seen]
     assert types[-1] == "DELETED"
@@ -325,8 +334,10 @@ def test_drain_requeues_the_job_instead_of_failing_it(kube, cluster):
     p = _running(kube, cluster, "drained")
     kube.core.create_namespaced_pod_eviction(p["metadata"]["name"], kube.namespace, {
         "metadata": {"name": p["metadata"]["name"]}}, _preload_content=False)
-    wait_for(lambda: kube.pod(*_ns_name(p)) is None, what="evicted Pod gone")
-    got = _events_until(cluster, lambda g: any(e.phase == "gone" for e in g), timeout_s=10)
+    got = _events_until(cluster, lambda g: any(e.phase == "gone" for e in g), timeout_s=20)
+    # recorded: gpuq's finalizer is off, the object goes
+    wait_for(lambda: _recorded(cluster) is None or kube.pod(*_ns_name(p)) is None,
+             what="evicted Pod gone")
     assert "failed" not in [e.phase for e in got], got
     assert "EvictionByEvictionAPI" in next(e.message for e in got if e.phase == "gone")
 

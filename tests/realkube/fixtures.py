@@ -265,6 +265,15 @@ class RealKube:
         then its Nodes and namespaces."""
         for ns in (self.namespace, *self.extra_namespaces):
             self.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+            for pod in self.core.list_namespaced_pod(ns).items:  # gpuq's outcome finalizer
+                if pod.metadata.finalizers:
+                    try:
+                        self.core.patch_namespaced_pod(pod.metadata.name, ns, {
+                            "metadata": {"finalizers": None}},
+                            _content_type="application/merge-patch+json")
+                    except ApiException as e:
+                        if e.status != 404:
+                            raise
             for svc in self.core.list_namespaced_service(ns).items:
                 self.core.delete_namespaced_service(svc.metadata.name, ns)
         for name in list(self.node_names):

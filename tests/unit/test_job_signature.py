@@ -50,14 +50,14 @@ REDRAW = {
 
 requests = st.builds(
     lambda mode, n, share, mig, units, mem, cpu, gmem, tol, placement, topo, reps, types, pool,
-    speed: job(
+    speed, avoid: job(
         "a",
         **{"whole": {"gpus": n}, "cpu": {"gpus": 0}, "share": {"gpu_share": share},
            "mig": {"mig": mig}, "units": {"gpu_units": units}}[mode],
         min_gpu_memory_gb=gmem, cpu=cpu, memory_gb=mem, placement=placement, topology=topo,
         replicas=reps if mode != "units" else 1, min_available=reps if mode != "units" else 1,
         tolerations=(("gpu", "", ""),) if tol else (), gpu_types=types, pool=pool,
-        speed=speed,
+        speed=speed, avoid_nodes=avoid,
     ),
     st.sampled_from(["whole", "whole", "cpu", "share", "mig", "units"]),
     st.integers(1, 8), st.sampled_from([0.25, 0.5]), st.sampled_from(["3g.40gb", "auto"]),
@@ -66,6 +66,7 @@ requests = st.builds(
     st.sampled_from(["none", "same_node", "same_rack"]), st.integers(1, 3),
     st.sampled_from([(), ("a100-80g",), ("v100-16g", "rtx4090-24g")]),
     st.sampled_from(["p", "q"]), st.sampled_from([(), (("v100-16g", 2.0),)]),
+    st.sampled_from([frozenset(), frozenset({"a0"}), frozenset({"a0", "a1"})]),
 )
 
 
@@ -154,6 +155,7 @@ SCORE_REDRAW = {
     "min_available": st.just(1),
     "allow_mixed_types": st.booleans(),
     "topology": st.sampled_from(["none", "same_node"]),
+    "avoid_nodes": st.sampled_from([frozenset(), frozenset({"a0"})]),
 }
 
 

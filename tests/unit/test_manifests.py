@@ -111,6 +111,7 @@ GPUQ_SA = [{"kind": "ServiceAccount", "name": "gpuq", "namespace": "gpuq"}]
 JOB_RIGHTS = {
     ("pods", "create"), ("pods", "delete"), ("pods", "get"), ("pods", "list"),
     ("pods", "watch"), ("pods/binding", "create"), ("pods/eviction", "create"),
+    ("pods", "patch"),  # gpuq's outcome finalizer comes off (gpuq.io/outcome)
     # the headless Service of a multi-replica job (rendezvous hostnames)
     ("services", "create"), ("services", "delete"), ("services", "get"), ("services", "list"),
     ("events", "create"),  # Events on the job Pods
