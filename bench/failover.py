@@ -8,11 +8,17 @@ submitted at the same instant; the figure is the time until the standby has boun
 job's Pod (it must first notice it leads, reconcile every Pod, then plan and bind). A
 graceful stop (SIGTERM: the leader releases the lock) is timed the same way.
 
-A leader host lost without a FIN cannot be made here (it needs packets dropped): there
-PostgreSQL's own keepalives end the session, 10 s idle + 3 probes x 5 s = 25 s by the
-elector's session settings (gpuq/dispatch/leader.py), before the same takeover.
+``--blackhole``: the leader's session runs through a TCP proxy that goes silent without a
+FIN or an RST (tests/tcp_proxy.py: the proxy's kernel still acknowledges, so no TCP
+timer fires on either side) while the leader keeps re-checking its lock; the figures are
+the seconds until the old leader stopped acting (its check got no answer within
+``check_timeout_s``) and until the standby led (PostgreSQL ended the silent session after
+the lease, ``idle_session_timeout``), for the defaults (lease 60 s, check 10 s) and for
+small settings (lease 3 s, check 1 s). A host lost without a FIN on a direct path is
+noticed sooner, by PostgreSQL's keepalives: 10 s idle + 3 probes x 5 s = 25 s.
 
     TEST_DATABASE_URL=... nice -n 10 .venv/bin/python -m bench.failover --rounds 5
+    TEST_DATABASE_URL=... nice -n 10 .venv/bin/python -m bench.failover --blackhole --rounds 3
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from sqlalchemy.orm import sessionmaker
 
 from gpuq.clock import utcnow
 from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.leader import libpq_dsn
+from gpuq.dispatch.leader import CHECK_TIMEOUT_S, SESSION_OPTIONS, libpq_dsn, session_options
 from gpuq.domain.spec import JobSpec
 from gpuq.store.db import make_engine, make_session_factory
 from gpuq.store.jobs import submit_job
@@ -38,6 +44,7 @@ from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
 from tests.fakekube.fixtures import elector, started_cluster
 from tests.fakekube.objects import article_a100
 from tests.fakekube.server import FakeKube
+from tests.tcp_proxy import leader_blackhole_round
 
 
 class Replica:
@@ -68,10 +75,36 @@ def _bound(kube: FakeKube, job_id: int) -> bool:
                and p["spec"].get("nodeName") for p in kube.gpuq_pods())
 
 
+def blackhole(rounds: int) -> None:
+    """The ``--blackhole`` figures (see the module docstring)."""
+    print(f"machine: {os.cpu_count()} cores, {platform.machine()}, load average "
+          f"{os.getloadavg()[0]:.1f}; leader behind a proxy that goes silent")
+    settings = {
+        "defaults (lease 60 s, check 10 s)": (SESSION_OPTIONS, CHECK_TIMEOUT_S),
+        "small (lease 3 s, check 1 s)": (session_options(1, 1, 2, 2, 3), 1.0),
+    }
+    for url in fresh_database(A100_TRAINING_CONFIG):
+        for name, (options, check) in settings.items():
+            stops, takes = [], []
+            for _ in range(rounds):
+                stopped, taken = leader_blackhole_round(url, options, check, timeout_s=180)
+                assert stopped is not None and taken is not None and stopped <= taken
+                stops.append(stopped)
+                takes.append(taken)
+            print(f"{name}: rounds {rounds}; old leader stopped acting: median "
+                  f"{statistics.median(stops):.2f} s, max {max(stops):.2f} s; standby led: "
+                  f"median {statistics.median(takes):.2f} s, max {max(takes):.2f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--blackhole", action="store_true",
+                    help="the leader's path goes silent without a FIN (see above)")
     args = ap.parse_args()
+    if args.blackhole:
+        blackhole(args.rounds)
+        return
     kube = FakeKube(watch_timeout_s=30)
     kube.start()
     for i in range(4):

@@ -11,6 +11,16 @@ that safe:
   2 h 11 min. The elector's session sets the server's keepalives and
   ``tcp_user_timeout`` itself (:data:`SESSION_OPTIONS`), so PostgreSQL drops a dead
   leader's session within about 25 s and a standby takes the lock.
+* **A leader cut off behind something that still answers TCP stops, and loses the lock.**
+  Between the leader and PostgreSQL there may be a proxy (pgbouncer, a cloud SQL proxy)
+  or a path that accepts bytes and delivers nothing: TCP acknowledges every segment, so
+  neither side's keepalives or ``tcp_user_timeout`` ever fire. Two bounds cover it: every
+  query of the elector must complete within ``check_timeout_s`` (the client cuts its
+  own socket otherwise, and stops leading: it cannot confirm the lock), and the session
+  sets ``idle_session_timeout`` to ``lease_s``, so PostgreSQL ends a session that sent it
+  nothing that long and frees the lock. ``check_timeout_s`` < ``lease_s``: the old
+  leader has stopped acting before a standby can lead. The leader's passes query the
+  session every pass (:meth:`LeaderElector.ensure`, and before every bind and stop).
 * **A deposed leader cannot act.** Each gain of leadership increments a leader epoch
   (a fencing token) in the ``settings`` row ``leader:<name>``. The pass's write
   transactions check it (:meth:`LeaderElector.fence`, holding the row ``FOR SHARE``,
@@ -28,6 +38,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
+import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -41,12 +54,42 @@ log = logging.getLogger(__name__)
 #: the elector session's server-side TCP settings (PostgreSQL GUCs any user may set):
 #: probe after 10 s idle, every 5 s, give up after 3; unacknowledged data for 25 s ends
 #: the session (tcp_user_timeout, Linux). A dead leader's lock goes within ~25 s.
+#: ``idle_session_timeout`` (PostgreSQL >= 14, ms): a session that sent nothing for the
+#: lease (:data:`LEASE_S`) is ended, whatever TCP says.
+LEASE_S = 60.0
+CHECK_TIMEOUT_S = 10.0
 SESSION_OPTIONS = {
     "tcp_keepalives_idle": "10",
     "tcp_keepalives_interval": "5",
     "tcp_keepalives_count": "3",
     "tcp_user_timeout": "25000",
+    "idle_session_timeout": str(int(LEASE_S * 1000)),
 }
+
+
+def session_options(keepalive_idle_s: int = 10, keepalive_interval_s: int = 5,
+                    keepalive_count: int = 3, user_timeout_s: float = 25.0,
+                    lease_s: float = LEASE_S) -> dict[str, str]:
+    """The elector session's settings (the defaults are :data:`SESSION_OPTIONS`)."""
+    return {
+        "tcp_keepalives_idle": str(keepalive_idle_s),
+        "tcp_keepalives_interval": str(keepalive_interval_s),
+        "tcp_keepalives_count": str(keepalive_count),
+        "tcp_user_timeout": str(int(user_timeout_s * 1000)),
+        "idle_session_timeout": str(int(lease_s * 1000)),
+    }
+
+
+def _cut(conn: psycopg.Connection) -> None:
+    """End the client's side of a connection whose query got no answer in time: the
+    waiting call then fails at once (the server, or a proxy that swallows bytes, may
+    never answer)."""
+    with contextlib.suppress(OSError, ValueError):
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
 #: the settings row holding the leader epoch of an elector name
 EPOCH_KEY = "leader:{name}"
 
@@ -80,7 +123,17 @@ class LeaderElector:
         *,
         on_change: Callable[[bool], None] | None = None,
         connect_timeout_s: int = 5,
+        options: dict[str, str] | None = None,
+        check_timeout_s: float = CHECK_TIMEOUT_S,
     ) -> None:
+        # the session's TCP settings and lease (session_options); every query of the
+        # elector must answer within check_timeout_s, which must be under the lease
+        self.options = dict(options or SESSION_OPTIONS)
+        self.check_timeout_s = check_timeout_s
+        lease = int(self.options.get("idle_session_timeout", "0")) / 1000
+        if lease and check_timeout_s >= lease:
+            raise ValueError(f"check_timeout_s {check_timeout_s} must be under the lease "
+                             f"{lease} (idle_session_timeout)")
         self.dsn = libpq_dsn(database_url)
         self.name = name
         self.key = lock_key(name)
@@ -120,19 +173,33 @@ class LeaderElector:
     def _connect(self) -> psycopg.Connection:
         # TCP keepalives on both ends: the client notices a silent network cut, and
         # the server drops the session (and the lock) when the leader host vanishes
-        options = " ".join(f"-c {k}={v}" for k, v in SESSION_OPTIONS.items())
+        o = self.options
+        options = " ".join(f"-c {k}={v}" for k, v in o.items())
         return psycopg.connect(
             self.dsn,
             autocommit=True,
             connect_timeout=self.connect_timeout_s,
             keepalives=1,
-            keepalives_idle=10,
-            keepalives_interval=5,
-            keepalives_count=3,
-            tcp_user_timeout=25000,
+            keepalives_idle=int(o["tcp_keepalives_idle"]),
+            keepalives_interval=int(o["tcp_keepalives_interval"]),
+            keepalives_count=int(o["tcp_keepalives_count"]),
+            tcp_user_timeout=int(o["tcp_user_timeout"]),
             options=options,
             application_name=f"gpuq-leader:{self.name}"[:63],
         )
+
+    def _query(self, q: str, params: tuple = ()) -> Any:
+        """One row of ``q`` on the elector's session, answered within
+        ``check_timeout_s`` or a :class:`psycopg.OperationalError`."""
+        conn = self._conn
+        assert conn is not None
+        timer = threading.Timer(self.check_timeout_s, _cut, args=(conn,))
+        timer.daemon = True
+        timer.start()
+        try:
+            return conn.execute(q, params).fetchone()
+        finally:
+            timer.cancel()
 
     def _next_epoch(self) -> int | None:
         """A new term: increment the leader epoch (on the lock's own session, so it
@@ -167,6 +234,11 @@ class LeaderElector:
             row = connection.execute(q, (self.epoch_key,)).fetchone()
         return int(row[0]) if row and row[0] is not None else None
 
+    def _current_epoch_bounded(self) -> int | None:
+        row = self._query("SELECT (value->>'epoch')::bigint FROM settings WHERE key = %s",
+                          (self.epoch_key,))
+        return int(row[0]) if row and row[0] is not None else None
+
     def fence(self, connection: Any) -> None:
         """Raise :class:`NotLeader` unless this term's epoch is still the current one;
         call inside a write transaction before it commits."""
@@ -185,11 +257,11 @@ class LeaderElector:
         if not self._leader or self._conn is None or self._conn.closed:
             return False
         try:
-            row = self._conn.execute(_HOLDS_LOCK, (self.key, self.key)).fetchone()
+            row = self._query(_HOLDS_LOCK, (self.key, self.key))
             if not (row and row[0] > 0):
                 self._set(False)
                 return False
-            if self.epoch is not None and self.current_epoch(self._conn) != self.epoch:
+            if self.epoch is not None and self._current_epoch_bounded() != self.epoch:
                 self._set(False)
                 return False
         except psycopg.Error as e:
@@ -205,11 +277,11 @@ class LeaderElector:
                 self._conn = self._connect()
             if self._leader:
                 # Still the same live session holding our lock?
-                row = self._conn.execute(_HOLDS_LOCK, (self.key, self.key)).fetchone()
+                row = self._query(_HOLDS_LOCK, (self.key, self.key))
                 if row and row[0] > 0:
                     return True
                 self._set(False)
-            row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
+            row = self._query("SELECT pg_try_advisory_lock(%s)", (self.key,))
             self._set(bool(row and row[0]))
         except psycopg.Error as e:
             log.warning("%s: leader connection failed (%s); not leading", self.name, e)
