@@ -58,20 +58,32 @@ The configuration modelled (the knobs an operator sets are
   ``pkg/scheduler/preemption/preemption.go`` ``fairPreemptions`` runs them.
   Candidates in order: highest share first, lower priority, most recently
   started; the shortest prefix that makes the workload fit is taken, then
-  candidates that turn out unnecessary are put back.
-* **All-or-nothing**: all replicas of a job are placed or none (the
-  ``waitForPodsReady`` semantics), by kube-scheduler's default node scoring
-  (``NodeResourcesFit`` LeastAllocated on CPU and memory).
+  candidates that turn out unnecessary are put back. **Victims are chosen by
+  quota only**: "fits" is ``workloadFits`` of
+  ``pkg/scheduler/preemption/preemption.go`` (v0.17.0), the preemptor's quota
+  against the ClusterQueue's and cohort's available quota once the candidates'
+  usage is removed; where their Pods run is not looked at (node placement is
+  kube-scheduler's, after admission), so the victims may free cards spread over
+  several nodes.
+* **Admission is by quota; the Pods then wait for kube-scheduler.** A workload
+  admitted on a flavor (or whose victims were preempted) holds that quota from
+  then on; its Pods are placed (all replicas or none, by kube-scheduler's
+  default ``NodeResourcesFit`` LeastAllocated scoring) as soon as they fit,
+  before any new admission of a later cycle, and the job starts then. Until
+  then it keeps its quota (no ``waitForPodsReady`` in the configuration
+  modelled, so no timeout evicts it), and the next flavor is not tried (flavor
+  assignment does not look at nodes). A preempted workload holds its quota
+  until its Pods are gone (``pkg/controller/jobframework/reconciler.go``, the
+  eviction branch clears the quota reservation only once the job is no longer
+  active): the victims' quota is not given to anyone else in the cycle that
+  preempts them, only to the preemptor, which admits on it once they are gone
+  (the simulator ends a run at once; the real Pods' termination is the real
+  system's lag).
 
-Left out: Kueue admits by quota and lets kube-scheduler place the pods; when
-the pods cannot be placed (fragmented nodes) the workload would hold its quota
-until the ``waitForPodsReady`` timeout evicts it. Here such a workload is
-simply not admitted in that cycle (it is retried in the next one, and the
-next flavor is not tried, as Kueue's flavor assignment does not look at
-nodes). Preemption and admission happen in the same cycle (Kueue admits once
-the victims are gone). No hierarchical cohorts, no admission checks, no
-partial admission, no topology-aware scheduling; CPU and memory are not
-covered resources (they only constrain the node fit).
+Left out: a workload admitted by quota whose Pods wait is not itself a
+preemption candidate here (Kueue could preempt it). No hierarchical cohorts,
+no admission checks, no partial admission, no topology-aware scheduling; CPU
+and memory are not covered resources (they only constrain the node fit).
 """
 
 from __future__ import annotations
@@ -141,6 +153,8 @@ class KueuePolicy:
         self.weight: dict[str, float] = {}
         self.lendable: dict[str, float] = {}  # resource -> the cohort's total nominal quota
         self.resources = RESOURCES if self.settings.cover_cpu_memory else RESOURCES[:1]
+        #: workloads admitted by quota whose Pods wait for room: job id -> flavor
+        self.reserved: dict[str, str] = {}
 
     # -- configuration ---------------------------------------------------------
     def setup(self, snap: Snapshot) -> None:
@@ -254,16 +268,18 @@ class KueuePolicy:
             self._add(usage, r.request.team, self.held(r, snap))
         state = ClusterState.from_snapshot(snap)
         placer = Placer(snap, state, least_allocated)
+        self._opts = {j.id: type_options(j, snap) for j in snap.pending}
+        self._place_reserved(snap, usage, placer, result)
         queues: dict[str, list[JobRequest]] = defaultdict(list)
         for j in snap.pending:
             self._ensure_team(j.team)
-            queues[j.team].append(j)
+            if j.id not in self.reserved:
+                queues[j.team].append(j)
         for q in queues.values():
             q.sort(key=lambda j: (-j.priority_value, j.submitted_at, j.id))
         pos = dict.fromkeys(queues, 0)
         running = list(snap.running)
         gone: set[str] = set()
-        self._opts = {j.id: type_options(j, snap) for j in snap.pending}
         self._no_victims: set[tuple] = set()  # shapes that found no victims this cycle
         while True:
             heads = [(t, queues[t][i]) for t, i in pos.items() if i < len(queues[t])]
@@ -276,6 +292,53 @@ class KueuePolicy:
                 result.order.append(job.id)
                 self._admit(job, snap, usage, placer, running, gone, result)
         return result
+
+    def _opt_on(self, job: JobRequest, flavor: str) -> TypeOption | None:
+        return next((o for o in self._opts[job.id] if o.gpu_type == flavor), None)
+
+    def _place_reserved(self, snap: Snapshot, usage: Usage, placer: Placer,
+                        result: CycleResult) -> None:
+        """The workloads that hold quota while their Pods wait: charged to their
+        ClusterQueue, and placed (kube-scheduler's queue: priority, then creation)
+        where they fit now."""
+        pending = {j.id: j for j in snap.pending}
+        self.reserved = {i: f for i, f in self.reserved.items() if i in pending}
+        waiting = sorted((pending[i] for i in self.reserved),
+                         key=lambda j: (-j.priority_value, j.submitted_at, j.id))
+        for job in waiting:
+            self._ensure_team(job.team)
+            opt = self._opt_on(job, self.reserved[job.id])
+            if opt is None:  # its request no longer allows the flavor
+                del self.reserved[job.id]
+                continue
+            self._add(usage, job.team, self.demand(job, opt))
+        for job in waiting:
+            opt = self._opt_on(job, self.reserved[job.id]) if job.id in self.reserved else None
+            if opt is None:
+                continue
+            placed = placer.place(job, opt)
+            if placed:
+                del self.reserved[job.id]
+                result.admissions.append(Admission(job.id, placed))
+            else:
+                result.reasons[job.id] = (
+                    f"kueue: admitted by quota on flavor {opt.gpu_type}; its pods wait for "
+                    "room on the nodes")
+
+    def _reserve(self, job: JobRequest, opt: TypeOption, usage: Usage, placer: Placer,
+                 result: CycleResult) -> None:
+        """Admit ``job`` by quota on ``opt``'s flavor: its Pods are placed now if they
+        fit, else it holds the quota until they do (:meth:`_place_reserved`)."""
+        assert opt.gpu_type is not None
+        self._add(usage, job.team, self.demand(job, opt))
+        placed = placer.place(job, opt)
+        if placed:
+            result.admissions.append(Admission(job.id, placed))
+            return
+        self.reserved[job.id] = opt.gpu_type
+        result.reasons[job.id] = (
+            f"kueue: admitted by quota on flavor {opt.gpu_type}; its pods wait for room on "
+            "the nodes")
 
     def _flavor_opts(self, job: JobRequest) -> list[TypeOption]:
         return sorted((o for o in self._opts[job.id] if (o.gpu_type, "gpu") in self.capacity),
@@ -321,14 +384,7 @@ class KueuePolicy:
                 preempt_opt = opt  # whenCanPreempt: TryNextFlavor
         chosen = chosen or borrow_opt
         if chosen is not None:
-            placed = placer.place(job, chosen)
-            if placed:
-                self._add(usage, job.team, self.demand(job, chosen))
-                result.admissions.append(Admission(job.id, placed))
-            else:
-                result.reasons[job.id] = (
-                    f"kueue: quota on flavor {chosen.gpu_type} but its pods do not fit "
-                    "on the nodes")
+            self._reserve(job, chosen, usage, placer, result)
             return
         if preempt_opt is None:
             result.unschedulable[job.id] = "kueue: larger than every allowed flavor"
@@ -338,11 +394,11 @@ class KueuePolicy:
                 f"kueue: flavor {preempt_opt.gpu_type} quota used; nothing may be preempted")
 
     # -- preemption ----------------------------------------------------------------
-    def _fits(self, job: JobRequest, opt: TypeOption, usage: Usage, placer: Placer,
-              victims: list[RunningJob]) -> bool:
-        if self.quota_mode(job.team, self.demand(job, opt), usage) not in ("fit", "borrow"):
-            return False
-        return placer.fits_without(job, opt, victims)
+    def _fits(self, job: JobRequest, opt: TypeOption, usage: Usage) -> bool:
+        """``workloadFits`` (pkg/scheduler/preemption/preemption.go): the workload's
+        quota against what is available once the candidates' usage is removed from
+        ``usage``; quota only, not where the candidates' Pods run."""
+        return self.quota_mode(job.team, self.demand(job, opt), usage) in ("fit", "borrow")
 
     def _preempt_for(self, job: JobRequest, opt: TypeOption, snap: Snapshot, usage: Usage,
                      placer: Placer, running: list[RunningJob], gone: set[str],
@@ -390,7 +446,7 @@ class KueuePolicy:
             why[r.request.id] = reason
             self._add(usage, r.request.team, held[r.request.id], -1.0)
 
-        fits = self._fits(job, opt, usage, placer, victims)
+        fits = self._fits(job, opt, usage)
         for r in cands:
             if fits:
                 break
@@ -415,7 +471,7 @@ class KueuePolicy:
                     retry.append(r)
                     continue
                 take(r, f"kueue: fair sharing on {f} for team {team}")
-            fits = self._fits(job, opt, usage, placer, victims)
+            fits = self._fits(job, opt, usage)
         if not fits and len(self.settings.strategies) > 1 and retry:
             # the second strategy, LessThanInitialShare, over the candidates the first
             # rejected: queues by share, highest first; at most one workload per queue
@@ -431,7 +487,7 @@ class KueuePolicy:
                 done.add(y)
                 if mine_after < self.share(y, usage) - EPS:
                     take(r, f"kueue: fair sharing on {f} for team {team}")
-                    fits = self._fits(job, opt, usage, placer, victims)
+                    fits = self._fits(job, opt, usage)
         if not fits or not victims:
             for v in victims:
                 self._add(usage, v.request.team, held[v.request.id])
@@ -439,19 +495,16 @@ class KueuePolicy:
         for v in reversed(list(victims)):  # put back what turns out unnecessary
             rest = [x for x in victims if x is not v]
             self._add(usage, v.request.team, held[v.request.id])
-            if self._fits(job, opt, usage, placer, rest):
+            if self._fits(job, opt, usage):
                 victims = rest
             else:
                 self._add(usage, v.request.team, held[v.request.id], -1.0)
         placer.remove(victims)
-        placed = placer.place(job, opt)
-        if not placed:  # cannot happen: _fits checked the same state
-            raise AssertionError("kueue: preemption left the workload unplaceable")
         for v in victims:
             gone.add(v.request.id)
             result.preemptions.append(Preemption(v.request.id, why[v.request.id], by_job=job.id))
-        self._add(usage, team, need)
-        result.admissions.append(Admission(job.id, placed))
+        # the victims' quota goes to the preemptor only; its Pods start where they fit
+        self._reserve(job, opt, usage, placer, result)
         return True
 
 
