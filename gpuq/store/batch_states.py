@@ -135,6 +135,8 @@ def _bind_spec(r: Any) -> dict[str, Any]:
         spec["duration_estimate_s"] = r.duration
     if r.pod_template is not None:
         spec["pod_template"] = r.pod_template
+    if r.labels:  # the job's labels go on its Pods
+        spec["labels"] = r.labels
     main = {k: v for k, v in (("cpu", r.main_cpu), ("memory_gb", r.main_memory_gb))
             if v is not None}
     if main:

@@ -133,6 +133,7 @@ _UPDATE = text(
     RETURNING j.id, v.old, {", ".join(f"j.{c}" for c in RETURNED)}, j.name, j.team, j.pool,
         j.priority, j.spec -> 'duration_estimate_s' AS duration,
         j.spec -> 'pod_template' AS pod_template,
+        j.spec -> 'labels' AS labels,
         j.spec -> 'resources' -> 'cpu' AS main_cpu,
         j.spec -> 'resources' -> 'memory_gb' AS main_memory_gb,
         j.submitted_by, j.idempotency_key
@@ -158,8 +159,8 @@ _END_LEASES = text(
 def apply_changes(conn: Connection, changes: Sequence[Change], now: datetime) -> dict[int, Row]:
     """Apply every allowed change (one per job) in a few statements; returns the
     changed jobs' rows (``old`` status, the new values of :data:`RETURNED`, and
-    what a bind reads: name, team, pool, priority, duration, pod_template, the main
-    container's CPU and memory)."""
+    what a bind reads: name, team, pool, priority, duration, pod_template, labels, the
+    main container's CPU and memory)."""
     by_id = {c.job_id: c for c in changes}
     if not by_id:
         return {}

@@ -277,3 +277,24 @@ def test_gang_failure_policy_restarts_the_whole_gang_or_fails_it(kube, db_url, s
                    if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
         assert running == []  # nothing is left holding GPUs
         assert kube.services == {}
+
+
+def test_a_jobs_labels_are_on_its_pods(kube, db_url, sf):
+    """The labels a job asks for reach its Pods through a normal pass (the batch
+    admission's bind read only part of the spec and dropped them)."""
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    d = Dispatcher(sf, c, elector=elector(db_url), grace_seconds=5)
+    try:
+        with sf() as s:
+            spec = JobSpec.model_validate({
+                "name": "tagged", "team": "nlp", "labels": {"example.com/run": "r7"},
+                "resources": {"gpus": 1, "gpu_types": ["a100-80g"]}})
+            submit_job(s, spec, now=utcnow())
+            s.commit()
+        d.run_once()
+        pods = kube.gpuq_pods()
+        assert len(pods) == 1 and pods[0]["metadata"]["labels"]["example.com/run"] == "r7"
+    finally:
+        d.elector.release()
+        c.close()
