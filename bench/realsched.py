@@ -22,6 +22,16 @@ systems they model. One run of this command:
      so each Job is created suspended with ``kueue.x-k8s.io/queue-name`` (what Kueue's
      Job webhook defaults);
    - ``kube-scheduler``: its default profile, no queue (the Jobs are created running);
+   - ``gpuq``: gpuq itself, its dispatcher (gpuq/dispatch) with the Kubernetes backend
+     (gpuq/cluster/kubernetes.py) talking to the same API server with its own
+     ServiceAccount (k8s/rbac.yaml), its store a fresh PostgreSQL database configured
+     with the scenario's GPU types, pools and teams (``TEST_DATABASE_URL``'s server); each
+     job is submitted to the store at its submit time (the API's path, ``submit_jobs``)
+     and gpuq creates and binds its Pods. The dispatcher reads a compressed clock
+     (scenario time: wall time times the speed-up) so its time-based rules (estimates,
+     aging, the thrash window, the descheduler's interval) run in scenario time as in
+     ``gpuq simulate``; it passes at the production interval (``GPUQ_DISPATCH_INTERVAL``,
+     1 s of wall time);
 
 3. replays the scenario's jobs in compressed time: each job is a ``batch/v1`` Job
    (parallelism = completions = replicas, ``nvidia.com/gpu`` per Pod, node affinity on
@@ -53,24 +63,37 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client
+from sqlalchemy import select
 
+from gpuq.clock import utcnow
+from gpuq.dispatch.descheduler import Descheduler
+from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.domain.config import load_config
+from gpuq.domain.spec import JobSpec
 from gpuq.scheduling.filters import allowed_types
 from gpuq.scheduling.model import Snapshot
 from gpuq.simulate.baselines.kueue import KueuePolicy, KueueSettings
 from gpuq.simulate.policies import make_policy
 from gpuq.simulate.replay import ScenarioModel, SimJob, SimulationResult, Simulator, to_json
+from gpuq.store.db import make_engine, make_session_factory
+from gpuq.store.jobs import submit_jobs
+from gpuq.store.node_rows import gpu_type_configs
+from gpuq.store.orm import JobRow
+from tests.fakekube.db import fresh_database
+from tests.fakekube.fixtures import elector, make_cluster
 from tests.realkube.control_plane import KWOK_NODE_LABEL, REPO, free_port, running_control_plane
-from tests.realkube.fixtures import Session, wait_for
+from tests.realkube.fixtures import RealKube, Session, wait_for
 
-SYSTEMS = ("kueue", "kube-scheduler")
+SYSTEMS = ("kueue", "kube-scheduler", "gpuq")
 #: the model of each system in gpuq/simulate/policies (kube-scheduler has none)
-MODEL_OF = {"kueue": "kueue"}
+MODEL_OF = {"kueue": "kueue", "gpuq": "gpuq"}
+JOB_LABEL = "gpuq.bench/job"
 KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COHORT = "gpuq-teams"
@@ -105,12 +128,18 @@ class Scenario:
 
     model: ScenarioModel
     products: dict[str, str]
+    #: the scenario's configuration without its nodes and jobs (gpuq's store gets it;
+    #: on Kubernetes the nodes come from the cluster, the jobs are submitted)
+    config_text: str = ""
 
     @classmethod
     def load(cls, path: Path) -> Scenario:
         cfg = load_config(path)
+        doc = yaml.safe_load(path.read_text())
+        conf = {k: v for k, v in doc.items() if k not in ("nodes", "jobs")}
         return cls(ScenarioModel.from_config(cfg),
-                   {t.name: t.product or t.name for t in cfg.gpu_types})
+                   {t.name: t.product or t.name for t in cfg.gpu_types},
+                   yaml.safe_dump(conf))
 
 
 def kwok_nodes(sc: Scenario) -> list[dict]:
@@ -370,12 +399,7 @@ def replay(s: Session, sc: Scenario, system: str, speedup: float, timeout_s: flo
                     _stop(j, life, t, finished=False)
                 events.append({"t": t, "type": "preempt", "job": name})
             if not life.running and ready >= (j.spec.replicas or 1) and not suspended:
-                life.running, life.run_since = True, t
-                j.wait_s += t - life.pending_since
-                j.start_s = t
-                if j.first_start_s is None:
-                    j.first_start_s = t
-                j.status = "running"
+                _run(j, life, t)
                 events.append({"t": t, "type": "start", "job": name})
             if done:
                 if not life.running:  # started and ended between two polls
@@ -393,7 +417,143 @@ def replay(s: Session, sc: Scenario, system: str, speedup: float, timeout_s: flo
             name = (p.metadata.labels or {}).get("gpuq.bench/job")
             if name in lives and p.spec.node_name:
                 lives[name].types.append(type_of_node.get(p.spec.node_name) or "")
-    end = now()
+    return _result(sim, jobs, lives, events, system, speedup, now())
+
+
+# ------------------------------------------------------------------ gpuq itself
+def gpuq_spec(j: SimJob, speedup: float) -> JobSpec:
+    """A scenario job as its team submits it to gpuq: the scenario's spec less the
+    scenario-only fields, its Pods labelled with the job's name and told (kwok) to
+    succeed after the job's run time divided by the speed-up."""
+    body = j.spec.model_dump(mode="json", exclude_unset=True,
+                             exclude={"submit_at_s", "runtime_s", "speed"})
+    return JobSpec.model_validate({
+        **body, "labels": {**j.spec.labels, JOB_LABEL: j.spec.name},
+        "pod_template": {"metadata": {"annotations": {
+            "outcome.gpuq.test/end": "Succeeded",
+            "outcome.gpuq.test/run-for": f"{j.runtime_s / speedup:.3f}s"}}}})
+
+
+def replay_gpuq(s: Session, sc: Scenario, speedup: float, timeout_s: float) -> dict:
+    """Replay ``sc`` with gpuq's dispatcher and Kubernetes backend on the running
+    cluster; the result document of ``gpuq simulate`` (recorded as :func:`replay` does:
+    admission = gpuq bound the job's Pods, start = all of them ready, end = the job
+    succeeded in gpuq's store, a preemption = its preemption count grew)."""
+    model = sc.model
+    sim = Simulator(model, make_policy("fifo-typed"), "fifo-typed")  # its jobs, not its run
+    jobs = sorted(sim.jobs, key=lambda j: (j.submit_s, j.index))
+    by_name = {j.spec.name: j for j in jobs}
+    lives = {j.spec.name: Life() for j in jobs}
+    type_of_node = {n.name: n.gpu_type for n in model.cluster.nodes}
+    events: list[dict] = []
+    kube = RealKube(s)
+    db = fresh_database(sc.config_text)
+    url = next(db)
+    engine = make_engine(url, pool_size=6)
+    sf = make_session_factory(engine)
+    base, m0 = utcnow(), time.monotonic()
+
+    def clock() -> datetime:  # scenario time, compressed
+        return base + timedelta(seconds=(time.monotonic() - m0) * speedup)
+
+    def now() -> float:
+        return (time.monotonic() - m0) * speedup
+
+    with sf() as ses:
+        types = gpu_type_configs(ses)
+    c = make_cluster(kube)
+    c.set_gpu_types(types)
+    c.start(wait_s=120)
+    # 30 s of wall time before a Pod counts as gone (the dispatcher reads scenario time)
+    d = Dispatcher(sf, c, clock=clock, interval=1.0, elector=elector(url),
+                   grace_seconds=30 * speedup)
+    cfg = model.cluster.scheduler
+    if cfg.descheduler and cfg.descheduler_interval_s > 0:  # as the simulator runs it
+        d.add_step(Descheduler(d, interval=cfg.descheduler_interval_s / speedup))
+    loop = threading.Thread(target=d.start, daemon=True, name="gpuq-dispatcher")
+
+    def submit() -> None:
+        for j in jobs:
+            delay = m0 + j.submit_s / speedup - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            with sf() as ses:
+                submit_jobs(ses, [gpuq_spec(j, speedup)], now=clock())
+                ses.commit()
+            d.wake()
+
+    try:
+        loop.start()
+        th = threading.Thread(target=submit, daemon=True)
+        th.start()
+        deadline = time.monotonic() + timeout_s
+        seen_preempt: dict[str, int] = {}
+        while time.monotonic() < deadline:
+            t = now()
+            with sf() as ses:
+                rows = ses.execute(select(JobRow.name, JobRow.status, JobRow.admitted_at,
+                                          JobRow.preemption_count)).all()
+            ready: dict[str, int] = {}
+            for p in s.core.list_namespaced_pod(kube.namespace,
+                                                label_selector=JOB_LABEL).items:
+                name = p.metadata.labels[JOB_LABEL]
+                if name in lives and p.spec.node_name:  # gpuq deletes finished Pods
+                    lives[name].types.append(type_of_node.get(p.spec.node_name) or "")
+                if p.metadata.deletion_timestamp is None and any(
+                        cd.type == "Ready" and cd.status == "True"
+                        for cd in (p.status.conditions or [])):
+                    ready[name] = ready.get(name, 0) + 1
+            for name, status, admitted_at, preempted in rows:
+                j, life = by_name[name], lives[name]
+                if j.status == "waiting":
+                    j.status, life.pending_since = "pending", j.submit_s
+                if j.status == "succeeded":
+                    continue
+                if preempted > seen_preempt.get(name, 0):
+                    seen_preempt[name] = preempted
+                    life.admitted = False
+                    if life.running:
+                        j.preemptions += 1
+                        _stop(j, life, t, finished=False)
+                    events.append({"t": t, "type": "preempt", "job": name})
+                if not life.admitted and admitted_at is not None and status in (
+                        "admitted", "running", "succeeded"):
+                    life.admitted = True
+                    events.append({"t": t, "type": "admit", "job": name})
+                if not life.running and ready.get(name, 0) >= (j.spec.replicas or 1):
+                    _run(j, life, t)
+                    events.append({"t": t, "type": "start", "job": name})
+                if status == "succeeded":
+                    if not life.running:  # started and ended between two polls
+                        _run(j, life, t)
+                    _stop(j, life, t, finished=True)
+                    events.append({"t": t, "type": "finish", "job": name})
+            if all(j.status == "succeeded" for j in jobs):
+                break
+            time.sleep(POLL_S)
+    finally:
+        d.stop()
+        loop.join(30)
+        if d.elector is not None:
+            d.elector.release()
+        c.close()
+        engine.dispose()
+        kube.core.delete_collection_namespaced_pod(kube.namespace, grace_period_seconds=0)
+        db.close()
+    return _result(sim, jobs, lives, events, "gpuq", speedup, now())
+
+
+def _run(j: SimJob, life: Life, t: float) -> None:
+    life.running, life.run_since = True, t
+    j.wait_s += t - life.pending_since
+    j.start_s = t
+    if j.first_start_s is None:
+        j.first_start_s = t
+    j.status = "running"
+
+
+def _result(sim: Simulator, jobs: list[SimJob], lives: dict[str, Life], events: list[dict],
+            system: str, speedup: float, end: float) -> dict:
     for j in jobs:
         if j.status in ("pending", "waiting"):
             j.wait_s += end - lives[j.spec.name].pending_since
@@ -503,8 +663,11 @@ def run(scenario: Path, system: str, speedup: float, timeout_s: float) -> dict:
         for team in sorted({sp.team for sp in model.specs} | set(model.cluster.teams)):
             s.core.create_namespace({"metadata": {"name": team_ns(team)}})
             wait_for(lambda t=team: _has_default_sa(s, team_ns(t)), 60, "default ServiceAccount")
-        with running_kueue(s, sc) if system == "kueue" else contextlib.nullcontext():
-            doc = replay(s, sc, system, speedup, timeout_s)
+        if system == "gpuq":
+            doc = replay_gpuq(s, sc, speedup, timeout_s)
+        else:
+            with running_kueue(s, sc) if system == "kueue" else contextlib.nullcontext():
+                doc = replay(s, sc, system, speedup, timeout_s)
         cp.check_alive()
     doc["scenario"] = str(scenario)
     return doc

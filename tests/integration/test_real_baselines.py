@@ -3,7 +3,8 @@ are ``make fidelity``): real Kueue, built from its module (``make kueue-bin``), 
 control plane with kwok GPU nodes, replays a three-job borrow-and-reclaim scenario in
 compressed time, and our Kueue model (gpuq/simulate/baselines/kueue.py) makes the same
 decisions: the borrower's job is preempted when the lender asks for its nominal quota,
-and the lender's job starts then.
+and the lender's job starts then. gpuq itself (its dispatcher and Kubernetes backend)
+replays the same scenario on the same kind of cluster, recorded as the same document.
 
 Skips loudly without the binaries: GPUQ_REQUIRE_REAL_KUBE=1 turns a missing control
 plane into a failure, as for the other real-cluster tests, and GPUQ_REQUIRE_REAL_KUEUE=1
@@ -64,9 +65,10 @@ def test_kueue_configuration_follows_the_model(tmp_path: Path):
         assert quota == {"v100-32g": "2000m", "a100-80g": "4000m"}  # half of 4 and of 8
 
 
-def _binaries() -> None:
+def _binaries(kueue: bool = True) -> None:
     for find, missing, strict in ((find_binaries, MissingBinaries, "GPUQ_REQUIRE_REAL_KUBE"),
-                                  (find_kueue, MissingKueue, "GPUQ_REQUIRE_REAL_KUEUE")):
+                                  (find_kueue, MissingKueue, "GPUQ_REQUIRE_REAL_KUEUE")
+                                  )[:2 if kueue else 1]:
         try:
             find()
         except missing as e:
@@ -90,5 +92,25 @@ def test_real_kueue_reclaims_as_the_model_does(tmp_path: Path):
     assert jobs["borrows"]["preemptions"] >= 1
     assert jobs["nominal"]["first_start_s"] < jobs["borrows"]["end_s"]
     assert jobs["anywhere"]["gpu_types"] == ["v100-32g"]  # the first flavor
+    ag = agreement(real, modelled, tolerance_s=100.0)
+    assert ag["victims"] == 1.0 and ag["types"] == 1.0, ag
+
+
+def test_real_gpuq_records_the_same_document_as_its_simulation(tmp_path: Path):
+    """gpuq itself in the harness: its dispatcher and Kubernetes backend on the same
+    control plane and kwok nodes replay the scenario, and the recording is the document
+    ``gpuq simulate`` writes; every job ran, each on a type its request allows, and the
+    decisions are the simulated gpuq's (same victims, same GPU types)."""
+    _binaries(kueue=False)
+    f = tmp_path / "s.yaml"
+    f.write_text(SCENARIO)
+    real = run(f, "gpuq", speedup=25.0, timeout_s=240)
+    jobs = {j["name"]: j for j in real["jobs"]}
+    assert all(j["status"] == "succeeded" for j in jobs.values()), jobs
+    modelled = model_doc(Scenario.load(f).model, "gpuq")
+    assert set(real["summary"]) == set(modelled["summary"])
+    assert set(real["jobs"][0]) == set(modelled["jobs"][0])
+    assert jobs["borrows"]["gpu_types"] == jobs["nominal"]["gpu_types"] == ["a100-80g"]
+    assert all(j["first_start_s"] is not None for j in jobs.values())
     ag = agreement(real, modelled, tolerance_s=100.0)
     assert ag["victims"] == 1.0 and ag["types"] == 1.0, ag
