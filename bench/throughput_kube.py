@@ -12,29 +12,44 @@ A100-80GB node, then measures, on the same Nodes one after the other:
   would cap it at 50 binds/s) unless ``--scheduler-default-qps``.
 - ``gpuq``: the same backlog submitted to gpuq's store (4 teams, fair sharing on, as
   configured below) before the dispatcher starts; the dispatcher (gpuq/dispatch) creates
-  each Pod and binds it through pods/binding; Pods/s = backlog / (first pass -> last Pod
-  bound). With ``--gangs`` also that many 8-Pod gangs (one GPU per Pod), gangs/s. Once
-  per ``--bind-workers`` value (GPUQ_K8S_BIND_WORKERS; 1 binds one job after another,
-  as the dispatcher did before parallel binds), so old and new run in one run.
+  each Pod and binds it; Pods/s = backlog / (first pass -> last Pod bound). With
+  ``--gangs`` also that many 8-Pod gangs (one GPU per Pod), gangs/s. Once per
+  ``--bind-workers`` value (GPUQ_K8S_BIND_WORKERS; 1 binds one job after another, as
+  the dispatcher did before parallel binds).
+
+Each gpuq phase runs in a process of its own (``--phase``, this file run with the
+``gpuq`` package of a tree): this tree's, and with ``--baseline-tree PATH`` first that
+tree's (a checkout of the old commit, e.g. ``git worktree add /tmp/gpuq-old main``), so
+old and new code run on the same control plane and Nodes in one run. ``--profile N``
+profiles each gpuq phase (cProfile; binds in the pass's own thread only with one bind
+worker) and prints its N costliest functions.
 
 Bound times come from one Pod watch per phase (spec.nodeName first seen). The control
 plane's own CPU seconds per phase (from /proc of each process) are printed beside.
 Needs the binaries (``make kube-bin``) and TEST_DATABASE_URL (a PostgreSQL server).
 
-    nice -n 10 .venv/bin/python bench/throughput_kube.py --nodes 200 --pods 2000
+    nice -n 10 .venv/bin/python -m bench.throughput_kube --nodes 200 --pods 2000
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
+import io
 import json
 import os
 import platform
+import pstats
 import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
@@ -47,9 +62,9 @@ from gpuq.store.node_rows import gpu_type_configs
 from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import elector, make_cluster
 from tests.realkube.control_plane import KWOK_NODE_LABEL, running_control_plane
-from tests.realkube.fixtures import RealKube, Session, wait_for
+from tests.realkube.fixtures import RealKube, Session, api_client, wait_for
 
-GPUS_PER_NODE = 8
+GPUS_PER_NODE = 8  # --gpus-per-node: a backlog larger than 8 x nodes needs more per node
 TEAMS = ("nlp", "vision", "speech", "recsys")
 #: the restricted Pod Security profile's container fields (the job namespace enforces it)
 SC = {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
@@ -70,20 +85,19 @@ teams:
 """
 
 
-def gfd_node(name: str) -> dict:
-    """A kwok Node as GPU Feature Discovery labels an 8 x A100-80GB machine."""
-    cap = {"cpu": "128", "memory": "1024Gi", "pods": "110",
-           "nvidia.com/gpu": str(GPUS_PER_NODE)}
+def gfd_node(name: str, gpus: int = GPUS_PER_NODE) -> dict:
+    """A kwok Node as GPU Feature Discovery labels a ``gpus`` x A100-80GB machine."""
+    cap = {"cpu": "128", "memory": "1024Gi", "pods": "250", "nvidia.com/gpu": str(gpus)}
     return {"metadata": {"name": name, "labels": {
         KWOK_NODE_LABEL: "true", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
-        "nvidia.com/gpu.memory": "81920", "nvidia.com/gpu.count": str(GPUS_PER_NODE)}},
+        "nvidia.com/gpu.memory": "81920", "nvidia.com/gpu.count": str(gpus)}},
         "status": {"capacity": cap, "allocatable": cap}}
 
 
 class BindWatch:
     """The time each Pod of ``namespace`` was first seen bound (one raw watch)."""
 
-    def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
+    def __init__(self, core: Any, namespace: str) -> None:
         self.core, self.namespace = core, namespace
         self.bound: dict[str, float] = {}
         self._stop = threading.Event()
@@ -140,9 +154,35 @@ def bench_kube_scheduler(s: Session, kube: RealKube, n: int) -> tuple[float, str
     return rate, cost
 
 
-def bench_gpuq(s: Session, kube: RealKube, nodes: int, n: int,
-               replicas: int, workers: int) -> tuple[float, str]:
-    db = fresh_database(config(nodes * GPUS_PER_NODE))
+def cpu_of(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU seconds of each process so far (/proc/PID/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[name] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+class _Kube:
+    """What tests.fakekube.fixtures.make_cluster reads of a cluster: gpuq's client and
+    its settings (the job namespace)."""
+
+    def __init__(self, p: dict) -> None:
+        self.p = p
+        self.settings = {"namespace": p["namespace"]}
+
+    def gpuq_api_client(self) -> client.ApiClient:
+        return api_client(self.p["url"], self.p["token"], Path(self.p["ca_file"]))
+
+
+def gpuq_phase(p: dict) -> dict:
+    """One gpuq phase (run by ``--phase`` in a process of its own, so the ``gpuq`` on
+    its path is the tree's under test): the backlog in a fresh store, the dispatcher
+    passing until every Pod is bound; the rate and the control plane's CPU seconds."""
+    n, replicas, nodes = p["count"], p["replicas"], p["nodes"]
+    db = fresh_database(config(nodes * p["gpus_per_node"]))
     url = next(db)
     engine = make_engine(url, pool_size=6)
     sf = make_session_factory(engine)
@@ -155,30 +195,77 @@ def bench_gpuq(s: Session, kube: RealKube, nodes: int, n: int,
             submit_jobs(ses, specs[i:i + 500], now=utcnow())
         ses.commit()
         types = gpu_type_configs(ses)
+    kube = _Kube(p)
     c = make_cluster(kube)
     # binds in flight at once (GPUQ_K8S_BIND_WORKERS; 1: the dispatcher before parallel binds)
-    c.capabilities = replace(c.capabilities, bind_workers=workers)
+    c.capabilities = replace(c.capabilities, bind_workers=p["workers"])
     c.set_gpu_types(types)
-    c.start(wait_s=120)
-    wait_for(lambda: len(c.list_nodes()) == nodes, 60, "gpuq sees the nodes")
-    watch = BindWatch(s.core, kube.namespace)
+    c.start(wait_s=300)
+    wait_for(lambda: len(c.list_nodes()) == nodes, 300, "gpuq sees the nodes")
+    admin = client.CoreV1Api(api_client(p["url"], p["admin_token"], Path(p["ca_file"])))
+    watch = BindWatch(admin, p["namespace"])
     d = Dispatcher(sf, c, elector=elector(url), grace_seconds=2)
-    cpu0, t0 = s.cp.cpu_seconds(), time.monotonic()
+    prof = cProfile.Profile() if p["profile"] else None
+    passes = 0
+
+    def one_pass() -> bool:
+        nonlocal passes
+        passes += 1
+        d.run_once()
+        return len(watch.bound) >= n * replicas
+
+    cpu0, t0 = cpu_of(p["pids"]), time.monotonic()
     try:
-        wait_for(lambda: d.run_once() or len(watch.bound) >= n * replicas, 120 + n * replicas / 5,
-                 "gpuq bound all")
-        rate = n / (max(watch.bound.values()) - t0)
-        cost = cpu_delta(cpu0, s.cp.cpu_seconds())
+        if prof is not None:
+            prof.enable()
+        wait_for(one_pass, 120 + n * replicas / 5, "gpuq bound all")
+        if prof is not None:
+            prof.disable()
+        took = max(watch.bound.values()) - t0
+        cpu1 = cpu_of(p["pids"])
     finally:
         watch.stop()
         d.elector.release()
         c.close()
         engine.dispose()
-        kube.core.delete_collection_namespaced_pod(kube.namespace, grace_period_seconds=0)
-        wait_for(lambda: not s.core.list_namespaced_pod(kube.namespace, limit=1).items, 120,
+        admin.delete_collection_namespaced_pod(p["namespace"], grace_period_seconds=0)
+        wait_for(lambda: not admin.list_namespaced_pod(p["namespace"], limit=1).items, 300,
                  "pods deleted")
         db.close()
-    return rate, cost
+    out: dict[str, Any] = {"rate": n / took, "passes": passes,
+                           "cpu": {k: cpu1[k] - cpu0.get(k, 0) for k in cpu1}}
+    if prof is not None:
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(p["profile"])
+        out["profile"] = buf.getvalue()
+    return out
+
+
+def bench_gpuq(s: Session, kube: RealKube, tree: Path, **phase: Any) -> tuple[float, str]:
+    """:func:`gpuq_phase` in a process running ``tree``'s gpuq package (this file's own
+    code for the phase, so the phase is the same for every tree)."""
+    cp = s.cp
+    p = {**phase, "url": cp.url, "token": s.gpuq_token, "admin_token": cp.admin_token,
+         "ca_file": str(cp.ca_file), "namespace": kube.namespace,
+         "pids": {k: v.pid for k, v in cp.procs.items()}}
+    env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--phase", json.dumps(p)],
+                       env=env, cwd=tree, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"gpuq phase on {tree} failed:\n{r.stderr[-4000:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    if out.get("profile"):
+        print(out["profile"])
+    cost = ", ".join(f"{k} {v:.1f}" for k, v in out["cpu"].items())
+    return out["rate"], f"{cost} ({out['passes']} passes)"
+
+
+def tree_name(tree: Path) -> str:
+    r = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                       capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "gpuq"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return (r.stdout.strip() or str(tree)) + ("+changes" if dirty else "")
 
 
 def main() -> None:
@@ -187,21 +274,32 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--gangs", type=int, default=0, help="8-Pod gangs for gpuq (0: none)")
     ap.add_argument("--scheduler-default-qps", action="store_true")
-    ap.add_argument("--bind-workers", default="1,16",
+    ap.add_argument("--bind-workers", default="16",
                     help="gpuq phases, one per value of GPUQ_K8S_BIND_WORKERS (1: binds in "
-                    "turn, the code before parallel binds; default 1,16)")
+                    "turn, the code before parallel binds; default 16, the default setting)")
+    ap.add_argument("--gpus-per-node", type=int, default=GPUS_PER_NODE)
+    ap.add_argument("--baseline-tree", type=Path,
+                    help="also run the gpuq phases with this checkout's gpuq package, first")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="cProfile each gpuq phase, print its N costliest functions")
+    ap.add_argument("--no-kube-scheduler", action="store_true")
+    ap.add_argument("--phase", help=argparse.SUPPRESS)  # one gpuq phase (bench_gpuq)
     a = ap.parse_args()
-    if max(a.pods, 8 * a.gangs) > a.nodes * GPUS_PER_NODE:  # phases run one after another
+    if a.phase:
+        print(json.dumps(gpuq_phase(json.loads(a.phase))))
+        return
+    gpn = a.gpus_per_node
+    if max(a.pods, 8 * a.gangs) > a.nodes * gpn:  # phases run one after another
         raise SystemExit("backlog larger than the cluster's GPUs: every Pod must fit")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores (shared), "
-          f"load {os.getloadavg()[0]:.1f}; {a.nodes} kwok nodes x {GPUS_PER_NODE} GPUs")
+          f"load {os.getloadavg()[0]:.1f}; {a.nodes} kwok nodes x {gpn} GPUs")
     with running_control_plane(node_lease_s=40, node_grace_s=120,
                                scheduler_qps=0 if a.scheduler_default_qps else 1000) as cp:
         s = Session(cp)
         kube = RealKube(s)
         t = time.monotonic()
         with ThreadPoolExecutor(8) as ex:
-            list(ex.map(lambda i: s.core.create_node(gfd_node(f"gpu-{i}"),
+            list(ex.map(lambda i: s.core.create_node(gfd_node(f"gpu-{i}", gpn),
                                                      _preload_content=False), range(a.nodes)))
 
         def ready() -> bool:
@@ -210,16 +308,23 @@ def main() -> None:
                            for c in (n.status.conditions or [])) for n in items) == a.nodes
         wait_for(ready, 300, "nodes Ready")
         print(f"{a.nodes} nodes Ready in {time.monotonic() - t:.1f} s")
+        print(f"load before the phases: {os.getloadavg()[0]:.1f}")
         rows = []
-        rate, cost = bench_kube_scheduler(s, kube, a.pods)
-        rows.append(("kube-scheduler (default profile)", "1-Pod jobs", a.pods, rate, cost))
-        for w in (int(x) for x in a.bind_workers.split(",")):
-            who = f"gpuq (4 teams, fair share), {w} bind worker{'s' if w > 1 else ''}"
-            rate, cost = bench_gpuq(s, kube, a.nodes, a.pods, 1, w)
-            rows.append((who, "1-Pod jobs", a.pods, rate, cost))
-            if a.gangs:
-                rate, cost = bench_gpuq(s, kube, a.nodes, a.gangs, 8, w)
-                rows.append((who, "8-Pod gangs", a.gangs, rate, cost))
+        if not a.no_kube_scheduler:
+            rate, cost = bench_kube_scheduler(s, kube, a.pods)
+            rows.append(("kube-scheduler (default profile)", "1-Pod jobs", a.pods, rate, cost))
+        trees = [*([a.baseline_tree] if a.baseline_tree else []), Path(__file__).parents[1]]
+        for tree in trees:
+            for w in (int(x) for x in a.bind_workers.split(",")):
+                who = (f"gpuq {tree_name(tree)} (4 teams, fair share), {w} bind "
+                       f"worker{'s' if w > 1 else ''}")
+                common = {"nodes": a.nodes, "gpus_per_node": gpn, "workers": w,
+                          "profile": a.profile}
+                rate, cost = bench_gpuq(s, kube, tree, count=a.pods, replicas=1, **common)
+                rows.append((who, "1-Pod jobs", a.pods, rate, cost))
+                if a.gangs:
+                    rate, cost = bench_gpuq(s, kube, tree, count=a.gangs, replicas=8, **common)
+                    rows.append((who, "8-Pod gangs", a.gangs, rate, cost))
         print(f"load after: {os.getloadavg()[0]:.1f}")
         print("| scheduler | backlog | count | per s | control plane CPU s in the phase |")
         print("|---|---|---:|---:|---|")

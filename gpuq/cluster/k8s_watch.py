@@ -126,6 +126,12 @@ class Informer:
         with self.lock:
             return list(self.cache.values())
 
+    def get(self, key: str) -> dict | None:
+        """One cached object by :func:`object_key` (a bind reads its few nodes so, not
+        a copy of the whole cache per job)."""
+        with self.lock:
+            return self.cache.get(key)
+
     # ------------------------------------------------------------ protocol
     def _kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"_preload_content": False}

@@ -409,13 +409,12 @@ class KubernetesCluster:
                 self._undo(req.job_id, [])
                 raise
             return
-        nodes = {n["metadata"]["name"]: n for n in self.nodes.items()}
         policy = self.pod_policy(req.team)
         created: list[tuple[str, str]] = []
         try:
             pods = []
             for p in req.placements:
-                node = nodes.get(p.node)
+                node = self.nodes.get(p.node)
                 if node is None:
                     raise BindError(f"node {p.node} is gone")
                 taints = (node.get("spec") or {}).get("taints") or []
