@@ -56,7 +56,7 @@ from gpuq.cluster.base import (
     NameTaken,
     ReconcileReport,
 )
-from gpuq.cluster.k8s_client import bound_calls
+from gpuq.cluster.k8s_client import bound_calls, pool_for
 from gpuq.cluster.k8s_devices import UnsupportedDevice, node_layer
 from gpuq.cluster.k8s_nodes import NodeView, node_views, pod_holds_resources
 from gpuq.cluster.k8s_pods import (
@@ -196,6 +196,8 @@ class KubernetesCluster:
                                          bind_workers=self.ks.bind_workers)
         # every call bounded in time (a hung apiserver must not block the one thread)
         api_client = bound_calls(api_client, self.ks.request_timeout_s)
+        # a connection for each bind in flight, beside the informers' watches
+        pool_for(api_client, self.ks.bind_workers + 8)
         self.api = kclient.CoreV1Api(api_client)
         self.set_gpu_types(gpu_types)
         self._lock = threading.RLock()

@@ -227,3 +227,20 @@ def test_finished_pods_are_deleted_after_the_ttl_and_the_job_forgotten(kube, nod
         assert c.running_job_ids() == set()
     finally:
         c.close()
+
+
+def _connections_opened(c) -> int:
+    pm = c.api.api_client.rest_client.pool_manager
+    return sum(pm.pools[k].num_connections for k in pm.pools.keys())  # noqa: SIM118
+
+
+@BOTH
+def test_binds_reuse_their_connections(kube, cluster, nodes):
+    """A bind's create and Binding answers are read, so their connection goes back to
+    the pool: ten one-Pod binds (20 calls) open at most a couple of new connections
+    (the old code opened one, and a TLS handshake, per call)."""
+    before = _connections_opened(cluster)
+    for i in range(10):
+        cluster.bind(gang(job_id=f"job-{i}", nodes=(f"a100-{i % 3}",), gpus=1))
+    assert len(kube.gpuq_pods()) == 10
+    assert _connections_opened(cluster) - before <= 3
