@@ -144,6 +144,12 @@ class Cluster(Protocol):
         """Status changes since the last call."""
         ...
 
+    def forget_events(self) -> None:
+        """A standby's pass: drop the status changes since the last call without acting
+        on them (only the leader changes the cluster; a new leader reconciles from the
+        cluster itself)."""
+        ...
+
     def acknowledge(self, events: Sequence[JobStatusEvent]) -> None:
         """These polled events are committed to the database: what the cluster kept so
         that no outcome could be lost may go now (on Kubernetes, gpuq's outcome

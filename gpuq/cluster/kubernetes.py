@@ -821,6 +821,14 @@ class KubernetesCluster:
         self._collect_finished()
         return out
 
+    def forget_events(self) -> None:
+        """Unlike :meth:`poll_events`, no bind of a workload's Pods, no stop of a gang
+        whose replica ended or of a Pod that cannot start, no delete of finished Pods: a
+        standby doing those would act beside the leader on Pods the leader owns."""
+        with self._lock:
+            self._events = []
+            self._gangs_ended = []
+
     def avoided_nodes(self) -> dict[str, frozenset[str]]:
         """Job id -> nodes whose kubelet refused its Pod a moment ago (k8s_rejections)."""
         with self._lock:

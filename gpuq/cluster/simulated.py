@@ -140,6 +140,10 @@ class SimulatedCluster:
         """No kubelet here refuses a placed job."""
         return {}
 
+    def forget_events(self) -> None:
+        """A standby's pass: polling here acts on nothing in the cluster, so it forgets."""
+        self.poll_events()
+
     def poll_events(self) -> list[JobStatusEvent]:
         with self._lock:
             now = to_epoch(self.clock())

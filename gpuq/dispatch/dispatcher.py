@@ -205,7 +205,7 @@ class Dispatcher(LoopService):
         if self.elector is not None and not self.elector.ensure():
             # Standby: do not act, but do not let the cluster's events pile up
             # either (a new leader reconciles from the Pods themselves).
-            self.cluster.poll_events()
+            self.cluster.forget_events()
             self.ingest.forget()
             return None
         with self.engine.connect() as conn:

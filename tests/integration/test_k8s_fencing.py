@@ -5,15 +5,25 @@ Pod names of an admission do (fake API server + real PostgreSQL)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import psycopg
 import pytest
 
 from gpuq.cluster import k8s_labels as L
+from gpuq.cluster.k8s_pods import stuck_reason
+from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.dispatch.leader import SESSION_OPTIONS, NotLeader, libpq_dsn
 from tests.fakekube.db import A100_TRAINING_CONFIG
-from tests.fakekube.fixtures import elector, job_row, submit_a100_job
+from tests.fakekube.fixtures import (
+    elector,
+    job_row,
+    started_cluster,
+    submit_a100_job,
+    wait_until,
+)
+from tests.fakekube.objects import article_a100
 
 CONFIG = A100_TRAINING_CONFIG
 
@@ -114,3 +124,34 @@ def test_a_deposed_leaders_write_is_refused(kube, db_url, sf, a100_replicas):
     with pytest.raises(NotLeader):
         d1.plan_and_commit()
     assert job_row(sf, job_id).status == "pending"
+
+
+def test_a_standby_does_not_act_on_the_cluster(kube, db_url, sf):
+    """Only the leader changes the cluster. A Pod whose image never pulls is stopped once
+    past its start deadline; a standby that polled the cluster's events stopped it too,
+    beside the leader (and would delete finished Pods, bind a workload's Pods)."""
+    kube.add_node(article_a100("a100-0"))
+    kube.settings = {"start_deadline_s": 0.05}
+    lock = f"gpuq-{uuid.uuid4().hex[:8]}"
+    clusters = [started_cluster(kube, sf) for _ in range(2)]
+    try:
+        leader, standby = (Dispatcher(sf, c, elector=elector(db_url, lock)) for c in clusters)
+        job_id = submit_a100_job(sf)
+        leader.run_once()
+        (pod,) = kube.gpuq_pods()
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        kube.set_pod_phase(ns, name, "Pending", waiting={
+            "reason": "ImagePullBackOff", "message": "Back-off pulling image"})
+        wait_until(lambda: any(stuck_reason(p) for p in clusters[1]._job_pods(str(job_id))))
+        time.sleep(0.1)  # past the start deadline
+        before = len(kube.requests)
+        assert standby.run_once() is None, "the second replica leads"
+        changes = [r for r in kube.requests[before:] if r[0] != "GET"]
+        assert changes == [], f"the standby changed the cluster: {changes}"
+        # the leader does stop it: the case is one a pass acts on
+        wait_until(lambda: any(stuck_reason(p) for p in clusters[0]._job_pods(str(job_id))))
+        leader.run_once()
+        assert any(m in ("DELETE", "POST") and name in p for m, p in kube.requests[before:])
+    finally:
+        for c in clusters:
+            c.close()
