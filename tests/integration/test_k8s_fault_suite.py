@@ -250,6 +250,26 @@ class _Faults:
             {KWOK_NODE_LABEL: "true"}))
         return True
 
+    def _hold_pods_on(self, node: str) -> int:
+        """Ask kwok to keep every running Pod on ``node`` running (the outcome annotation
+        Hold), each on the version read, so that a Pod the test's kubelet is ending at the
+        same moment ends rather than being held half-way; how many are held."""
+        held = 0
+        for p in self.kube.gpuq_pods():
+            meta = p["metadata"]
+            if (p["spec"].get("nodeName") != node or p["status"].get("phase") != "Running"
+                    or OUTCOME_END in (meta.get("annotations") or {})):
+                continue
+            try:
+                self.kube.core.patch_namespaced_pod(meta["name"], meta["namespace"], {
+                    "metadata": {"resourceVersion": meta["resourceVersion"],
+                                 "annotations": {OUTCOME_END: "Hold"}}})
+                held += 1
+            except ApiException as e:
+                if e.status not in (404, 409):  # deleted or being ended meanwhile
+                    raise
+        return held
+
     def _running(self) -> list[dict]:
         return [p for p in self.kube.gpuq_pods() if p["status"].get("phase") == "Running"
                 and not p["metadata"].get("deletionTimestamp")
@@ -275,12 +295,9 @@ class _Faults:
                     kube.advance(controllers.NODE_MONITOR_GRACE_S
                                  + controllers.DEFAULT_TOLERATION_S)
                     self.undo.append((6, lambda: kube.recover_node(node)))
+                elif not self._hold_pods_on(node):
+                    return False  # they all ended meanwhile: nothing for the loss to evict
                 else:
-                    for p in kube.gpuq_pods():  # they never end on their own now
-                        if p["spec"].get("nodeName") == node:
-                            kube.core.patch_namespaced_pod(
-                                p["metadata"]["name"], p["metadata"]["namespace"],
-                                {"metadata": {"annotations": {OUTCOME_END: "Hold"}}})
                     kube.update_node(node, lambda n: n["metadata"]["labels"].pop(
                         KWOK_NODE_LABEL, None))
                     self.undo.append((1, lambda: self._recover_real(node)))

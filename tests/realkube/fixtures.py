@@ -365,8 +365,11 @@ class FinishingKubelet(KubeletThread):
             start = self.started.setdefault(meta["name"], now)
             if now - start > self.run_s:
                 try:
+                    # on the version it read: a test that held the Pod meanwhile (its own
+                    # outcome annotation) wins, and the next step looks again
                     self.kube.core.patch_namespaced_pod(meta["name"], meta["namespace"], {
-                        "metadata": {"annotations": {OUTCOME_END: "Succeeded"}}})
+                        "metadata": {"resourceVersion": meta["resourceVersion"],
+                                     "annotations": {OUTCOME_END: "Succeeded"}}})
                 except ApiException as e:
-                    if e.status != 404:  # deleted meanwhile
+                    if e.status not in (404, 409):  # deleted or changed meanwhile
                         raise
