@@ -50,7 +50,11 @@ def hint(err: dict[str, Any], catalog: CatalogView | None) -> str | None:
     if kind == "extra_forbidden":
         close = difflib.get_close_matches(last, known_fields(), n=1, cutoff=0.6)
         return f"unknown field{f' (did you mean {close[0]}?)' if close else ''}"
-    if kind == "string_pattern_mismatch" and last in NAMED and isinstance(err.get("input"), str):
+    # the DNS-label check is an AfterValidator (gpuq/domain/spec.py), so pydantic reports
+    # a value_error, not a pattern mismatch: both are an unknown name here
+    bad_name = kind == "string_pattern_mismatch" or (
+        kind == "value_error" and "must be a DNS label" in str(err.get("msg", "")))
+    if bad_name and last in NAMED and isinstance(err.get("input"), str):
         what, attr = NAMED[last]
         names = getattr(catalog, attr) if catalog is not None else ()
         if names:

@@ -28,3 +28,16 @@ def test_unknown_pool_and_priority(client, admin):
     assert "unknown pool 'trainig' (did you mean training?" in d, d
     d = _detail(client, admin, job_body(priority="P9"))
     assert "unknown priority class 'P9'" in d and "P0, P1, P2" in d, d
+
+
+def test_a_name_that_is_not_a_dns_label_is_an_unknown_name(client, admin):
+    # the catalog is read (and cached) by a submit first, as on a running server
+    assert client.post("/v1/jobs", json=job_body(), headers=admin).status_code == 201
+    d = _detail(client, admin, job_body(team="NLP"))
+    assert d.startswith("team: unknown team 'NLP' (did you mean nlp?"), d
+    assert "DNS label" not in d
+    d = _detail(client, admin, job_body(resources={"gpus": 1, "gpu_types": ["A100"]}))
+    assert "unknown GPU type 'A100'" in d and "known: a100-80g" in d, d
+    assert "DNS label" not in d
+    d = _detail(client, admin, job_body(pool="Mixed"))
+    assert "unknown pool 'Mixed' (did you mean mixed?" in d, d
