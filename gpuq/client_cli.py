@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuq.domain.errors import error_line
+from gpuq.domain.yaml_input import YamlInputError, load_yaml
 from gpuq.ui.format import num as fmt_num  # numbers rounded for people, as the dashboard does
 from gpuq.ui.format import placement_text, request_text  # the job page's words too
 from gpuq.ui.format import secs as fmt_s  # one duration format for the CLI and the dashboard
@@ -47,11 +48,13 @@ STATUS_STYLE = {
 
 
 class ClientError(Exception):
-    """A failure to report in one line; ``code`` is the exit status."""
+    """A failure to report in one line; ``code`` is the exit status, ``context`` a
+    malformed file's lines around the problem (printed below the line)."""
 
-    def __init__(self, message: str, code: int = 1) -> None:
+    def __init__(self, message: str, code: int = 1, context: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.code = code
+        self.context = context
 
 
 class Client:
@@ -146,9 +149,9 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
             raise ClientError(f"{path}: no such file", code=2)
         text = p.read_text()
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ClientError(f"{path}: not valid YAML/JSON: {e}", code=2) from e
+        data = load_yaml(text, source="stdin" if path == "-" else path)
+    except YamlInputError as e:
+        raise ClientError(str(e), code=2, context=e.context) from None
     if isinstance(data, dict) and "jobs" in data and "name" not in data:
         data = data["jobs"]
     jobs = data if isinstance(data, list) else [data]

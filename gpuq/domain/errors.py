@@ -84,8 +84,14 @@ def error_block(head: str, problems: list[str]) -> str:
 def error_line(detail: object) -> str:
     """The ONE form of every ``gpuq`` command-line error: ``gpuq: error: <detail>`` on a
     single line (a multi-line detail, e.g. pydantic's, is folded), so scripts can grep it
-    and a terminal never shows a box or a traceback for a user's mistake."""
+    and a terminal never shows a box or a traceback for a user's mistake; only a malformed
+    file's excerpt, with a caret under the problem, follows on indented lines."""
     text = str(detail)
     if text.startswith("gpuq: error: "):  # formed already (an error_block passed up)
         return text
-    return "gpuq: error: " + " ".join(text.split())
+    # a malformed file's lines with the caret under the problem (YamlInputError.context)
+    # follow, indented: folded onto the one line they said nothing
+    context = getattr(detail, "context", None)
+    if not isinstance(context, tuple):  # (PyYAML's own errors have a text "context")
+        context = ()
+    return "gpuq: error: " + " ".join(text.split()) + "".join(f"\n    {c}" for c in context)

@@ -30,7 +30,38 @@ MAX_YAML_VALUES = 5_000_000
 
 
 class YamlInputError(ValueError):
-    """The YAML document is over a bound or malformed (the message says which)."""
+    """The YAML document is over a bound or malformed (the message says which, on one
+    line); ``context`` holds the lines around a syntax error with a caret under it,
+    which the command line prints below the message (:func:`gpuq.domain.errors.error_line`)."""
+
+    def __init__(self, message: str, context: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.context = context
+
+
+def syntax_error(source: str, text: str, e: yaml.YAMLError) -> YamlInputError:
+    """PyYAML's error in a person's words: ``FILE: not valid YAML at line 4, column 12:
+    expected ',' or '}', but got ':' (in a flow mapping that starts at line 3, column
+    12)``, and as ``context`` up to three lines of the file ending at the problem, with a
+    caret under its column (PyYAML's own text names "<unicode string>" and folds its
+    caret into the message)."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    problem = getattr(e, "problem", None) or getattr(e, "context", None)
+    if mark is None or problem is None:
+        return YamlInputError(f"{source}: not valid YAML: {' '.join(str(e).split())}")
+    head = f"{source}: not valid YAML at line {mark.line + 1}, column {mark.column + 1}: " \
+        f"{problem}"
+    ctx, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if ctx and cmark is not None and cmark is not mark and e.problem:
+        what = ctx.removeprefix("while parsing ").removeprefix("while scanning ")
+        head += f" (in {what} that starts at line {cmark.line + 1}, column {cmark.column + 1})"
+    lines = text.splitlines()
+    shown = [(n, lines[n] if n < len(lines) else "")
+             for n in range(max(0, mark.line - 2), mark.line + 1)]
+    width = len(str(mark.line + 1))
+    context = tuple(f"{n + 1:>{width}} | {line}" for n, line in shown)
+    context += (f"{'':>{width}} | {' ' * mark.column}^",)
+    return YamlInputError(head, context)
 
 
 def _expanded_size(root: Node, limit: int, source: str) -> int:
@@ -94,6 +125,8 @@ def load_yaml(text: str, *, source: str = "YAML document",
             return None
         _expanded_size(root, max_values, source)
         return loader.construct_document(root)
+    except yaml.YAMLError as e:
+        raise syntax_error(source, text, e) from None
     finally:
         loader.dispose()
 

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from gpuq.domain.config import load_config, validation_problems
 from gpuq.domain.errors import error_block, error_line
+from gpuq.domain.yaml_input import YamlInputError
 from gpuq.simulate.fill_command import run_fill_command
 from gpuq.simulate.policies import POLICY_NAMES, make_policy
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
@@ -24,7 +25,12 @@ from gpuq.simulate.traces import scenario_from_trace
 
 
 class ScenarioInputError(ValueError):
-    """The scenario file cannot be replayed (the message says why)."""
+    """The scenario file cannot be replayed (the message says why; ``context``: a
+    malformed file's lines around the problem, printed below it)."""
+
+    def __init__(self, message: str, context: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.context = context
 
 
 def load_scenario(scenario: str | Path, trace_dir: str | Path | None = None) -> ScenarioModel:
@@ -39,7 +45,9 @@ def load_scenario(scenario: str | Path, trace_dir: str | Path | None = None) -> 
     except ValidationError as e:
         raise ScenarioInputError(error_block(f"invalid scenario {scenario}",
                                              validation_problems(e))) from None
-    except Exception as e:  # YAML syntax and the like
+    except YamlInputError as e:  # malformed, or over a bound: the message names the file
+        raise ScenarioInputError(str(e), e.context) from None
+    except Exception as e:
         raise ScenarioInputError(f"cannot read scenario {scenario}: {e}") from None
     if cfg.trace is None:
         return ScenarioModel.from_config(cfg)

@@ -58,3 +58,27 @@ def test_the_commands_print_the_block_and_exit_2(tmp_path, command):
     assert lines[0].startswith("gpuq: error: invalid ") and "problems" in lines[0], lines
     assert "  - gpu_types[0].memory_gb: expected a number, got 'lots'" in lines
     assert "pydantic" not in r.stderr and "errors.pydantic.dev" not in r.stderr
+
+
+MALFORMED = "name: x\nteam: nlp\nresources: {gpus: 1\n  gpu_types: [v100-16g]\n"
+
+
+@pytest.mark.parametrize("command", [
+    ["simulate"], ["config", "apply", "--dry-run"],
+    ["submit", "--url", "http://127.0.0.1:1", "--token", "t", "-f"],
+])
+def test_malformed_yaml_shows_the_lines_and_a_caret(tmp_path, command):
+    # the caret context was folded onto the one error line ("... line 3, column 12:
+    # resources: {gpus: 1 ^ expected ..."), naming "<unicode string>" for the file
+    f = tmp_path / "bad.yaml"
+    f.write_text(MALFORMED)
+    r = subprocess.run([sys.executable, "-m", "gpuq.cli", *command, str(f)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.rstrip("\n").splitlines()
+    assert lines[0] == (f"gpuq: error: {f}: not valid YAML at line 4, column 12: expected ',' "
+                        "or '}', but got ':' (in a flow mapping that starts at line 3, "
+                        "column 12)"), lines
+    assert lines[1:] == ["    2 | team: nlp", "    3 | resources: {gpus: 1",
+                         "    4 |   gpu_types: [v100-16g]", "      |            ^"], lines
+    assert "<unicode string>" not in r.stderr
