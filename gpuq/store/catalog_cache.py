@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpuq.domain.errors import InputError, unknown
 from gpuq.domain.pod_policy import InstallPolicy, PodPolicy
 from gpuq.store.orm import CatalogRevisionRow, GpuTypeRow, PoolRow, PriorityClassRow, TeamRow
 
@@ -82,6 +83,16 @@ class CatalogView:
         others = {ns for t in self.teams.values() if t.name != team for ns in uses(t)}
         mine = self.teams.get(team)
         return frozenset(uses(mine)) - others if mine is not None else frozenset()
+
+
+def refuse_unknown_filters(cat: CatalogView, team: str | None = None, pool: str | None = None,
+                           priority: str | None = None) -> None:
+    """A list filter naming a team, pool or priority class that does not exist is a 422
+    with the valid names (an empty list read as "none of those" before, exit 0 in the CLI)."""
+    for kind, name, known in (("team", team, cat.teams), ("pool", pool, cat.pools),
+                              ("priority class", priority, cat.priorities)):
+        if name is not None and name not in known:
+            raise InputError(unknown(kind, name, known), kind.split()[0])
 
 
 _cache: weakref.WeakKeyDictionary[Engine, CatalogView] = weakref.WeakKeyDictionary()

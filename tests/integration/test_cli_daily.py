@@ -56,6 +56,11 @@ def test_unknown_filters_exit_non_zero_with_the_valid_names(server):
     assert r.returncode == 1 and "did you mean nlp?" in r.stderr
     r = gpuq(url, "jobs", "--pool", "trainin")
     assert r.returncode == 1 and "did you mean training?" in r.stderr
+    # the queue too (it printed an empty queue and exited 0)
+    r = gpuq(url, "queue", "--team", "vision")
+    assert r.returncode == 1 and "unknown team 'vision'" in r.stderr, r.stderr
+    r = gpuq(url, "queue", "--pool", "trainin", "--watch", "--count", "1")
+    assert r.returncode == 1 and "did you mean training?" in r.stderr, r.stderr
 
 
 def test_no_token_says_how_to_give_one(server):

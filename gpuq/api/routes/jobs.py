@@ -36,12 +36,17 @@ from gpuq.api.schemas import (
     job_out,
     new_job_out,
 )
-from gpuq.domain.errors import InputError, unknown
+from gpuq.domain.errors import InputError
 from gpuq.domain.spec import JobSpec
 from gpuq.domain.states import JobStatus
 from gpuq.store import jobs as job_store
 from gpuq.store import requeue
-from gpuq.store.catalog_cache import cached_catalog, current_catalog, current_catalog_of
+from gpuq.store.catalog_cache import (
+    cached_catalog,
+    current_catalog,
+    current_catalog_of,
+    refuse_unknown_filters,
+)
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -232,11 +237,7 @@ def list_jobs(
         if team is not None and team != principal.team:
             principal.require_team(team)
         team = principal.team
-    cat = current_catalog(session)
-    for kind, name, known in (("team", team, cat.teams), ("pool", pool, cat.pools),
-                              ("priority class", priority, cat.priorities)):
-        if name is not None and name not in known:
-            raise InputError(unknown(kind, name, known), kind.split()[0])
+    refuse_unknown_filters(current_catalog(session), team=team, pool=pool, priority=priority)
     rows, next_cursor = job_store.list_jobs(
         session,
         team=team,

@@ -10,6 +10,7 @@ from gpuq.api.deps import NowDep, PrincipalDep, SessionDep
 from gpuq.api.estimates import EstimatorDep
 from gpuq.api.schemas import CursorQuery, NameQuery, QueueItem
 from gpuq.store import jobs as job_store
+from gpuq.store.catalog_cache import current_catalog, refuse_unknown_filters
 from gpuq.store.queue_order import queue_page
 from gpuq.store.states import wait_seconds
 
@@ -45,12 +46,17 @@ def get_queue(
     A team token sees only its own team's entries; their positions are their
     places in the ONE queue as the last cycle ranked it, and the other teams'
     entries are counted in ``X-Queue-Other-Teams``, never shown.
+
+    A ``team`` or ``pool`` that does not exist is a 422 with the valid names.
     """
     own_team = principal.team  # None: an admin token, which sees every team
     team_view = own_team is not None
+    if own_team is not None and team is not None and team != own_team:
+        return []  # nothing of another team is visible to this token
+    # an unknown team or pool is a 422 with the valid names, as GET /v1/jobs answers (an
+    # empty queue read as "nothing waits" and `gpuq queue --team vision` exited 0)
+    refuse_unknown_filters(current_catalog(session), team=team, pool=pool)
     if own_team is not None:
-        if team is not None and team != own_team:
-            return []  # nothing of another team is visible to this token
         team = own_team
         response.headers[OTHER_TEAMS_HEADER] = str(
             job_store.pending_count_of_others(session, team=team, pool=pool)
