@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gpuq.domain.config import load_config, validation_problems
 from gpuq.domain.errors import error_block, error_line
-from gpuq.domain.yaml_input import YamlInputError
+from gpuq.domain.yaml_input import YamlInputError, read_yaml_file
 from gpuq.simulate.fill_command import run_fill_command
 from gpuq.simulate.policies import POLICY_NAMES, make_policy
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
@@ -33,6 +33,17 @@ class ScenarioInputError(ValueError):
         self.context = context
 
 
+def _is_windows_rule(path: Path) -> bool:
+    """``eval/windows.yaml`` (gpuq/simulate/windows.py's input) sits beside the scenarios
+    under eval/, and a user trying every eval/*.yaml got "unknown key 'tuning_every'"."""
+    try:
+        doc = read_yaml_file(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "tuning_every" in doc and bool(
+        {"philly", "alibaba"} & set(doc))
+
+
 def load_scenario(scenario: str | Path, trace_dir: str | Path | None = None) -> ScenarioModel:
     """A scenario file (jobs or a trace) as the model the simulator replays; a trace's
     relative paths are relative to the file, else under ``trace_dir`` /
@@ -43,6 +54,12 @@ def load_scenario(scenario: str | Path, trace_dir: str | Path | None = None) -> 
     try:
         cfg = load_config(path)
     except ValidationError as e:
+        if _is_windows_rule(path):
+            raise ScenarioInputError(
+                f"{scenario} is the rule that generates the evaluation's windows, not a "
+                f"scenario: simulate one of the windows it generated (eval/windows/tuning/"
+                f"*.yaml, eval/windows/evaluation/*.yaml), or regenerate them with `python "
+                f"-m gpuq.simulate.windows {scenario} --out eval/windows`") from None
         raise ScenarioInputError(error_block(f"invalid scenario {scenario}",
                                              validation_problems(e))) from None
     except YamlInputError as e:  # malformed, or over a bound: the message names the file

@@ -108,3 +108,19 @@ def test_a_missing_evaluation_trace_says_make_traces(monkeypatch):
     with pytest.raises(ScenarioInputError) as e:
         load_scenario(scen)
     assert "make traces" in str(e.value)
+
+
+def test_every_yaml_under_eval_is_a_scenario_or_says_what_it_is():
+    """`gpuq simulate eval/<any>.yaml` from a clone: every file is a valid scenario (its
+    trace aside), except the windows' generation rule, which says what it is and which
+    files to simulate instead (it answered "unknown key 'tuning_every'")."""
+    from gpuq.domain.config import load_config
+
+    for f in sorted((REPO / "eval").rglob("*.yaml")):
+        if f.name == "windows.yaml":
+            with pytest.raises(ScenarioInputError, match="rule that generates the evaluation"
+                               "'s windows, not a scenario: simulate one of") as e:
+                load_scenario(f)
+            assert "eval/windows/evaluation/*.yaml" in str(e.value)
+            continue
+        load_config(f)  # a ValidationError names the file's problem
