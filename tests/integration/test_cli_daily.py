@@ -166,3 +166,21 @@ def test_nodes_cordon_list_uncordon_through_a_real_server(server):
     assert r.returncode == 0 and "ready" in r.stdout, r.stderr
     r = gpuq(url, "nodes", "drain", "no-such-node")
     assert r.returncode != 0 and "no-such-node" in r.stderr
+
+
+def test_job_shows_its_lease_with_its_state(server, tmp_path):
+    # nlp's pool training has no v100 guarantee: a v100 job borrows inference's on a lease
+    env, url = server
+    f = _file(tmp_path, "b.yaml", ONE.format(n="borrower"))
+    jid = json.loads(gpuq(url, "submit", "-f", f, "--new", "-o", "json").stdout)["id"]
+    env.dispatch()
+    r = gpuq(url, "job", jid)
+    assert r.returncode == 0, r.stderr
+    assert "training <- inference 4 CU of v100, active until" in " ".join(r.stdout.split())
+    assert gpuq(url, "cancel", jid).returncode == 0
+    env.dispatch()
+    r = gpuq(url, "job", jid)
+    lease = json.loads(gpuq(url, "job", jid, "-o", "json").stdout)["lease"]
+    assert lease["state"] != "active" and lease["ended_at"], lease
+    text = " ".join(r.stdout.split())
+    assert "active until" not in text and f"{lease['state']} at" in text, r.stdout
