@@ -4,6 +4,7 @@ kustomization built with `kubectl kustomize` when kubectl is installed."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -398,6 +399,74 @@ def test_compose_keeps_the_database_and_the_data_folder() -> None:
     named = {v.split(":")[0] for spec in compose["services"].values()
              for v in spec.get("volumes", [])}
     assert named <= set(compose["volumes"])
+
+
+COMPOSE_SPEC = Path(__file__).parent / "compose_spec" / "compose-spec.json"
+_COMPOSE_VAR = re.compile(r"\$(?:\$|\{(\w+)(?:(:?[-?])([^}]*))?\}|(\w+))")
+
+
+def _compose_interpolate(value, env: dict[str, str]):
+    """Compose's variable interpolation ($$, $VAR, ${VAR}, ${VAR:-default},
+    ${VAR-default}, ${VAR:?error}) over every string of the file, as `docker compose
+    config` renders it."""
+    if isinstance(value, dict):
+        return {k: _compose_interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compose_interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name, op, arg = m.group(1) or m.group(4), m.group(2), m.group(3)
+        have = env.get(name)
+        if op in (":-", "-"):
+            return have if (have if op == ":-" else have is not None) else arg
+        if op in (":?", "?") and not have:
+            raise ValueError(f"required variable {name} is missing: {arg}")
+        return have or ""
+
+    return _COMPOSE_VAR.sub(sub, value)
+
+
+def _compose_problems(doc: dict) -> list[str]:
+    import jsonschema
+
+    schema = json.loads(COMPOSE_SPEC.read_text())
+    rendered = _compose_interpolate(doc, {})
+    problems = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+                for e in jsonschema.Draft7Validator(schema).iter_errors(rendered)]
+    services = rendered.get("services", {})
+    built = {spec.get("image") for spec in services.values() if "build" in spec}
+    for name, spec in services.items():
+        for dep in spec.get("depends_on") or {}:
+            if dep not in services:
+                problems.append(f"services/{name}/depends_on: no service {dep!r}")
+        if "build" not in spec and spec.get("image") not in built \
+                and not str(spec.get("image", "")).startswith("postgres:"):
+            problems.append(f"services/{name}/image: {spec.get('image')!r} is neither built "
+                            "here nor a public image")
+    return problems
+
+
+def test_compose_file_renders_against_the_compose_spec() -> None:
+    """docker-compose.yml as `docker compose config` would render it (variables
+    interpolated with none set) is valid against the Compose Specification's JSON Schema
+    (tests/unit/compose_spec, vendored), every depends_on names a service, and gpuq's
+    image is the one the migrate service builds."""
+    doc = yaml.safe_load((K8S.parent / "docker-compose.yml").read_text())
+    assert _compose_problems(doc) == []
+    # the check can fail: a misspelt key, a port as a number, an unknown dependency
+    bad = yaml.safe_load((K8S.parent / "docker-compose.yml").read_text())
+    bad["services"]["gpuq"]["volume"] = bad["services"]["gpuq"].pop("volumes")
+    bad["services"]["gpuq"]["ports"] = 8000
+    bad["services"]["gpuq"]["depends_on"] = {"migrations": {"condition": "service_started"}}
+    problems = _compose_problems(bad)
+    assert "services/gpuq: 'volume' does not match any of the regexes: '^x-'" in problems
+    assert any(p.startswith("services/gpuq/ports") for p in problems), problems
+    assert "services/gpuq/depends_on: no service 'migrations'" in problems
+    assert _compose_interpolate("${A:-x} ${B-y} $$C ${D}", {"B": ""}) == "x  $C "
 
 
 # --- what a cluster admin checks before applying (security section of docs/operations.md)
