@@ -313,21 +313,8 @@ class GpuqMetrics:
             self.record_stop(kind, reason)
 
     def record_stop(self, kind: str, reason: str | None) -> None:
-        """One preemption (``kind`` preempt/preempted) or lease reclaim (reclaim/reclaimed)."""
+        """One preemption (``kind`` preempt/preempted) or lease reclaim (reclaim/reclaimed),
+        labelled by its reason's code (a reason read back from ``job_events`` is a
+        :class:`Reason` through ``verdicts.from_stored``; text without a code is ``other``)."""
         target = self.lease_reclaims if kind.startswith("reclaim") else self.preemptions
-        target.labels(reason_category_preempt(reason)).inc()
-
-
-def reason_category_preempt(reason: str | None) -> str:
-    """Why a running job was stopped: ``defragment``, ``descheduler``, ``lease_expired``,
-    ``priority`` (or ``other``/``unknown``), from the reason the core or a loop wrote."""
-    text = (reason or "").lower()
-    if "moved off" in text or "defrag" in text or "compress" in text:
-        return "defragment"
-    if text.startswith("descheduler") or "water" in text:
-        return "descheduler"
-    if "expire" in text or "lease" in text:
-        return "lease_expired"
-    if "preempted by" in text or "priority" in text:
-        return "priority"
-    return "other" if text else "unknown"
+        target.labels(reason_category(reason)).inc()

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, create_model
 from gpuq.domain.owner import owner_of
 from gpuq.domain.people import Rounded, UtcTime
 from gpuq.domain.spec import DNS_LABEL_PATTERN, JOB_ID_PATTERN, PRIORITY_NAME_PATTERN
+from gpuq.scheduling.verdicts import ReasonCode
 from gpuq.store.convert import ALLOCATION_AS_IS, LEASE_AS_IS, copied
 from gpuq.store.jobs import NewJob
 from gpuq.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
@@ -155,6 +156,14 @@ def owner_out(submitted_by: str | None, idempotency_key: str | None) -> OwnerOut
                     name=o.name, uid=o.uid)
 
 
+# the code of a reason beside its message (add codes, never rename them)
+REASON_CODE_DOC = (
+    "why, as a stable code to group or match on (the reason's words may change): "
+    + ", ".join(c.value for c in ReasonCode)
+    + "; null when the reason is not the scheduler's (a failure, a cancel, a refused bind)"
+)
+
+
 class JobOut(BaseModel):
     id: str
     name: str
@@ -182,6 +191,7 @@ class JobOut(BaseModel):
     estimated_start: UtcTime | None = None
     # a job queued from a Kubernetes workload (Job, JobSet, PyTorchJob); None for REST jobs
     owner: OwnerOut | None = None
+    reason_code: str | None = Field(default=None, description=REASON_CODE_DOC)
 
 
 class JobPage(BaseModel):
@@ -198,6 +208,7 @@ class EventOut(BaseModel):
     to_status: str | None
     reason: str | None
     data: dict[str, Any]
+    reason_code: str | None = Field(default=None, description=REASON_CODE_DOC)
 
 
 class QueueItem(BaseModel):
@@ -212,6 +223,7 @@ class QueueItem(BaseModel):
     reason: str | None
     preemption_count: int
     estimated_start: UtcTime | None = None
+    reason_code: str | None = Field(default=None, description=REASON_CODE_DOC)
 
 
 class TokenOut(BaseModel):
@@ -301,6 +313,7 @@ def job_out(
         priority=job.priority,
         status=job.status,
         reason=job.reason,
+        reason_code=job.reason_code,
         submitted_at=job.submitted_at,
         admitted_at=job.admitted_at,
         started_at=job.started_at,
@@ -352,5 +365,6 @@ def event_out(e: JobEventRow) -> EventOut:
         from_status=e.from_status,
         to_status=e.to_status,
         reason=e.reason,
+        reason_code=e.reason_code,
         data=e.data or {},
     )

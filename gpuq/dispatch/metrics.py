@@ -40,6 +40,7 @@ from gpuq.reports.live import live_fairness, live_utilization
 from gpuq.reports.utilization import TypeUtilization, borrowed_units, pending_counts
 from gpuq.reports.window import WindowRecords
 from gpuq.scheduling.model import Snapshot
+from gpuq.scheduling.verdicts import from_stored
 from gpuq.store.releasing import releasing_units
 
 
@@ -156,7 +157,7 @@ class MetricsLoop(LoopService):
             elif ev.kind == "finish":
                 self.metrics.observe_completion(ev.pool, ev.priority, ev.team, ev.jct_s)
             elif ev.kind == "stop":
-                self.metrics.record_stop(ev.type, ev.reason)
+                self.metrics.record_stop(ev.type, from_stored(ev.reason, ev.reason_code))
 
 
 def _alert(d: dict[str, Any]) -> Alert:

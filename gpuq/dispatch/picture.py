@@ -50,6 +50,7 @@ from gpuq.scheduling.model import (
     RunningJob,
     SchedulerConfig,
 )
+from gpuq.scheduling.verdicts import from_stored
 from gpuq.store.config_loader import scheduler_knobs
 from gpuq.store.convert import job_request, lease_info, placement_of
 from gpuq.store.live import XMIN, live_allocations
@@ -69,6 +70,7 @@ JOB_COLUMNS = (
     JOBS.c.status,
     JOBS.c.revision,
     JOBS.c.reason,
+    JOBS.c.reason_code,
     JOBS.c.queue_position,
     JOBS.c.spec,
     JOBS.c.pool,
@@ -87,7 +89,7 @@ class JobEntry:
 
     status: str
     revision: int
-    reason: str | None
+    reason: str | None  # a Reason when it was stored with a code this release knows
     position: int | None
     request: JobRequest
     running: RunningJob | None = None
@@ -184,7 +186,9 @@ class QueuePicture:
                 req = old.request  # same spec, same job: skip re-validating it
             else:
                 req = job_request(r, priorities, pools)
-            entry = JobEntry(r.status, r.revision, r.reason, r.queue_position, req)
+            entry = JobEntry(
+                r.status, r.revision, from_stored(r.reason, r.reason_code), r.queue_position, req
+            )
             if r.status in ACTIVE:
                 start = r.started_at or r.admitted_at or r.submitted_at
                 entry.running = RunningJob(

@@ -35,7 +35,7 @@ from gpuq.scheduling.model import (
 from gpuq.scheduling.policies import get_policy
 from gpuq.scheduling.preemption import stop_sentence
 from gpuq.scheduling.releasing import hold_in_snapshot
-from gpuq.scheduling.verdicts import Reason
+from gpuq.scheduling.verdicts import Reason, code_of
 from gpuq.store import batch_states, queue_order
 from gpuq.store.cordon import cordoned_nodes
 from gpuq.store.fair_state import read_fair, write_fair
@@ -234,8 +234,9 @@ class PlanAndWrite:
                 continue
             new_reason = result.reasons.get(job_id, reason)
             start = _start_named(new_reason, now)
-            if new_reason == reason:
-                # the same words; the start they name may have moved on (a first write
+            if new_reason == reason and code_of(new_reason) == code_of(reason):
+                # the same words and code (a row written by an older release may carry
+                # the words without it); the start they name may have moved on (a first write
                 # after a restart knows none): rewritten at most every reason_refresh_s
                 if not self.picture.start_moved(job_id, start, now, self.reason_refresh_s):
                     continue

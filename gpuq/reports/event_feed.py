@@ -42,7 +42,7 @@ GAP_CAP = 50_000  # ids remembered at most (oldest forgotten first)
 BACKFILL_GAP_IDS = 1_000  # after a backfill, only the newest ids may still be in flight
 
 _SELECT = """
-    SELECT e.id, e.type, e.reason, e.at, j.pool, j.priority, j.team, j.submitted_at,
+    SELECT e.id, e.type, e.reason, e.reason_code, e.at, j.pool, j.priority, j.team, j.submitted_at,
         CASE
             WHEN e.to_status = 'admitted' AND e.from_status = 'pending' THEN 'admit'
             WHEN e.to_status = 'succeeded' AND e.from_status IN ('admitted', 'running')
@@ -85,6 +85,7 @@ class FeedEvent:
     kind: str  # admit | finish | stop
     type: str
     reason: str | None
+    reason_code: str | None  # job_events.reason_code: what the stop counters group by
     at: datetime
     pool: str
     priority: str
@@ -131,6 +132,7 @@ class EventFeed:
                 kind=r.kind,
                 type=r.type,
                 reason=r.reason,
+                reason_code=r.reason_code,
                 at=r.at,
                 pool=r.pool,
                 priority=r.priority,

@@ -102,6 +102,23 @@ def code_of(reason: str | None) -> ReasonCode | None:
     return reason.code if isinstance(reason, Reason) else ReasonCode.OTHER
 
 
+def stored_code(reason: str | None) -> str | None:
+    """The value kept beside a reason's message (``jobs.reason_code``,
+    ``job_events.reason_code``): its code, or None for text the core did not give."""
+    return reason.code.value if isinstance(reason, Reason) else None
+
+
+def from_stored(message: str | None, code: str | None) -> str | None:
+    """A stored reason read back: a :class:`Reason` with its code when the code is one
+    this release knows, else the message as plain text (its code unknown)."""
+    if message is None or code is None or code not in _VALUES:
+        return message
+    return Reason(ReasonCode(code), message)
+
+
+_VALUES = frozenset(c.value for c in ReasonCode)
+
+
 @dataclass(frozen=True, slots=True)
 class Fit:
     """The gate lets the job through; placement's gate fills ``placements``, the pool

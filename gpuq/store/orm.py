@@ -226,6 +226,9 @@ class JobRow(Base):
     priority: Mapped[str] = mapped_column(ForeignKey("priority_classes.name", ondelete="RESTRICT"))
     status: Mapped[str] = mapped_column(String(16), default="pending")
     reason: Mapped[str | None] = mapped_column(Text)
+    # the reason's ReasonCode value (gpuq/scheduling/verdicts.py), written with it;
+    # NULL when the core did not give the reason (migration 0014)
+    reason_code: Mapped[str | None] = mapped_column(String(32))
     # the start time the pending reason names ("expected start in 52s"), written with it
     # by the dispatcher and cleared by any state change (migration 0012)
     reason_start_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -361,6 +364,7 @@ class JobEventRow(Base):
     from_status: Mapped[str | None] = mapped_column(String(16))
     to_status: Mapped[str | None] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
+    reason_code: Mapped[str | None] = mapped_column(String(32))  # as jobs.reason_code
     data: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
 
 

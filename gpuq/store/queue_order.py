@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from gpuq.domain.errors import InputError
+from gpuq.scheduling.verdicts import stored_code
 
 _WRITE = text(
     "INSERT INTO queue_order (id, job_ids, writer) VALUES (1, CAST(:ids AS bigint[]), :writer) "
@@ -25,12 +26,14 @@ _WRITE = text(
 )
 _WRITE_REASONS = text(
     """
-    UPDATE jobs AS j SET reason = v.reason, reason_start_at = v.start_at
+    UPDATE jobs AS j SET reason = v.reason, reason_code = v.reason_code,
+        reason_start_at = v.start_at
     FROM (
-        SELECT o.id, x.reason, x.start_at
+        SELECT o.id, x.reason, x.reason_code, x.start_at
         FROM unnest(CAST(:ids AS bigint[]), CAST(:revs AS bigint[]),
-                    CAST(:reasons AS text[]), CAST(:starts AS timestamptz[]))
-            AS x(id, rev, reason, start_at)
+                    CAST(:reasons AS text[]), CAST(:codes AS text[]),
+                    CAST(:starts AS timestamptz[]))
+            AS x(id, rev, reason, reason_code, start_at)
         JOIN jobs AS o ON o.id = x.id
         WHERE o.revision = x.rev AND o.status = 'pending'
         ORDER BY o.id  -- locked in id order, as every writer of job rows (gpuq/store/states.py)
@@ -58,8 +61,8 @@ ReasonRow = tuple[int, int, "str | None", "float | None"]
 
 def write_reasons(conn: Connection, rows: Sequence[ReasonRow]) -> None:
     """(job id, revision seen, reason, start the reason names in epoch seconds or None):
-    one statement; a job that changed since (another revision, or no longer pending)
-    keeps what it has."""
+    the reason with its code (``reason_code``), in one statement; a job that changed
+    since (another revision, or no longer pending) keeps what it has."""
     if rows:
         conn.execute(
             _WRITE_REASONS,
@@ -67,6 +70,7 @@ def write_reasons(conn: Connection, rows: Sequence[ReasonRow]) -> None:
                 "ids": [r[0] for r in rows],
                 "revs": [r[1] for r in rows],
                 "reasons": [r[2] for r in rows],
+                "codes": [stored_code(r[2]) for r in rows],
                 "starts": [None if r[3] is None else datetime.fromtimestamp(r[3], UTC)
                            for r in rows],
             },
@@ -119,7 +123,7 @@ def fill_queue_positions(session: Session, jobs: Iterable[Any]) -> None:
 
 _QUEUE_COLUMNS = """
     j.id, j.name, j.team, j.pool, j.priority, j.status, j.reason, j.submitted_at,
-    j.queued_at, j.waited_s, j.preemption_count, j.reason_start_at
+    j.queued_at, j.waited_s, j.preemption_count, j.reason_start_at, j.reason_code
 """
 _LENGTH = text("SELECT cardinality(job_ids) FROM queue_order WHERE id = 1")
 # the ranked part: a slice of the order row, each id looked up by its primary key

@@ -47,6 +47,7 @@ from gpuq.domain.states import (
     STAMPS,
     InvalidTransition,
 )
+from gpuq.scheduling.verdicts import stored_code
 from gpuq.store.orm import JobEventRow, JobRow
 from gpuq.store.runtime_history import record_succeeded
 
@@ -89,7 +90,7 @@ def _stamp(col: str) -> str:
 
 _ALLOWED_PAIRS = _literal([f"{a}>{b}" for a, tos in ALLOWED.items() for b in tos])
 RETURNED = (
-    "status", "revision", "reason", "units", "waited_s", "queued_at", *STAMPED,
+    "status", "revision", "reason", "reason_code", "units", "waited_s", "queued_at", *STAMPED,
     "queue_position", "preemption_count", "longest_attempt_s",
 )
 _UPDATE = text(
@@ -104,6 +105,7 @@ _UPDATE = text(
         {", ".join(_stamp(c) for c in STAMPED)},
         queue_position = CASE WHEN v.to_status = 'pending' THEN j.queue_position END,
         reason = v.reason,
+        reason_code = v.reason_code,
         reason_start_at = NULL,  -- a new state's reason names no start (queue_order.py)
         units = COALESCE(v.units, j.units),
         -- a running job sent back to the queue ran that long without finishing:
@@ -118,11 +120,12 @@ _UPDATE = text(
             AND v.event_type = ANY({_literal(sorted(PREEMPTION_EVENTS))}) THEN 1 ELSE 0 END,
         revision = nextval('job_revision_seq')
     FROM (
-        SELECT o.id, o.status AS old, c.to_status, c.reason, c.units, c.event_type
+        SELECT o.id, o.status AS old, c.to_status, c.reason, c.reason_code, c.units,
+            c.event_type
         FROM unnest(CAST(:ids AS bigint[]), CAST(:tos AS text[]), CAST(:reasons AS text[]),
-                    CAST(:revs AS bigint[]), CAST(:units AS float8[]),
-                    CAST(:etypes AS text[]))
-            AS c(id, to_status, reason, rev, units, event_type)
+                    CAST(:codes AS text[]), CAST(:revs AS bigint[]),
+                    CAST(:units AS float8[]), CAST(:etypes AS text[]))
+            AS c(id, to_status, reason, reason_code, rev, units, event_type)
         JOIN jobs AS o ON o.id = c.id
         WHERE (c.rev IS NULL OR o.revision = c.rev)
             AND (o.status || '>' || c.to_status) = ANY({_ALLOWED_PAIRS})
@@ -175,6 +178,7 @@ def apply_changes(conn: Connection, changes: Sequence[Change], now: datetime) ->
                 "ids": ids,
                 "tos": [c.to_status for c in cs],
                 "reasons": [c.reason for c in cs],
+                "codes": [stored_code(c.reason) for c in cs],
                 "revs": [c.revision for c in cs],
                 "units": [c.units for c in cs],
                 "etypes": [c.event_type for c in cs],
@@ -273,6 +277,7 @@ def event_row(
         "from_status": from_status,
         "to_status": to_status,
         "reason": reason,
+        "reason_code": stored_code(reason),
         "data": data,
     }
 

@@ -177,6 +177,7 @@ def queue(
             "priority": j.priority,
             "wait_seconds": wait_seconds(j, now),
             "reason": j.reason,
+            "reason_code": j.reason_code,
             "estimated_start": start_of(str(j.id), j.reason_start_at),
         }
         for i, j in enumerate(rows)

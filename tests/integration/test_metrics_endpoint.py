@@ -123,22 +123,25 @@ def test_metrics_on_a_seeded_cluster(env):
     statuses = {j["name"]: j["status"] for j in env.get("/v1/jobs")["items"]}
     assert statuses["train-a"] == "succeeded" and statuses["serve-b"] == "succeeded"
 
-    # preemptions and reclaims are counted from the job events (whichever loop wrote them)
+    # preemptions and reclaims are counted from the job events (whichever loop wrote
+    # them), by the code stored beside the words: the words below are deliberately
+    # misleading, and the event without a code (a baseline's text) is "other"
     with env.services.session_factory() as s:
         jid = s.scalar(select(JobRow.id).where(JobRow.name == "train-c"))
-        for typ, why in [
-            ("preempted", "preempted by job 9 (P0 > P1)"),
-            ("reclaimed", "reclaimed: lease 3 (20 CU of a100 borrowed from pool x for 1800 s) "
-                          "expired (reclaim: always)"),
-            ("preempted", "descheduler: moved off node a100-0 so job 9 can have the whole node"),
-            ("preempted", "descheduler (room for P0): preempted by job 9 (P0 > P1)"),
+        for typ, why, code in [
+            ("preempted", "anything said about it", "preempted"),
+            ("reclaimed", "lease 3 (20 CU of a100) ...", "reclaimed"),
+            ("preempted", "moved off node a100-0 (priority)", "moved"),
+            ("preempted", "descheduler (room for P0): preempted by job 9", "preempted"),
+            ("preempted", "lease expired, moved by priority", None),
         ]:
-            s.add(JobEventRow(job_id=jid, at=env.clock(), type=typ, reason=why))
+            s.add(JobEventRow(job_id=jid, at=env.clock(), type=typ, reason=why,
+                              reason_code=code))
         s.commit()
     _, v = scrape(env)
-    assert v[("gpuq_preemptions_total", (("reason", "priority"),))] == 1
+    assert v[("gpuq_preemptions_total", (("reason", "priority"),))] == 2
     assert v[("gpuq_preemptions_total", (("reason", "defragment"),))] == 1
-    assert v[("gpuq_preemptions_total", (("reason", "descheduler"),))] == 1
+    assert v[("gpuq_preemptions_total", (("reason", "other"),))] == 1
     assert v[("gpuq_lease_reclaims_total", (("reason", "lease_expired"),))] == 1
     _, v = scrape(env)  # counted once
-    assert v[("gpuq_preemptions_total", (("reason", "priority"),))] == 1
+    assert v[("gpuq_preemptions_total", (("reason", "priority"),))] == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuq.metrics import GpuqMetrics, reason_category, reason_category_preempt
+from gpuq.metrics import GpuqMetrics, reason_category
 from gpuq.reports.alerts import Alert
 from gpuq.reports.utilization import borrowed_units, pending_counts, utilization
 from gpuq.scheduling.verdicts import Reason, ReasonCode
@@ -36,7 +36,8 @@ def test_metric_families_and_values():
         reasons={"1": Reason(ReasonCode.TEAM_QUOTA, "team nlp at quota 200/200 CU"),
                  "2": Reason(ReasonCode.CAPACITY, "no free block")},
         unschedulable={"3": Reason(ReasonCode.NEVER_FITS, "no allowed GPU type has >= 100 GB")},
-        preemptions=[("preempt", "preempted by P0 job 9"), ("reclaim", "lease expired")],
+        preemptions=[("preempt", Reason(ReasonCode.PREEMPTED, "preempted by P0 job 9")),
+                     ("reclaim", Reason(ReasonCode.RECLAIMED, "lease expired"))],
     )
     m.record_alerts(
         [
@@ -107,5 +108,5 @@ def test_reason_categories():
     assert reason_category(Reason(ReasonCode.RESERVED, "free capacity is held")) == "reservation"
     assert reason_category("team nlp at quota 200/200 CU") == "other"
     assert reason_category(None) == "unknown"
-    assert reason_category_preempt("lease 4 expired") == "lease_expired"
-    assert reason_category_preempt("") == "unknown"
+    assert reason_category(Reason(ReasonCode.RECLAIMED, "anything")) == "lease_expired"
+    assert reason_category("lease 4 expired") == "other"

@@ -80,6 +80,7 @@ def get_queue(
             submitted_at=j.submitted_at,
             wait_seconds=round(wait_seconds(j, now), 3),
             reason=j.reason,
+            reason_code=j.reason_code,
             preemption_count=j.preemption_count,
             estimated_start=start_of(str(j.id), j.reason_start_at),
         )
