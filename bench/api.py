@@ -13,7 +13,7 @@ enough not to be the bottleneck) drives them in alternating rounds of
 - batch submit, ``POST /v1/jobs:batch`` with the same 500-job body to both,
   at 2 connections: jobs/s and ratio.
 
-Targets (issue 13): single >= 0.5 x bare at 8 and 32 clients, P99 < 50 ms at 32;
+Targets: single >= 0.5 x bare at 8 and 32 clients, P99 < 50 ms at 32;
 batch >= 0.3 x bare. Prints the load average before and after.
 
     TEST_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1/test \\
@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from bench.api_jobs import nlp_job, team_token  # noqa: E402
 from bench.dispatch import database  # noqa: E402
 from bench.history import load  # noqa: E402
 from gpuq.domain.percentiles import percentile  # noqa: E402
@@ -125,11 +126,6 @@ def drive(port: int, req: bytes, clients: int, seconds: float) -> tuple[float, l
     return n / (time.perf_counter() - t0), lat
 
 
-def job(i: int) -> dict:
-    return {"name": f"ci-shard-{i}", "team": "nlp",
-            "resources": {"gpus": 1, "gpu_types": ["a100-80g"]}, "duration_estimate_s": 600}
-
-
 def pct(xs: list[float], q: float) -> float:
     return percentile(xs, q) or 0.0
 
@@ -152,12 +148,11 @@ def main() -> int:
         with server([str(BIN / "gpuq"), "api"], env, gp) as gurl, \
                 server(bare_cmd, {}, bp):
             with httpx.Client(base_url=gurl, headers=AUTH) as c:
-                r = c.post("/v1/teams/nlp/tokens", json={})
-                r.raise_for_status()
-                token = r.json()["token"]
-            single = json.dumps(job(0)).encode()
+                token = team_token(c, "nlp")
+            single = json.dumps(nlp_job("ci-shard-0", 600)).encode()
             headers = {"Authorization": f"Bearer {token}"}
-            batch = json.dumps({"jobs": [job(i) for i in range(500)]}).encode()
+            batch = json.dumps({"jobs": [nlp_job(f"ci-shard-{i}", 600)
+                                         for i in range(500)]}).encode()
             cases = [
                 ("single submit", "/v1/jobs", single, 8, 1),
                 ("single submit", "/v1/jobs", single, 32, 1),

@@ -39,7 +39,9 @@ sys.path.insert(0, str(ROOT))
 from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
+from bench.api_jobs import nlp_job, team_token  # noqa: E402
 from bench.dispatch import database, fresh_db, scaled_config  # noqa: E402
+from bench.history import load  # noqa: E402
 from gpuq.clock import ManualClock  # noqa: E402
 from gpuq.cluster.simulated import SimulatedCluster  # noqa: E402
 from gpuq.dispatch.dispatcher import Dispatcher  # noqa: E402
@@ -55,10 +57,6 @@ CASES = {
     "old (no caps)": {"GPUQ_TEAM_MAX_PENDING": 0, "GPUQ_TEAM_SUBMIT_RATE": 0},
     "new (defaults)": {},
 }
-
-
-def load() -> str:
-    return "load average " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 class Loop:
@@ -90,9 +88,7 @@ class Loop:
 def flood(c: TestClient, h: dict, n: int, batch: int, patient: bool) -> dict:
     """40 batches back to back (the attack); then, if ``patient``, on until a 429 that
     names the pending cap, waiting what Retry-After says."""
-    body = {"jobs": [{"name": f"f{i}", "team": "nlp", "duration_estimate_s": 3600,
-                      "resources": {"gpus": 1, "gpu_types": ["a100-80g"]}}
-                     for i in range(batch)]}
+    body = {"jobs": [nlp_job(f"f{i}", 3600) for i in range(batch)]}
     codes: dict[int, int] = {}
     accepted = 0
     t0 = time.perf_counter()
@@ -137,8 +133,7 @@ def run_case(name: str, env: dict, jobs: int, batch: int) -> dict:
         admin = {"Authorization": f"Bearer {ADMIN}"}
         try:
             with TestClient(create_app(services=services)) as c:
-                tok = {t: {"Authorization": "Bearer " + c.post(
-                    f"/v1/teams/{t}/tokens", json={}, headers=admin).json()["token"]}
+                tok = {t: {"Authorization": "Bearer " + team_token(c, t, admin)}
                        for t in ("nlp", "recsys")}
                 loop.thread.start()
                 f = flood(c, tok["nlp"], jobs, batch, patient=not env)

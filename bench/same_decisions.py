@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -65,6 +66,16 @@ def _result_doc(res: Any) -> dict[str, Any]:
         "order": list(res.order),
         "returned": [repr(x) for x in res.returned],
     }
+
+
+def _script_module(path: str) -> Any:
+    """A module of this script's tree (not of ``--code``'s), by file: it builds objects of
+    the measured tree's ``gpuq``, so both trees run the same setup."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 # -- random snapshots ----------------------------------------------------------------
@@ -186,43 +197,34 @@ def case_cycles(_args: argparse.Namespace) -> dict[str, Any]:
 
 def case_whatif(_args: argparse.Namespace) -> dict[str, Any]:
     from gpuq.scheduling.engine import schedule
-    from gpuq.scheduling.model import (
-        Device,
-        GpuType,
-        JobRequest,
-        Node,
-        PoolInfo,
-        PriorityInfo,
-        Snapshot,
-        TeamInfo,
-    )
+    from gpuq.scheduling.model import JobRequest, TeamInfo
     from gpuq.tuning.whatif import Arrival, simulate_forward, with_weights
+
+    fx = _script_module("tests/unit/core_fixtures.py")
+    PRIOS, TWO_TYPES, job, node, snap = fx.PRIOS, fx.TWO_TYPES, fx.job, fx.node, fx.snap
 
     out = {}
     for seed in range(30):
         rng = random.Random(1000 + seed)
-        types = {"a100": GpuType("a100", 80, 10), "v100": GpuType("v100", 16, 4)}
-        nodes = [Node(f"n{i}", rng.choice(["a100", "v100"]), [Device(d) for d in range(8)],
-                      64, 512) for i in range(rng.randint(2, 5))]
-        p1 = PriorityInfo("P1", 500, True)
+        nodes = [node(f"n{i}", rng.choice(["a100", "v100"]), 8)
+                 for i in range(rng.randint(2, 5))]
         teams = {"nlp": TeamInfo("nlp", "p", quota_units=rng.choice([None, 40.0])),
                  "cv": TeamInfo("cv", "p")}
 
         def req(i: int, sub: float, rng: random.Random = rng) -> JobRequest:
-            return JobRequest(
-                id=str(i), name=f"j{i}", team=rng.choice(["nlp", "cv"]), pool="p",
-                priority="P1", priority_value=500, preemptible=True, submitted_at=sub,
-                gpus=rng.choice([1, 2, 4]), gpu_types=rng.choice([(), ("v100",), ("a100",)]),
-                duration_estimate_s=rng.choice([100.0, 600.0, 3000.0]))
+            return job(str(i), name=f"j{i}", team=rng.choice(["nlp", "cv"]), submitted_at=sub,
+                       gpus=rng.choice([1, 2, 4]),
+                       gpu_types=rng.choice([(), ("v100",), ("a100",)]),
+                       duration_estimate_s=rng.choice([100.0, 600.0, 3000.0]))
 
         pending = [req(i, 0.0) for i in range(rng.randint(3, 20))]
         arrivals = [Arrival(rng.uniform(0, 600), req(100 + i, 0.0), rng.uniform(60, 900))
                     for i in range(rng.randint(0, 10))]
-        snap = Snapshot(now=0.0, gpu_types=types, nodes=nodes, pools={"p": PoolInfo("p")},
-                        teams=teams, priorities={"P1": p1}, running=[], pending=pending)
+        start = snap(nodes, pending, teams=teams, types=TWO_TYPES,
+                     priorities={"P1": PRIOS["P1"]})
         res = []
         for weights in ({}, {"a100": 6.0, "v100": 3.0}):
-            o = simulate_forward(with_weights(snap, weights), arrivals, policy=schedule)
+            o = simulate_forward(with_weights(start, weights), arrivals, policy=schedule)
             res.append([o.wait_p99_s, sorted(o.team_p99_s.items()), o.jobs])
         out[str(seed)] = res
     return {"per_seed": {k: _digest(v) for k, v in out.items()}, "values": out}

@@ -1,4 +1,5 @@
-"""Small builders for core tests: the demo cluster's three GPU types and a job factory."""
+"""Small builders for core tests (and bench/same_decisions.py): the demo cluster's three GPU
+types, two plain ones, and node, job and snapshot factories."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ A100 = GpuType(
 V100 = GpuType("v100-16g", 16, 4)
 RTX = GpuType("rtx4090-24g", 24, 2, shareable=True)
 TYPES = {t.name: t for t in (A100, V100, RTX)}
+# two plain types, for tests and benches that need no MIG, sharing or long names
+TWO_TYPES = {"a100": GpuType("a100", 80, 10), "v100": GpuType("v100", 16, 4)}
 PRIOS = {
     "P0": PriorityInfo("P0", 1000, False),
     "P1": PriorityInfo("P1", 500, True),
@@ -61,7 +64,7 @@ def job(id: str, **kw) -> JobRequest:
 
 def snap(
     nodes, pending, *, running=(), teams=None, pools=None, now: float = 0.0,
-    config: SchedulerConfig | None = None, types=None,
+    config: SchedulerConfig | None = None, types=None, priorities=None,
 ) -> Snapshot:
     return Snapshot(
         now=now,
@@ -69,7 +72,7 @@ def snap(
         nodes=list(nodes),
         pools=pools or {"p": PoolInfo("p")},
         teams=teams or {"t": TeamInfo("t", "p")},
-        priorities=PRIOS,
+        priorities=priorities or PRIOS,
         running=list(running),
         pending=list(pending),
         config=config or SchedulerConfig(),

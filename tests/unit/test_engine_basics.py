@@ -1,52 +1,14 @@
 """Smoke rules of the core interface: memory fit, gangs, quota."""
 
 from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import (
-    Device,
-    GpuType,
-    JobRequest,
-    Node,
-    PoolInfo,
-    PriorityInfo,
-    Snapshot,
-    TeamInfo,
-)
-
-TYPES = {
-    "a100": GpuType("a100", 80, 10),
-    "v100": GpuType("v100", 16, 4),
-}
-
-
-def node(name: str, t: str, gpus: int) -> Node:
-    return Node(name, t, [Device(i) for i in range(gpus)], cpu=64, memory_gb=512)
-
-
-def job(id: str, **kw) -> JobRequest:
-    base = dict(
-        name=id,
-        team="t",
-        pool="p",
-        priority="P1",
-        priority_value=500,
-        preemptible=True,
-        submitted_at=0.0,
-    )
-    base.update(kw)
-    return JobRequest(id=id, **base)
+from gpuq.scheduling.model import Snapshot, TeamInfo
+from tests.unit.core_fixtures import TWO_TYPES, job, node
+from tests.unit.core_fixtures import snap as core_snap
 
 
 def snap(nodes, pending, quota=None) -> Snapshot:
-    return Snapshot(
-        now=0.0,
-        gpu_types=TYPES,
-        nodes=nodes,
-        pools={"p": PoolInfo("p")},
-        teams={"t": TeamInfo("t", "p", quota_units=quota)},
-        priorities={"P1": PriorityInfo("P1", 500, True)},
-        running=[],
-        pending=pending,
-    )
+    return core_snap(nodes, pending, types=TWO_TYPES,
+                     teams={"t": TeamInfo("t", "p", quota_units=quota)})
 
 
 def test_memory_fit_never_on_smaller_card() -> None:
