@@ -1,7 +1,7 @@
 """200 concurrent API clients against ``gpuq serve`` (API and loops in one process):
 the concurrency bound and the loops' own pool against the old setup, in one run.
 
-Issue 28 measured, at 200 clients, throughput at half of 20 clients', P99 13.3 s, a
+Before the bound, at 200 clients gpuq had throughput at half of 20 clients', P99 13.3 s, a
 503 after 19.5 s though one is promised after the 3 s pool timeout, reset
 connections, and failed dispatcher passes (the loops shared the API's pool). Here
 two servers are started in turn on one fresh database each:

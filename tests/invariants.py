@@ -1,5 +1,5 @@
 """The invariants a fault must never break, checked against the database and
-the cluster after each fault of the fault-injection suite (issue 12).
+the cluster after each fault of the fault-injection suite.
 
 Each check returns human-readable violations (empty: all held):
 

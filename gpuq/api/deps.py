@@ -87,7 +87,7 @@ def resolve_principal(state: Any, session: Session, token: str | None, now: date
     principal = state.principals.resolve(session, token, now)
     # End the lookup's transaction: the pooled connection goes back to the pool
     # while this request waits for a worker thread to run its route. Held across
-    # that wait, 100 concurrent clients deadlocked the pool (issue 12, defect 2).
+    # that wait, 100 concurrent clients deadlocked the pool.
     session.commit()
     if principal is None:
         raise Unauthorized("unknown, revoked or expired token", "Authorization")

@@ -1,5 +1,5 @@
 """Percentiles: the one implementation the simulator, the reports, the
-dashboard, the alerts and the tuner's what-if all use (issue 11: the
+dashboard, the alerts and the tuner's what-if all use (the
 simulator's P99 used to be nearest-rank with q in 0..1 while the API's was
 interpolated with q in 0..100, so the same waits gave two P99s).
 

@@ -1,4 +1,4 @@
-"""What a team's ``pod_template`` may ask of the cluster (issue 10).
+"""What a team's ``pod_template`` may ask of the cluster.
 
 Checked at submit (a 422 naming the field path, nothing written) and again
 on the finished Pod just before it is created (defence in depth: the team's
@@ -101,7 +101,7 @@ class InstallPolicy:
     tolerated_taints: tuple[str, ...] = ("nvidia.com/gpu",)
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     # RuntimeClasses a template may name (GPUQ_K8S_RUNTIME_CLASSES); empty: none. The
-    # `nvidia` class alone hands a container every card of the node (issue 28).
+    # `nvidia` class alone hands a container every card of the node.
     runtime_classes: tuple[str, ...] = ()
     # extended resources a template may ask for besides the GPU types'
     # (GPUQ_K8S_EXTENDED_RESOURCES), e.g. an RDMA device plugin's rdma/hca_shared_devices_a
@@ -667,7 +667,7 @@ def reference_violations(
 
     gpuq's ServiceAccount creates every Pod, so the API server never checks the tenant's
     own rights: in a namespace two teams share, team nlp could mount recsys's Secret or
-    PVC by name (issue 28). Kubernetes resolves these names in the Pod's namespace only,
+    PVC by name. Kubernetes resolves these names in the Pod's namespace only,
     so a namespace of the team's own confines them (the tenant boundary Kubernetes draws:
     kubernetes/kubernetes plugin/pkg/admission/serviceaccount -- a Pod's references
     resolve in its own namespace)."""
@@ -712,7 +712,7 @@ def reference_violations(
 # Variables the container runtimes read to pick devices: the NVIDIA container toolkit
 # (NVIDIA_VISIBLE_DEVICES=all exposes every card of the node when the Pod runs under the
 # nvidia runtime), CUDA, ROCm/HIP, Habana, Ascend, Intel Level Zero. A template naming one
-# reached cards gpuq never accounted (issue 28). Upstream: NVIDIA/nvidia-container-toolkit
+# reached cards gpuq never accounted. Upstream: NVIDIA/nvidia-container-toolkit
 # internal/config/image/cuda_image.go (envNVVisibleDevices), ROCm/k8s-device-plugin.
 DEVICE_ENV = frozenset({
     "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES",

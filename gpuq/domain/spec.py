@@ -144,7 +144,7 @@ MODES = ("gpus", "gpu_units", "mig", "gpu_share")
 # The smallest vGPU share that is a real limit. HAMi caps a shared card's compute in
 # whole percent (`nvidia.com/gpucores`, 1..100) and its memory in MiB; a share below
 # 1 % became `gpucores: 1, gpumem: 0` -- and HAMi reads gpumem 0 as "no memory cap"
-# (issue 28: 191 jobs of `gpu_share: 1e-9` ran on three cards, charged 3.76e-7 CU).
+# (191 jobs of `gpu_share: 1e-9` once ran on three cards, charged 3.76e-7 CU).
 # Upstream: Project-HAMi/HAMi pkg/device/nvidia/device.go (GenerateResourceRequests).
 MIN_GPU_SHARE = 0.01
 

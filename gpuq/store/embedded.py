@@ -66,7 +66,7 @@ def create_database_if_missing(admin_conninfo: str, name: str) -> None:
 
 def ensure_autovacuum(admin_conninfo: str) -> None:
     """Autovacuum on (and the statistics it needs): the job tables churn, and without
-    it dead rows pile up and plans go stale (issue 13 measured list queries twice as
+    it dead rows pile up and plans go stale (list queries were measured twice as
     slow after 100,000 jobs). initdb's defaults have it on; a data folder where it was
     turned off gets it back, once, with a log line (docs/operations.md "Autovacuum")."""
     with psycopg.connect(admin_conninfo, autocommit=True) as conn:

@@ -12,7 +12,7 @@ own gauge, ``gpuq_releasing_units``).
 Every read of "what is in use" goes through this module -- pool and team
 usage, the core's pool ledger for read endpoints, node views, the
 dispatcher's picture, reports and metrics -- so the numbers agree with each
-other and with the scheduler (issue 11: a pool once showed ``used=10`` and
+other and with the scheduler (a pool once showed ``used=10`` and
 ``idle=80`` in one answer because two reads filtered differently).
 """
 

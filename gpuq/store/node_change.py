@@ -2,7 +2,7 @@
 
 A PATCH (or a config apply) that takes away the cards, MIG slices or GPU type a
 running job holds would leave allocation rows naming devices the node no longer
-has: every dispatcher pass then failed on them (issue 28: ``PATCH /v1/nodes/v100-1
+has: every dispatcher pass then failed on them (``PATCH /v1/nodes/v100-1
 {"gpus": 4}`` under an 8-card job stopped all scheduling with an ``IndexError``).
 Such a change is refused with a 409 that names the jobs; the admin drains them
 (cancel, or wait for them to finish) and applies it then. Changes that keep every

@@ -53,7 +53,8 @@ class Base(DeclarativeBase):
 
 
 # Monotonic revision of job rows: every change takes the next value, so a
-# dispatcher can ask for "rows changed since revision N" (DESIGN §4).
+# dispatcher can ask for "rows changed since revision N", and a write can check the
+# revision it saw (gpuq/store/states.py).
 job_revision_seq = Sequence("job_revision_seq", metadata=Base.metadata)
 
 
@@ -326,7 +327,7 @@ def releasing_row() -> ColumnElement[bool]:
 
 
 class LeaseRow(Base):
-    """CU a pool borrowed beyond its guarantee for one job (DESIGN §2 Lease)."""
+    """CU a pool borrowed beyond its guarantee for one job (docs/pools-leases.md)."""
 
     __tablename__ = "leases"
     __table_args__ = (Index("ix_leases_state_expires_at", "state", "expires_at"),)

@@ -119,7 +119,7 @@ def rotate_token(
     if row_scope(row) == ADMIN_SCOPE and expiry is not None and not _lasting_admin(
         session, now, but=row.id
     ):
-        # issue 28: rotating the last admin token with `expires_in_s: 2` locked every
+        # rotating the last admin token with `expires_in_s: 2` once locked every
         # admin out for good; one admin token that does not expire must remain
         raise Conflict(
             "this is the last admin token that does not expire: its successor cannot expire "
@@ -284,7 +284,7 @@ class PrincipalCache:
 
 
 # The longest a token may live when it expires at all (a later expiry is an input error,
-# before anything is written: issue 28 stored one in year 10000 that no read could parse).
+# before anything is written: one stored in year 10000 once broke every read of it).
 MAX_EXPIRY = timedelta(days=10 * 365)
 
 

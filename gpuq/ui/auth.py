@@ -1,4 +1,4 @@
-"""Who is looking at the dashboard (issue 12's UI isolation).
+"""Who is looking at the dashboard, and what of it they may see.
 
 The dashboard takes the same tokens as the API: an ``Authorization: Bearer``
 header, or the token typed into ``/ui/login``, kept in an HttpOnly,

@@ -1,5 +1,5 @@
 """SIGTERM stops `gpuq serve`, `gpuq api` and `gpuq dispatcher` within 10 s
-(issue 12, defect 4: the dispatcher used to join its LISTEN thread forever).
+(the dispatcher used to join its LISTEN thread forever).
 
 Real processes against the test database; the dispatcher runs on the fake
 Kubernetes API server as the leader, so its leader lock must be released.

@@ -1,6 +1,6 @@
 """One live-allocation definition (gpuq/store/live.py): pool usage, team usage,
 the core's pool ledger and /metrics give the same numbers on a cluster with
-running, releasing and borrowed allocations (issue 11, case 4).
+running, releasing and borrowed allocations.
 
 The cluster: a training job running on one A100 card; a training job moved
 by a cycle (preempted and admitted anew on the other node) whose old Pods are

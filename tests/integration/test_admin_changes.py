@@ -1,5 +1,5 @@
 """Admin writes to a node under running jobs: refused with a 409 naming the jobs
-(issue 28: ``PATCH /v1/nodes/v100-1 {"gpus": 4}`` under an 8-card job answered 200
+(``PATCH /v1/nodes/v100-1 {"gpus": 4}`` under an 8-card job answered 200
 and every pass after it failed), applied once the jobs are gone."""
 
 from __future__ import annotations

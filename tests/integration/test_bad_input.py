@@ -33,7 +33,7 @@ BAD_JOBS = [
     ("absurd gpus", _res(gpus=100000), 422, "resources.gpus"),
     ("negative memory", _res(gpus=1, memory_gb=-5), 422, "resources.memory_gb"),
     ("share out of range", _res(gpu_share=1.5), 422, "resources.gpu_share"),
-    # issue 28: a share below what the vGPU mechanism enforces became an uncapped Pod
+    # a share below what the vGPU mechanism enforces used to become an uncapped Pod
     ("share below the enforceable minimum", _res(gpu_share=1e-9), 422, "resources.gpu_share"),
     ("absurd replicas", job_body(replicas=10**6), 422, "replicas"),
     ("min_available > replicas", job_body(replicas=2, min_available=3), 422, "min_available"),

@@ -1,4 +1,4 @@
-"""The CLI for daily work against a real server (issue 29): idempotent submit, exit codes
+"""The CLI for daily work against a real server: idempotent submit, exit codes
 scripts can trust, --wait / --watch / --follow, -o json|yaml, the team usage view, leases
 with their state, and the no-token message."""
 

@@ -1,5 +1,5 @@
 """The API under concurrent clients and through a database outage, on a real
-uvicorn server (issue 12, defects 2 and 3).
+uvicorn server.
 
 * 150 concurrent team-token submits against a small pool: every answer is a
   201 or a fast 503 with ``Retry-After``; never a 500, never a stall (it used

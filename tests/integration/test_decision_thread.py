@@ -1,4 +1,4 @@
-"""One decision thread (issue 15 part 3, issue 12 defect 5).
+"""One decision thread: the descheduler and the lease reaper decide in the dispatcher's.
 
 The shape of the old race: the descheduler and the lease reaper ran in
 threads of their own and called into the dispatcher; whichever lost the

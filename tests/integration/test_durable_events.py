@@ -1,4 +1,4 @@
-"""Cluster events survive a failed pass (issue 12, defect 1).
+"""Cluster events survive a failed pass.
 
 The transaction that records what the cluster reported is killed
 (``pg_terminate_backend`` on the very connection running it); the events

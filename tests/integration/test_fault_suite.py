@@ -1,4 +1,4 @@
-"""Fault-injection suite against the real PostgreSQL (issue 12).
+"""Fault-injection suite against the real PostgreSQL.
 
 A stream of jobs (whole cards, MIG, shares, gangs, three priorities so
 preemption happens, cancels) runs through the dispatcher and the simulated

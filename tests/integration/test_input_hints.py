@@ -1,4 +1,4 @@
-"""Errors that say how to fix them (issue 29): a misspelt field gets "did you mean", a
+"""Errors that say how to fix them: a misspelt field gets "did you mean", a
 name that is not a valid name is answered as an unknown name with the valid ones."""
 
 from __future__ import annotations

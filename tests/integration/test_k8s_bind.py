@@ -179,7 +179,7 @@ def test_stopped_job_with_only_finished_pods_is_off_the_cluster(kube, cluster, n
     kube.set_pod_phase(*pods[0], "Running")
     kube.set_pod_phase(*pods[1], "Failed", terminated={"reason": "Error", "exitCode": 2})
     wait_until(lambda: any(e.phase == "failed" for e in cluster.poll_events()))
-    # a failed replica stops the gang at once (issue 16): the running replica is evicted,
+    # a failed replica stops the gang at once: the running replica is evicted,
     # the failed one kept; the dispatcher's own stop afterwards changes nothing
     cluster.stop("bad", "job failed")
     assert [n for _ns, n, _g in kube.evictions] == [pods[0][1]]

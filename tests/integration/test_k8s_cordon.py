@@ -1,4 +1,4 @@
-"""Issue 11 case 3 on the Kubernetes backend (fake API server speaking real
+"""Cordoned capacity on the Kubernetes backend (fake API server speaking real
 JSON, real PostgreSQL): a job for cards that only a cordoned node has stays
 ``pending`` with a reason naming the node, not ``unschedulable``; uncordoned
 through the API server, the node syncs back and the job is bound."""

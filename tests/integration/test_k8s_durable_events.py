@@ -1,5 +1,5 @@
 """Finished Pods are recorded after a failed pass and a leader change, on the
-Kubernetes backend (fake API server + real PostgreSQL; issue 12, defect 1).
+Kubernetes backend (fake API server + real PostgreSQL).
 
 The leader polls "succeeded", its recording transaction is killed, then the
 leader itself dies; the standby had polled (and dropped) the same report

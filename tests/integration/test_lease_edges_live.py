@@ -1,5 +1,5 @@
 """Leases at their edges through the live dispatcher, REST and PostgreSQL on a
-manual clock (issue 11, cases 1 and 2; the demo config: training's 100 CU
+manual clock (the demo config: training's 100 CU
 A100 guarantee, 10 CU shared, a 10 CU lease from mixed)."""
 
 from __future__ import annotations

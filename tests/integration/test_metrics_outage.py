@@ -1,4 +1,4 @@
-"""``/metrics`` during a database outage (issue 12): the scrape fails with a
+"""``/metrics`` during a database outage: the scrape fails with a
 503 and ``Retry-After`` for the whole outage (Prometheus's ``up`` goes to 0,
 so the alert on it fires) instead of serving the gauges of before the outage
 with a 200, and serves current values again once the database is back.

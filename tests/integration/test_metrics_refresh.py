@@ -1,6 +1,6 @@
-"""The background metrics pass (``GPUQ_METRICS_REFRESH_S``, issue 13): a scrape
+"""The background metrics pass (``GPUQ_METRICS_REFRESH_S``): a scrape
 renders the pass the app's refresher last made instead of computing one, and
-during a database outage the scrape still fails with 503 (issue 12) once that
+during a database outage the scrape still fails with 503 once that
 pass is older than the reuse age.
 """
 

@@ -1,5 +1,5 @@
 """Text PostgreSQL cannot hold (a NUL character) is a 4xx with a detail, never
-a 500 (issue 12, defect 8: schemathesis found ``GET /v1/queue?pool=%00``)."""
+a 500 (schemathesis found ``GET /v1/queue?pool=%00``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Schemathesis over the whole OpenAPI document, every built-in check on
-(issue 12): no 5xx, every answer's status and body documented, request
+"""Schemathesis over the whole OpenAPI document, every built-in check on:
+no 5xx, every answer's status and body documented, request
 constraints as the server enforces them, negative data refused. Examples
 per operation are bounded (MAX_EXAMPLES) so this stays short in ``make test``."""
 

@@ -1,5 +1,5 @@
-"""The request schemas of the OpenAPI document say what the server enforces
-(issue 12, defect 8): a body the document calls valid is accepted, one it
+"""The request schemas of the OpenAPI document say what the server enforces:
+a body the document calls valid is accepted, one it
 calls invalid is refused with a 422, for the cases that used to differ
 (names that are not DNS labels, two resource modes or none, unknown fields,
 "2" for 2 or 1 for true, gpu_units with replicas). The schemathesis run

@@ -1,4 +1,4 @@
-"""The OpenAPI document says what the server answers (issue 12, defect 8):
+"""The OpenAPI document says what the server answers:
 one error body shape for every error status, the statuses each kind of
 operation can answer, and OPTIONS / 405 ``Allow`` naming every method."""
 

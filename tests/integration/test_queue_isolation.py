@@ -1,5 +1,5 @@
-"""A team token sees only its own team's entries in GET /v1/queue (issue 12,
-defect 6, API half): positions stay places in the one queue, other teams'
+"""A team token sees only its own team's entries in GET /v1/queue
+(the API half; the pages: test_ui_auth.py): positions stay places in the one queue, other teams'
 entries are counted (positions, X-Queue-Other-Teams), never shown. It used to
 list every team's pending jobs (id, name, team, reason) while GET
 /v1/jobs/{id} answered 404 for the same jobs."""

@@ -89,7 +89,7 @@ def test_default_page_and_bad_cursor(env):
 
 
 def test_dashboard_queue_pages(env):
-    r = env.client.get("/ui/queue", headers=AUTH)  # the dashboard takes a token (issue 12)
+    r = env.client.get("/ui/queue", headers=AUTH)  # the dashboard takes a token
     assert r.status_code == 200 and "Queue (" in r.text
     first = env.client.get("/v1/queue", params={"limit": 100}, headers=AUTH).json()
     assert f"/ui/jobs/{first[0]['id']}" in r.text

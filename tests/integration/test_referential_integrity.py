@@ -1,4 +1,4 @@
-"""Deletes never leave a dangling name behind (issue 12, defect 7; issue 10's
+"""Deletes never leave a dangling name behind (the
 delete rule): deleting a GPU type, pool, team, priority class or node that
 something still names is a 409 whose detail names the referrer; once the
 referrer is gone the delete succeeds and later writes of others still work."""

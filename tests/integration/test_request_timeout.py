@@ -1,5 +1,5 @@
-"""``GPUQ_REQUEST_TIMEOUT`` bounds the whole request, not each statement
-(issue 12): the wait for a pooled connection and every statement get what is
+"""``GPUQ_REQUEST_TIMEOUT`` bounds the whole request, not each statement:
+the wait for a pooled connection and every statement get what is
 left of the request's budget, and a request past it answers 503 with
 ``Retry-After``.
 

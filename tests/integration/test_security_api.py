@@ -1,4 +1,4 @@
-"""Issue 10 through the REST API: tokens (names, expiry, scopes, revoke, rotate,
+"""Security through the REST API: tokens (names, expiry, scopes, revoke, rotate,
 revocation seen by another replica), the admin token in the database,
 submitted_by, the audit trail, the quota body rule, DNS-1123 names, the Pod
 policy at submit and the OpenAPI bearer scheme."""

@@ -1,4 +1,4 @@
-"""Feasibility at submit (issue 29): what the catalog alone shows can never run is a
+"""Feasibility at submit: what the catalog alone shows can never run is a
 synchronous 422 saying why and what to change, and nothing is written; a job that is
 merely waiting is still 201 ``pending``. The demo cluster: 2 A100-80G nodes (one card
 MIG-cut), 2 V100-16G nodes, 3 RTX 4090 nodes; nlp may use pools training and mixed,

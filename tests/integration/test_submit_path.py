@@ -33,7 +33,7 @@ def test_one_statement_per_submit_with_a_warm_cache(client, admin, team_token, e
     # Tokens (the admin's too) live in the database and are cached per process with
     # the catalog revision they were read at; a submit with a cached one sends only
     # its INSERT, which writes nothing unless catalog_revision (which every token
-    # write bumps) still has that number: a revocation is seen at once (issue 10).
+    # write bumps) still has that number: a revocation is seen at once.
     with statements(engine) as seen:
         r = client.post("/v1/jobs", json=job_body(name="hot"), headers=admin)
     assert r.status_code == 201

@@ -1,4 +1,4 @@
-"""A team cannot name a namespace of another team (issue 28): the namespace is the
+"""A team cannot name a namespace of another team: the namespace is the
 tenant boundary, so two teams listing one would share Secrets and PVCs again."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Token expiry input and the admin lock-out (issue 28): a naive instant was a 500 (on
+"""Token expiry input and the admin lock-out: a naive instant was a 500 (on
 create and rotate), ``9999-12-31T23:59:59-23:59`` a 500 *after* commit that left a
 token in year 10000 which broke ``GET /v1/tokens`` for good, and rotating the last
 admin token with ``expires_in_s: 2`` locked every admin out with no way back."""

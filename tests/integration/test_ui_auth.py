@@ -1,5 +1,5 @@
-"""The dashboard takes a token and shows only what it may see (issue 12's UI isolation),
-and the Teams, Nodes and job pages show the live state (issue 16).
+"""The dashboard takes a token and shows only what it may see,
+and the Teams, Nodes and job pages show the live state.
 
 Real API, real PostgreSQL, the simulated cluster; no mocks.
 """

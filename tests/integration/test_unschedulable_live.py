@@ -1,5 +1,5 @@
 """``unschedulable`` at its edges through the live dispatcher and REST on a
-manual clock (issue 11, case 3; the demo cluster: a100-0 with 7 whole cards and
+manual clock (the demo cluster: a100-0 with 7 whole cards and
 one MIG-cut card, a100-1 with 8 whole cards). Cordoning goes through the
 simulated cluster's backend, the nodes table (``PATCH /v1/nodes/{name}``)."""
 

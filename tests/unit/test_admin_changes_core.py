@@ -1,6 +1,6 @@
 """The core survives a node whose cards, MIG layout or type changed under running jobs.
 
-Issue 28: ``PATCH /v1/nodes/v100-1 {"gpus": 4}`` under an 8-card job made every
+Before, ``PATCH /v1/nodes/v100-1 {"gpus": 4}`` under an 8-card job made every
 pass fail with an ``IndexError`` in ``ClusterState``. The API now refuses such a
 change (tests/integration/test_admin_changes.py); the core must also hold when one
 slips through (a Kubernetes node re-labelled, a device plugin re-advertising fewer

@@ -1,4 +1,6 @@
-"""Issue 11's cases as scenarios through ``gpuq simulate`` (virtual clock).
+"""Edge cases as scenarios through ``gpuq simulate`` (virtual clock): a reclaimed
+borrower, a lease converted to the own guarantee, a gang that never fits, cordoned
+nodes, jobs that never started, the same percentiles as the reports.
 
 Each scenario is a file run by the CLI entry point (``run_simulate``); the
 result document is what an admin would read.

@@ -1,4 +1,4 @@
-"""Leases at their edges (issue 11, cases 1 and 2) on the pure core with a
+"""Leases at their edges on the pure core with a
 controllable clock: conversion to the borrower's own guarantee, the run-time
 lower bound after a reclaim, and a property test over random lease scenarios
 run through the simulator."""

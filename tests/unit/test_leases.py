@@ -132,7 +132,7 @@ def test_reclaimed_job_does_not_reborrow_within_thrash_window() -> None:
     s.advance(599.0)
     res = s.cycle()
     # past the window it is still not lent again: it ran 1800 s without finishing,
-    # so a lease of 1800 s could only end in another reclaim (issue 11)
+    # so a lease of 1800 s could only end in another reclaim
     assert "y" in s.pending
     assert res.reasons["y"].startswith(
         "needs 1800 s or more (a run was stopped unfinished after 1800 s) but leases last"

@@ -1,4 +1,4 @@
-"""The Pod policy of issue 10 (gpuq/domain/pod_policy.py), rule by rule.
+"""The Pod policy of a team's templates (gpuq/domain/pod_policy.py), rule by rule.
 
 Every Pod Security Standards control (baseline and restricted) is tried with
 an accepted and a refused template; then the namespace and ServiceAccount

@@ -1,4 +1,4 @@
-"""GPUs only through gpuq (issue 28): device env vars, runtime classes outside the
+"""GPUs only through gpuq: device env vars, runtime classes outside the
 install's allowlist, DRA claims, unconfigured vendors' device resources and a projected
 ServiceAccount token (with automount off) were all accepted and passed to the Pod."""
 

@@ -1,4 +1,4 @@
-"""The namespace is the tenant boundary (issue 28): as team nlp, templates naming
+"""The namespace is the tenant boundary: as team nlp, templates naming
 recsys's Secret, PVC, a secretKeyRef and a secrets-store CSI volume all got 201 in
 the namespace every team shared. References are refused unless the Pod runs in a
 namespace this team alone uses; checked at submit and again at bind."""

@@ -59,7 +59,7 @@ class Expiry(BaseModel):
     @field_validator("expires_at", mode="after")
     @classmethod
     def _aware_instant(cls, v: datetime | None) -> datetime | None:
-        # issue 28: a naive instant failed comparing with the aware clock (500), and an
+        # a naive instant used to fail comparing with the aware clock (500), and an
         # offset that pushed the instant past year 9999 was stored and broke every read
         if v is None:
             return v

@@ -3,7 +3,8 @@
 When a running job is preempted or its lease reclaimed, the attempt it
 loses ran for some time and did not finish, so the job needs more than
 that. The longest such attempt is kept on the job row; the scheduler never
-admits the job again on a lease that ends before that bound (issue 11).
+admits the job again on a lease that ends before that bound (a lease
+shorter than the job's run could only end in another reclaim).
 Expand-only: a nullable column old code simply does not read.
 
 Revision ID: 0005

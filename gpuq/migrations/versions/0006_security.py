@@ -1,6 +1,6 @@
 """security: team Pod policy, managed_by, named/scoped/expiring tokens, submitted_by, audit_log
 
-Expand only (issue 16): every new column is nullable or has a server
+Expand only: every new column is nullable or has a server
 default, so code of the previous release keeps working against this schema.
 
 - teams: ``namespaces``, ``pod_security``, ``service_accounts``,
