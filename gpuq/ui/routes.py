@@ -24,7 +24,7 @@ from gpuq.api.routes.jobs import cancel_job as api_cancel_job
 from gpuq.api.routes.metrics import metrics_loop
 from gpuq.api.schemas import event_out, job_out, lease_out
 from gpuq.domain.errors import Forbidden, GpuqError
-from gpuq.domain.states import STATUSES
+from gpuq.domain.states import CANCELLABLE, STATUSES
 from gpuq.reports.history import series, spans
 from gpuq.reports.live import DEFAULT_WINDOW_S, live_fairness, live_utilization
 from gpuq.store import catalog
@@ -371,7 +371,7 @@ def _job_page(
         out.estimated_start = estimator.starts(now)(out.id, row.reason_start_at)
     body = jsonable_encoder(out)
     events = [jsonable_encoder(event_out(e)) for e in job_store.job_events(session, row)]
-    can_cancel = viewer.may_cancel(row.team) and row.status in ("pending", "admitted", "running")
+    can_cancel = viewer.may_cancel(row.team) and row.status in CANCELLABLE
     return render(
         request,
         "job.html",

@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+from gpuq.store.orm import JobRow
+from gpuq.store.states import change_state
 from tests.integration.obs_env import AUTH, job, seeded_env
 
 
@@ -150,3 +152,21 @@ def test_cancel_from_the_job_page(env):
     page = c.get(r.headers["location"], headers=env.nlp).text
     assert "cancel requested" in page and 'id="cancel"' not in page
     assert env.get(f"/v1/jobs/{env.ids['cv-wait']}")["status"] == "pending"
+
+
+def test_an_unschedulable_job_can_be_cancelled_from_its_page(env):
+    """The page offers cancel for every state the API cancels (domain CANCELLABLE); it
+    kept its own list without ``unschedulable``, so such a job had no cancel button."""
+    c = env.client
+    jid = env.submit(job("never", "nlp", 1, "a100", duration=60))["id"]
+    with env.services.session_factory() as s:
+        row = s.get(JobRow, int(jid))
+        change_state(s, row, "unschedulable", now=env.clock(), reason="never fits")
+        s.commit()
+    page = c.get(f"/ui/jobs/{jid}", headers=env.nlp).text
+    assert 'id="cancel"' in page
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)
+    r = c.post(f"/ui/jobs/{jid}/cancel", data={"csrf": csrf}, headers=env.nlp,
+               follow_redirects=False)
+    assert r.status_code == 303
+    assert env.get(f"/v1/jobs/{jid}")["status"] == "cancelled"
