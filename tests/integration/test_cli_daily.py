@@ -127,8 +127,21 @@ def test_job_events_and_follow(server, tmp_path):
 
 def test_every_client_command_speaks_json_and_yaml(server, tmp_path):
     _env, url = server
+    f = _file(tmp_path, "o.yaml", ONE.format(n="formats"))
+    for fmt, parse in (("json", json.loads), ("yaml", yaml.safe_load)):
+        r = gpuq(url, "submit", "-f", f, "--new", "-o", fmt)
+        assert r.returncode == 0, r.stderr
+        jid = parse(r.stdout)["id"]
+        r = gpuq(url, "job", jid, "--events", "-o", fmt)
+        assert r.returncode == 0 and parse(r.stdout)["events"], r.stdout[:200]
+        r = gpuq(url, "cancel", jid, "-o", fmt)
+        assert r.returncode == 0 and parse(r.stdout)["status"] == "cancelled", r.stdout[:200]
+        for args in (("nodes", "cordon", "v100-0"), ("nodes", "uncordon", "v100-0")):
+            r = gpuq(url, *args, "-o", fmt)
+            assert r.returncode == 0 and parse(r.stdout)["name"] == "v100-0", r.stdout[:200]
     for args in (("jobs",), ("queue",), ("usage",), ("usage", "--team", "nlp"),
-                 ("usage", "--pool", "training"), ("tokens", "list")):
+                 ("usage", "--pool", "training"), ("tokens", "list"), ("job", jid),
+                 ("nodes", "list")):
         for fmt, parse in (("json", json.loads), ("yaml", yaml.safe_load)):
             r = gpuq(url, *args, "-o", fmt)
             assert r.returncode == 0, (args, r.stderr)

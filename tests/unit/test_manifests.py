@@ -469,6 +469,20 @@ def test_compose_file_renders_against_the_compose_spec() -> None:
     assert _compose_interpolate("${A:-x} ${B-y} $$C ${D}", {"B": ""}) == "x  $C "
 
 
+def test_the_image_carries_the_plots_extra() -> None:
+    """`gpuq simulate --report` in the image draws its figures: the Dockerfile builds and
+    installs gpuq with the plots extra, and that extra is pyproject's (matplotlib)."""
+    import tomllib
+
+    root = K8S.parent
+    docker = (root / "Dockerfile").read_text()
+    assert re.search(r"pip wheel [^\n]*'\.\[plots\]'", docker), "the wheel lacks plots"
+    assert re.search(r"pip install [^\n]*'gpuq\[plots\]'", docker), "the install lacks plots"
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert any(d.startswith("matplotlib") for d in extras["plots"])
+
+
 # --- what a cluster admin checks before applying (security section of docs/operations.md)
 
 
