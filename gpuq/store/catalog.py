@@ -23,7 +23,7 @@ from gpuq.domain.config import (
     PriorityClassConfig,
     TeamConfig,
 )
-from gpuq.domain.errors import Conflict, InputError, NotFound
+from gpuq.domain.errors import Conflict, InputError, NotFound, unknown
 from gpuq.store.audit import WriteBy
 from gpuq.store.config_loader import (
     gpu_type_values,
@@ -68,7 +68,11 @@ KINDS: dict[type, str] = {
 def get_named(session: Session, row_type: type[R], name: str) -> R:
     row = session.get(row_type, name)
     if row is None:
-        raise NotFound(f"{KINDS[row_type]} {name!r} not found")
+        # the names there are and the nearest one (`gpuq usage --team nlpp` said only
+        # "team 'nlpp' not found")
+        names = session.scalars(select(row_type.name)).all()  # type: ignore[attr-defined]
+        listed = unknown(KINDS[row_type], name, names)
+        raise NotFound(f"{KINDS[row_type]} {name!r} not found{listed[listed.rindex(' ('):]}")
     return row
 
 

@@ -41,3 +41,16 @@ def test_a_name_that_is_not_a_dns_label_is_an_unknown_name(client, admin):
     assert "DNS label" not in d
     d = _detail(client, admin, job_body(pool="Mixed"))
     assert "unknown pool 'Mixed' (did you mean mixed?" in d, d
+
+
+def test_an_unknown_name_in_the_path_lists_the_names_and_the_nearest(client, admin):
+    # `gpuq usage --team nlpp` answered only "team 'nlpp' not found"
+    for path, expect in (
+        ("/v1/teams/nlpp/usage", "team 'nlpp' not found (did you mean nlp? known: nlp, "),
+        ("/v1/pools/mixd/usage", "pool 'mixd' not found (did you mean mixed? known: "),
+        ("/v1/nodes/a100-9", "node 'a100-9' not found (did you mean a100-"),
+        ("/v1/teams/zzzzzz", "team 'zzzzzz' not found (known: nlp, recsys, research)"),
+    ):
+        r = client.get(path, headers=admin)
+        assert r.status_code == 404, (path, r.text)
+        assert r.json()["detail"].startswith(expect), (path, r.text)
