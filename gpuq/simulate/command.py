@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gpuq.domain.config import load_config, validation_problems
-from gpuq.domain.errors import error_block, error_line
+from gpuq.domain.errors import error_block, error_line, unknown
 from gpuq.domain.yaml_input import YamlInputError, read_yaml_file
 from gpuq.simulate.fill_command import run_fill_command
 from gpuq.simulate.policies import POLICY_NAMES, make_policy
@@ -97,7 +97,7 @@ def run_simulate(
         return int(run_fill_command(scenario, policy=policy, seed=seed, out=out, report=report,
                                     inflate=inflate, seeds=seeds, trace_dir=trace_dir))
     if policy not in POLICY_NAMES:
-        print(error_line(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICY_NAMES))}"),
+        print(error_line(unknown("policy", policy, POLICY_NAMES)),
               file=sys.stderr)
         return 2
     try:

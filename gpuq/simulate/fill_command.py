@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuq.domain.config import load_config
-from gpuq.domain.errors import error_line
+from gpuq.domain.errors import error_line, unknown
 from gpuq.simulate.alibaba import read_nodes, read_pods
 from gpuq.simulate.fill import FILL_POLICIES, check_placements, parse_seeds, run_fill, summarize
 from gpuq.simulate.report import write_fill_report
@@ -53,7 +53,7 @@ def fill_result(
 ) -> dict[str, Any]:
     """Run the fill protocol for every seed and return the fill result document (re-checked)."""
     if policy not in FILL_POLICIES:
-        raise ScenarioError(f"policy: unknown fill policy {policy!r}; known: {FILL_POLICIES}")
+        raise ScenarioError(f"policy: {unknown('fill policy', policy, FILL_POLICIES)}")
     if not 0 < inflate <= 10:
         raise ScenarioError("inflate: must be in (0, 10]")
     nodes_path, pods_path, scheduler = trace_paths(scenario, trace_dir)
