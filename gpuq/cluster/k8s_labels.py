@@ -84,5 +84,6 @@ WL_POOL = "gpuq.io/pool"
 WL_JOB_ID = "gpuq.io/job-id"
 WL_STATE = "gpuq.io/state"  # queued, admitted, preempted, refused, cancelled, finished
 WL_REASON = "gpuq.io/reason"  # why it waits or was refused
+WL_REASON_CODE = "gpuq.io/reason-code"  # its code (the API's reason_code), when it has one
 WL_QUEUE_POSITION = "gpuq.io/queue-position"
 WL_ESTIMATED_START = "gpuq.io/estimated-start"

@@ -174,7 +174,8 @@ class FrontDoor(Part):
             return  # said already
         log.info("refused %s: %s", owner.ref, reason)
         self.client.event(owner, "GpuqRefused", reason, "Warning")
-        self.client.annotate(owner, {L.WL_STATE: "refused", L.WL_REASON: reason[:1000]})
+        self.client.annotate(owner, {L.WL_STATE: "refused", L.WL_REASON: reason[:1000],
+                                    L.WL_REASON_CODE: None})
 
     # ---------------------------------------------------------------- known ones
     def _mirror(self, session: Any, a: WorkloadAdaptor, obj: dict, row: JobRow) -> None:
@@ -195,6 +196,7 @@ class FrontDoor(Part):
         want: dict[str, str | None] = {
             L.WL_JOB_ID: job_id, L.WL_STATE: state,
             L.WL_REASON: (row.reason or "")[:1000] or None,
+            L.WL_REASON_CODE: row.reason_code,
             L.WL_QUEUE_POSITION: (str(row.queue_position)
                                   if row.queue_position is not None and row.status == "pending"
                                   else None),

@@ -196,6 +196,7 @@ def test_rest_and_workload_share_one_queue_and_quota(kube, sf, world):
     assert row.status == "pending"
     ann = w.objects[("Job", "gpuq-jobs", "sft-indexed")]["metadata"]["annotations"]
     assert ann[L.WL_STATE] == "queued" and "quota" in ann[L.WL_REASON]
+    assert ann[L.WL_REASON_CODE] == "team_quota"
     # its queue position and, once estimated, when it should start: after the REST job,
     # which has no duration estimate (an hour, the default)
     assert ann[L.WL_QUEUE_POSITION] == "1"
