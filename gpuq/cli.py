@@ -193,8 +193,9 @@ def submit(
 ) -> None:
     """Submit a job (or a list of jobs) from a file.
 
-    Submitting the same file twice returns the first job ("already submitted"): the
-    Idempotency-Key is a hash of the team and the job. Use --new for another copy.
+    Submitting the same one-job file twice returns the first job ("already submitted"):
+    the Idempotency-Key is a hash of the team and the job. Use --new for another copy.
+    A list is one all-or-nothing batch without a key: submitting it again makes new jobs.
 
     \b
     Examples:

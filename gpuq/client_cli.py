@@ -283,7 +283,8 @@ def cmd_submit(
             f"submitted job [bold]{item.get('id')}[/] {item.get('name')} "
             f"(team {spec.get('team')}): {status_text(item.get('status'))}"
         )
-    console.print(f"[dim]{len(jobs)} jobs in one batch (POST /v1/jobs:batch)[/]")
+    console.print(f"[dim]{len(jobs)} jobs in one batch (POST /v1/jobs:batch; a batch has no "
+                  "Idempotency-Key: submitting this file again makes new jobs)[/]")
     return 0
 
 

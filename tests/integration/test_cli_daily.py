@@ -45,6 +45,12 @@ def test_submitting_the_same_file_twice_returns_the_first_job(server, tmp_path):
     f2 = _file(tmp_path, "j2.yaml", ONE.format(n="idem") + "priority: P2\n")
     d = gpuq(url, "submit", "-f", f2, "-o", "json")
     assert d.returncode == 0 and json.loads(d.stdout)["id"] not in (first,)
+    # a list is one batch without a key, and the CLI says what a second run would do
+    f3 = _file(tmp_path, "l.yaml", "- " + ONE.format(n="l1").replace("\n", "\n  ")
+               + "\n- " + ONE.format(n="l2").replace("\n", "\n  "))
+    e = gpuq(url, "submit", "-f", f3)
+    assert e.returncode == 0 and "submitting this file again makes new jobs" in \
+        " ".join(e.stdout.split()), e.stdout + e.stderr
 
 
 def test_unknown_filters_exit_non_zero_with_the_valid_names(server):
