@@ -10,6 +10,7 @@ when no submit has read it yet the hint lists no names but still says what is wr
 from __future__ import annotations
 
 import difflib
+import re
 from functools import cache
 from typing import Any
 
@@ -47,6 +48,12 @@ def hint(err: dict[str, Any], catalog: CatalogView | None) -> str | None:
         return None
     last = loc[-1]
     kind = err.get("type")
+    if kind in ("literal_error", "enum") and isinstance(err.get("input"), str):
+        # "Input should be 'binpack' or 'spread'" -> the nearest value first
+        expected = str((err.get("ctx") or {}).get("expected", ""))
+        values = re.findall(r"'([^']*)'", expected)
+        if values:
+            return unknown(last.replace("_", " "), err["input"], values)
     if kind == "extra_forbidden":
         close = difflib.get_close_matches(last, known_fields(), n=1, cutoff=0.6)
         return f"unknown field{f' (did you mean {close[0]}?)' if close else ''}"

@@ -54,3 +54,14 @@ def test_an_unknown_name_in_the_path_lists_the_names_and_the_nearest(client, adm
         r = client.get(path, headers=admin)
         assert r.status_code == 404, (path, r.text)
         assert r.json()["detail"].startswith(expect), (path, r.text)
+
+
+def test_a_value_outside_a_fixed_set_gets_the_nearest(client, admin):
+    # pydantic's "Input should be 'binpack' or 'spread'" named no nearest value
+    d = _detail(client, admin, job_body(placement="binpak"))
+    assert d == "placement: unknown placement 'binpak' (did you mean binpack? known: binpack, " \
+        "spread)", d
+    r = client.get("/v1/jobs", params={"status": "runing"}, headers=admin)
+    assert r.status_code == 422, r.text
+    assert "unknown status 'runing' (did you mean running? known: admitted, cancelled" in \
+        r.json()["detail"], r.text
