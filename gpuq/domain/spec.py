@@ -52,8 +52,16 @@ def check_dns_label(value: str, field: str = "name") -> str:
         raise ValueError(
             f"{field} {value!r} must be a DNS label: lowercase letters, digits and '-', "
             "1-63 characters, starting and ending with a letter or digit"
+            + (f" (e.g. {near!r})" if (near := dns_label_like(value)) else "")
         )
     return value
+
+
+def dns_label_like(value: str) -> str | None:
+    """The DNS label nearest ``value`` (``My_Job`` -> ``my-job``), to show as the fix;
+    None when nothing of it is left."""
+    near = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", value.lower()))[:63].strip("-")
+    return near if near and DNS_LABEL.match(near) else None
 
 
 _NAME_RX = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"

@@ -65,3 +65,9 @@ def test_a_value_outside_a_fixed_set_gets_the_nearest(client, admin):
     assert r.status_code == 422, r.text
     assert "unknown status 'runing' (did you mean running? known: admitted, cancelled" in \
         r.json()["detail"], r.text
+
+
+def test_a_new_name_that_is_not_a_dns_label_gets_the_nearest_one(client, admin):
+    d = _detail(client, admin, job_body(name="My_Job"))
+    assert d.startswith("name: name 'My_Job' must be a DNS label") and d.endswith(
+        "(e.g. 'my-job')"), d
