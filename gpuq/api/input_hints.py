@@ -30,6 +30,11 @@ NAMED = {
 }
 
 
+#: a field's name ending -> (its unit, an example value)
+UNITS = {"_s": ("seconds", "3600 for an hour"), "_gb": ("GB", "64"), "gpus": ("cards", "2"),
+         "cpu": ("CPUs", "8")}
+
+
 @cache
 def known_fields() -> tuple[str, ...]:
     """The field names a body may use (job specs and config objects)."""
@@ -54,6 +59,14 @@ def hint(err: dict[str, Any], catalog: CatalogView | None) -> str | None:
         values = re.findall(r"'([^']*)'", expected)
         if values:
             return unknown(last.replace("_", " "), err["input"], values)
+    if kind in ("float_type", "int_type", "float_parsing", "int_parsing") and \
+            isinstance(err.get("input"), str):
+        # "1h", "64Gi", "two": say the unit the field is in, with an example
+        unit = next((u for suffix, u in UNITS.items() if last.endswith(suffix)), None)
+        whole = kind.startswith("int")
+        return (f"expected a{' whole' if whole else ''} number"
+                + (f" of {unit[0]} (e.g. {unit[1]})" if unit else "")
+                + f", got {err['input']!r}")
     if kind == "extra_forbidden":
         close = difflib.get_close_matches(last, known_fields(), n=1, cutoff=0.6)
         return f"unknown field{f' (did you mean {close[0]}?)' if close else ''}"

@@ -71,3 +71,14 @@ def test_a_new_name_that_is_not_a_dns_label_gets_the_nearest_one(client, admin):
     d = _detail(client, admin, job_body(name="My_Job"))
     assert d.startswith("name: name 'My_Job' must be a DNS label") and d.endswith(
         "(e.g. 'my-job')"), d
+
+
+def test_a_number_given_as_text_gets_its_unit(client, admin):
+    # pydantic's "Input should be a valid number" for "1h" and "64Gi"
+    d = _detail(client, admin, job_body(duration_estimate_s="1h"))
+    assert d == "duration_estimate_s: expected a number of seconds (e.g. 3600 for an hour), " \
+        "got '1h'", d
+    d = _detail(client, admin, job_body(resources={"gpus": 1, "memory_gb": "64Gi"}))
+    assert d == "resources.memory_gb: expected a number of GB (e.g. 64), got '64Gi'", d
+    d = _detail(client, admin, job_body(resources={"gpus": "two"}))
+    assert d == "resources.gpus: expected a whole number of cards (e.g. 2), got 'two'", d
