@@ -214,6 +214,9 @@ def _never_text(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) 
                 f"gpu_share needs a shareable GPU type; allowed types "
                 f"({', '.join(names)}) are not shareable"
                 + (f" or lack {job.min_gpu_memory_gb:g} GB" if job.min_gpu_memory_gb else "")
+                + "; ask for a whole card (gpus: 1)"
+                + (" or a MIG slice (mig: auto)" if any(t.mig_profiles for t in types) else "")
+                + " instead"
             )
         if not any(t.shareable and t.name in static.by_type for t in types):
             return "no node has a shareable GPU of an allowed type"

@@ -100,3 +100,9 @@ def test_the_shipped_example_runs_on_the_demo_cluster(client, admin, dispatcher)
     dispatcher.run_once()
     job = client.get(f"/v1/jobs/{r.json()['id']}", headers=admin).json()
     assert job["status"] in ("admitted", "running"), job
+
+
+def test_a_share_of_a_card_no_type_can_share_says_what_to_ask_for(client, admin):
+    d = _refused(client, admin, resources={"gpu_share": 0.5, "gpu_types": ["a100-80g"]})
+    assert "allowed types (a100-80g) are not shareable" in d, d
+    assert "ask for a whole card (gpus: 1) or a MIG slice (mig: auto) instead" in d, d
