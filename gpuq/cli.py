@@ -75,9 +75,12 @@ def simulate(
 
 @app.command()
 def serve(
-    config: str | None = typer.Option(None, help="config YAML (default: GPUQ_CONFIG or the demo)"),
-    port: int | None = typer.Option(None, help="HTTP port (default: GPUQ_PORT or 8000)"),
-    host: str | None = typer.Option(None, help="bind address (default: GPUQ_HOST)"),
+    config: str | None = typer.Option(None, metavar="FILE",
+                                      help="config YAML (default: GPUQ_CONFIG or the demo)"),
+    port: int | None = typer.Option(None, metavar="PORT",
+                                    help="HTTP port (default: GPUQ_PORT or 8000)"),
+    host: str | None = typer.Option(None, metavar="ADDRESS",
+                                    help="bind address (default: GPUQ_HOST)"),
 ) -> None:
     """API + dispatcher in one process (embedded PostgreSQL unless DATABASE_URL is set)."""
     from gpuq.server import run_server, with_overrides
@@ -88,8 +91,8 @@ def serve(
 
 @app.command()
 def api(
-    port: int | None = typer.Option(None, help="HTTP port"),
-    host: str | None = typer.Option(None, help="bind address"),
+    port: int | None = typer.Option(None, metavar="PORT", help="HTTP port"),
+    host: str | None = typer.Option(None, metavar="ADDRESS", help="bind address"),
 ) -> None:
     """Only the REST API (run `gpuq dispatcher` next to it)."""
     from gpuq.server import run_server, with_overrides
@@ -100,7 +103,7 @@ def api(
 
 @app.command()
 def dispatcher(
-    config: str | None = typer.Option(None, help="config YAML to apply at start"),
+    config: str | None = typer.Option(None, metavar="FILE", help="config YAML to apply at start"),
 ) -> None:
     """Only the loops (dispatcher), no HTTP."""
     from gpuq.server import run_dispatcher, with_overrides
@@ -121,7 +124,8 @@ def db_upgrade() -> None:
 
 @config_app.command("apply")
 def config_apply(
-    file: str = typer.Argument(..., help="config YAML (format: docs/configuration.md)"),
+    file: str = typer.Argument(..., metavar="FILE",
+                               help="config YAML (format: docs/configuration.md)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the diff, change nothing"),
 ) -> None:
     """Apply FILE to the database (DATABASE_URL, or the embedded one): show the diff,
