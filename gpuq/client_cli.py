@@ -85,6 +85,10 @@ class Client:
             raise ClientError(
                 "no API token: set GPUQ_TOKEN or pass --token TOKEN (a team's token from "
                 "`gpuq tokens create team:NAME`, or the admin token gpuq printed at start)")
+        if r.status_code == 401:  # a token was sent, and the server does not take it
+            raise ClientError(
+                f"401 Unauthorized: {_detail(r)}; check GPUQ_TOKEN or --token (an admin "
+                "makes a new one with `gpuq tokens create team:NAME`)")
         if r.status_code >= 400:
             raise ClientError(f"{r.status_code} {r.reason_phrase}: {_detail(r)}")
         return r

@@ -79,6 +79,10 @@ def test_no_token_says_how_to_give_one(server):
     _env, url = server
     r = gpuq(url, "queue", token=None)
     assert r.returncode == 1 and "set GPUQ_TOKEN or pass --token" in r.stderr
+    # a token the server does not take says where the token came from too
+    r = gpuq(url, "queue", token="gpuqt_not-a-token")
+    assert r.returncode == 1 and "401 Unauthorized" in r.stderr, r.stderr
+    assert "check GPUQ_TOKEN or --token" in r.stderr, r.stderr
 
 
 def test_submit_wait_returns_when_the_job_runs(server, tmp_path):
