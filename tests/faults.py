@@ -201,7 +201,13 @@ class TcpProxy:
         for s in socks:
             with contextlib.suppress(OSError):
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
-                s.close()
+            # shutdown() wakes the pump blocked in recv() on it: close() alone leaves that
+            # call holding the socket open (no RST: the client waits on it forever) while
+            # its number is free for the next socket the process opens (the pump then
+            # reads and writes someone else's connection)
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
 
     def restore(self) -> None:
         if self._listener is None:
