@@ -84,8 +84,10 @@ def pods_of(kube, owner_name: str) -> list[dict]:
                 and not p["metadata"].get("deletionTimestamp")]
 
 
-def settle(d, pred, timeout_s: float = 15.0) -> None:
-    """Run passes until ``pred()`` holds (the controllers act between passes)."""
+def settle(d, pred, timeout_s: float = 60.0) -> None:
+    """Run passes until ``pred()`` holds (the controllers act between passes). The bound
+    is generous: a pass with the workload controllers takes seconds on a loaded 2-core
+    machine, where 15 s failed the PyTorchJob tests on old and new code alike."""
     wait_until(lambda: d.run_once() or pred(), timeout_s)
 
 
