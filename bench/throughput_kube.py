@@ -162,6 +162,13 @@ def delete_pods(core: Any, ns: str) -> None:
     def gone() -> bool:
         if not core.list_namespaced_pod(ns, limit=1).items:
             return True
+        # gpuq's Pods carry its outcome finalizer, which only a running gpuq takes off: a
+        # phase's Pods would stay Terminating, holding their GPUs, for the next phase
+        held = [p.metadata.name for p in core.list_namespaced_pod(ns).items
+                if p.metadata.finalizers]
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(lambda name: core.patch_namespaced_pod(
+                name, ns, {"metadata": {"finalizers": None}}, _preload_content=False), held))
         try:
             core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         except ApiException as e:
