@@ -792,8 +792,14 @@ class FakeKube:
                     continue
                 if self._closing:
                     return
+                # a bookmark carries a version the watcher has every event up to: the
+                # current one, unless events arrived that it has not been sent yet (then
+                # the last one it was sent; they go to the next watch). At the current one
+                # those events were skipped for good (cache_watcher.go sends a bookmark
+                # only in the order of its events)
                 bookmark = {"kind": "Node" if kind == "nodes" else "Pod", "apiVersion": "v1",
-                            "metadata": {"resourceVersion": str(self.rv)}}
+                            "metadata": {"resourceVersion": str(
+                                pos if self._has_after(kind, pos) else self.rv)}}
                 if time.monotonic() >= deadline:
                     if bookmarks:
                         handler.send_event("BOOKMARK", bookmark)

@@ -230,3 +230,27 @@ def test_a_slow_path_answers_late_and_a_client_timeout_cuts_it(kube):
     assert done.is_set()
     kube.unhang()  # slowness cleared too
     assert not kube.delay_for("GET /api/v1/nodes")
+
+
+def test_a_watch_ending_at_its_deadline_sends_every_event_before_its_bookmark(kube):
+    """A watch whose deadline passes just as events arrive ends with a bookmark; the
+    watcher resumes from the bookmark's version, so that version must not be past events
+    it was not sent (the fake sent the current version: the events between were lost
+    for good, and gpuq never saw a PyTorchJob's recreated Pods)."""
+    kube.add_node(article_a100("a100-early"))
+    since = kube.rv  # the watcher has seen a100-early
+    kube.add_node(article_a100("a100-late"))
+    got: list[tuple[str, int]] = []
+
+    class Handler:
+        def send_event(self, type_: str, obj: dict) -> bool:
+            got.append((type_, int(obj["metadata"]["resourceVersion"])))
+            return True
+
+        def hung(self) -> bool:
+            return False
+
+    kube.watch_events("nodes", str(since), None, Handler(), timeout_s=0, bookmarks=True)
+    sent = [rv for t, rv in got if t != "BOOKMARK"]
+    resumed_from = max(rv for t, rv in got if t == "BOOKMARK")
+    assert sent or resumed_from == since, got  # sent now, or left for the next watch
