@@ -21,6 +21,7 @@ from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.domain.spec import JobSpec
 from gpuq.store.jobs import submit_job
 from gpuq.store.orm import AllocationRow, JobRow
+from tests.fakekube.fixtures import job_row as fixture_job_row
 from tests.fakekube.fixtures import started_cluster, wait_until
 from tests.fakekube.objects import article_a100
 from tests.fakekube.workloads import Workloads
@@ -56,6 +57,13 @@ def world(kube, sf) -> Iterator[tuple]:
     w.close()
 
 
+def add_a100(kube, c, name: str) -> None:
+    """An A100 node that gpuq's node informer has seen before the test goes on: a pass
+    before that plans on a cluster without it (its reason names no node's cards)."""
+    kube.add_node(article_a100(name))
+    wait_until(lambda: any(n.name == name for n in c.list_nodes()))
+
+
 def apply(w: Workloads, obj: dict) -> dict:
     """``kubectl apply`` of a new object: through the API, validated."""
     a = w.kube
@@ -85,10 +93,14 @@ def pods_of(kube, owner_name: str) -> list[dict]:
 
 
 def settle(d, pred, timeout_s: float = 60.0) -> None:
-    """Run passes until ``pred()`` holds (the controllers act between passes). The bound
-    is generous: a pass with the workload controllers takes seconds on a loaded 2-core
-    machine, where 15 s failed the PyTorchJob tests on old and new code alike."""
-    wait_until(lambda: d.run_once() or pred(), timeout_s)
+    """Run passes until ``pred()`` holds (the controllers act between passes); bounded
+    generously, for a loaded 2-core machine, and on failure says where each job is."""
+    try:
+        wait_until(lambda: d.run_once() or pred(), timeout_s)
+    except AssertionError:
+        with d.session_factory() as s:  # what each job waits for: the failure's cause
+            jobs = [(j.name, j.status, j.reason) for j in s.scalars(select(JobRow))]
+        raise AssertionError(f"not settled after {timeout_s:g} s; jobs: {jobs}") from None
 
 
 def events_on(kube, name: str) -> list[tuple[str, str]]:
@@ -103,8 +115,8 @@ def run_all(kube, pods: list[dict], phase: str = "Running") -> None:
 
 def test_indexed_job_is_one_gang_bound_whole(kube, sf, world):
     w, c, d = world
-    kube.add_node(article_a100("a100-0"))
-    kube.add_node(article_a100("a100-1"))
+    add_a100(kube, c, "a100-0")
+    add_a100(kube, c, "a100-1")
     job = apply(w, example("indexed-job.yaml"))
     settle(d, lambda: len([p for p in pods_of(kube, "sft-indexed")
                            if p["spec"].get("nodeName")]) == 4)
@@ -149,7 +161,7 @@ def test_indexed_job_is_one_gang_bound_whole(kube, sf, world):
 
 def test_jobset_with_two_replicated_jobs_is_one_gang(kube, sf, world):
     w, c, d = world
-    kube.add_node(article_a100("a100-0"))
+    add_a100(kube, c, "a100-0")
     apply(w, example("jobset.yaml"))
     settle(d, lambda: len([p for p in pods_of(kube, "pretrain")
                            if p["spec"].get("nodeName")]) == 4)
@@ -183,8 +195,8 @@ def test_rest_and_workload_share_one_queue_and_quota(kube, sf, world):
     with sf() as s:
         s.get(TeamRow, "nlp").quota_units = 80
         s.commit()
-    kube.add_node(article_a100("a100-0"))
-    kube.add_node(article_a100("a100-1"))
+    add_a100(kube, c, "a100-0")
+    add_a100(kube, c, "a100-1")
     # the API's estimates, as gpuq/main.py wires them into the front door
     est = StartEstimator(sf, utcnow, 30.0, background=False)
     d.front_door.start_of = lambda job_id, at: est.starts(utcnow())(job_id, at)
@@ -222,7 +234,7 @@ def test_rest_and_workload_share_one_queue_and_quota(kube, sf, world):
 
 def test_preempted_workload_is_suspended_requeued_and_runs_again(kube, sf, world):
     w, c, d = world
-    kube.add_node(article_a100("a100-0"))
+    add_a100(kube, c, "a100-0")
     low = example("indexed-job.yaml")
     low["spec"]["template"]["spec"]["priorityClassName"] = "gpuq-p2"
     apply(w, low)
@@ -249,7 +261,7 @@ def test_preempted_workload_is_suspended_requeued_and_runs_again(kube, sf, world
 
 def test_deleting_the_job_frees_its_cards(kube, sf, world):
     w, c, d = world
-    kube.add_node(article_a100("a100-0"))
+    add_a100(kube, c, "a100-0")
     apply(w, example("indexed-job.yaml"))
     settle(d, lambda: len([p for p in pods_of(kube, "sft-indexed")
                            if p["spec"].get("nodeName")]) == 4)
@@ -258,15 +270,16 @@ def test_deleting_the_job_frees_its_cards(kube, sf, world):
     with kube.cond:
         w.remove("Job", "gpuq-jobs", "sft-indexed")  # kubectl delete job
     settle(d, lambda: job_row(sf, "sft-indexed").status == "cancelled")
+    # the cards come free once its Pods are gone: a pass after that admits the next job
+    settle(d, lambda: fixture_job_row(sf, waiting).status in ("admitted", "running"))
     with sf() as s:
-        assert s.get(JobRow, waiting).status in ("admitted", "running")
         assert not s.scalars(select(AllocationRow).where(
             AllocationRow.job_id == job_row(sf, "sft-indexed").id)).all()
 
 
 def test_a_job_gpuq_cannot_place_gets_an_event_with_the_reason(kube, sf, world):
     w, c, d = world
-    kube.add_node(article_a100("a100-0"))
+    add_a100(kube, c, "a100-0")
     big = example("indexed-job.yaml")
     big["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {
         "nvidia.com/gpu": "16"}
@@ -300,7 +313,7 @@ def test_pytorchjob_is_one_gang_master_first_and_suspends_on_preemption(kube, sf
     re-suspends it (the operator deletes its Pods) and it runs again, and the master's
     success ends the job (the training operator's success policy)."""
     w, c, d = world
-    kube.add_node(article_a100("a100-0"))
+    add_a100(kube, c, "a100-0")
     apply(w, example("pytorchjob.yaml"))
     settle(d, lambda: len([p for p in pods_of(kube, "ddp-resnet")
                            if p["spec"].get("nodeName")]) == 4)
@@ -346,7 +359,7 @@ def test_pytorchjob_is_one_gang_master_first_and_suspends_on_preemption(kube, sf
 
 def test_deleting_the_pytorchjob_frees_its_cards(kube, sf, world):
     w, c, d = world
-    kube.add_node(article_a100("a100-0"))
+    add_a100(kube, c, "a100-0")
     apply(w, example("pytorchjob.yaml"))
     settle(d, lambda: len([p for p in pods_of(kube, "ddp-resnet")
                            if p["spec"].get("nodeName")]) == 4)
