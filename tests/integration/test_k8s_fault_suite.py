@@ -219,11 +219,18 @@ class _Faults:
         self.fake = isinstance(kube, FakeKube)
         self.undo: list[tuple[int, object]] = []  # (rounds left, what to call)
         self.taken: set[str] = set()  # jobs whose Pods a fault took away: rightly requeued
+        # nodes lost now: a Pod bound to one before the node lifecycle controller noticed
+        # (the scheduler cannot know sooner) is taken away with the others
+        self.lost: set[str] = set()
         self.evicted_on_lost_nodes = 0  # real: Pods the taint eviction controller deleted
         self.churn = 0  # other workloads' Pods added (the window kind)
         self.recover_tries: dict[str, int] = {}
 
     def tick(self) -> None:
+        if self.lost:
+            for p in _holding_pods(self.kube):
+                if p["spec"].get("nodeName") in self.lost:
+                    self.taken.add(p["metadata"]["labels"]["gpuq.io/job-id"])
         left = []
         for n, fn in self.undo:
             # an undo answering False is not due yet (tried again, at most 300 rounds)
@@ -248,7 +255,12 @@ class _Faults:
             self.evicted_on_lost_nodes += len(on_node)
         self.kube.update_node(node, lambda n: n["metadata"]["labels"].update(
             {KWOK_NODE_LABEL: "true"}))
+        self.lost.discard(node)
         return True
+
+    def _recover_fake(self, node: str) -> None:
+        self.kube.recover_node(node)
+        self.lost.discard(node)
 
     def _hold_pods_on(self, node: str) -> int:
         """Ask kwok to keep every running Pod on ``node`` running (the outcome annotation
@@ -273,7 +285,7 @@ class _Faults:
     def _running(self) -> list[dict]:
         return [p for p in self.kube.gpuq_pods() if p["status"].get("phase") == "Running"
                 and not p["metadata"].get("deletionTimestamp")
-                and p["spec"].get("nodeName") not in getattr(self.kube, "_lost", ())]
+                and p["spec"].get("nodeName") not in self.lost]
 
     def inject(self, kind: str) -> bool:
         """True once the fault happened (False: nothing to act on yet)."""
@@ -291,13 +303,15 @@ class _Faults:
                     if p["spec"].get("nodeName") == node:
                         self.taken.add(p["metadata"]["labels"]["gpuq.io/job-id"])
                 if self.fake:
+                    self.lost.add(node)
                     kube.lose_node(node)
                     kube.advance(controllers.NODE_MONITOR_GRACE_S
                                  + controllers.DEFAULT_TOLERATION_S)
-                    self.undo.append((6, lambda: kube.recover_node(node)))
+                    self.undo.append((6, lambda: self._recover_fake(node)))
                 elif not self._hold_pods_on(node):
                     return False  # they all ended meanwhile: nothing for the loss to evict
                 else:
+                    self.lost.add(node)
                     kube.update_node(node, lambda n: n["metadata"]["labels"].pop(
                         KWOK_NODE_LABEL, None))
                     self.undo.append((1, lambda: self._recover_real(node)))
