@@ -53,6 +53,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from gpuq.clock import utcnow
 from gpuq.dispatch.dispatcher import Dispatcher
@@ -96,30 +97,107 @@ def gfd_node(name: str, gpus: int = GPUS_PER_NODE) -> dict:
 
 
 class BindWatch:
-    """The time each Pod of ``namespace`` was first seen bound (one raw watch)."""
+    """The time each Pod of ``namespace`` was first seen bound: a list, then a watch
+    resumed from the last version seen (bookmarks included). On 410 Gone (the version
+    left the API server's watch cache or etcd compacted it) it lists again and watches
+    from the list's version, as client-go's reflector does
+    (staging/src/k8s.io/client-go/tools/cache/reflector.go); repeating the watch from
+    the same version would be answered 410 forever and the phase would never end. A
+    Pod first seen bound in a relist gets the relist's time (an upper bound)."""
 
-    def __init__(self, core: Any, namespace: str) -> None:
-        self.core, self.namespace = core, namespace
+    def __init__(self, core: Any, namespace: str, *, watch_s: int = 5,
+                 start: bool = True) -> None:
+        self.core, self.namespace, self.watch_s = core, namespace, watch_s
+        self._in_ns = f"metadata.namespace={namespace}"  # one field selector: the fake
+        # API server of the tests serves list and watch of all namespaces' Pods
         self.bound: dict[str, float] = {}
+        self.rv: str | None = None  # None: list first (at the start, after a 410)
+        self.relists = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        if start:
+            self._thread.start()
+
+    def _seen(self, obj: dict, at: float) -> None:
+        if (obj.get("spec") or {}).get("nodeName"):
+            self.bound.setdefault(obj["metadata"]["name"], at)
+
+    def relist(self) -> None:
+        """Every Pod of the namespace, in pages; the version to watch from."""
+        token, rv = None, None
+        while True:
+            resp = _checked(self.core.list_pod_for_all_namespaces(
+                field_selector=self._in_ns, limit=500, _preload_content=False,
+                _request_timeout=60,
+                **({"_continue": token} if token else {})))
+            data = json.loads(resp.data)
+            at = time.monotonic()
+            for o in data.get("items") or []:
+                self._seen(o, at)
+            rv = rv or data["metadata"]["resourceVersion"]
+            token = data["metadata"].get("continue")
+            if not token:
+                break
+        self.rv = rv
+        self.relists += 1
+
+    def watch_once(self) -> None:
+        """One watch from :attr:`rv`, until the server ends it; 410 Gone drops the
+        version so the next step relists."""
+        try:
+            resp = _checked(self.core.list_pod_for_all_namespaces(
+                field_selector=self._in_ns, watch=True, resource_version=self.rv,
+                timeout_seconds=self.watch_s, allow_watch_bookmarks=True,
+                _preload_content=False, _request_timeout=(10, self.watch_s + 30)))
+        except ApiException as e:
+            if e.status == 410:
+                self.rv = None
+                return
+            raise
+        try:
+            for line in iter_resp_lines(resp):
+                if not line.strip():
+                    continue
+                ev = json.loads(line)
+                obj = ev.get("object") or {}
+                if ev.get("type") == "ERROR":
+                    if obj.get("code") == 410:
+                        self.rv = None
+                        return
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                self.rv = (obj.get("metadata") or {}).get("resourceVersion") or self.rv
+                if ev.get("type") in ("ADDED", "MODIFIED"):
+                    self._seen(obj, time.monotonic())
+        finally:
+            resp.release_conn()
+
+    def step(self) -> None:
+        if self.rv is None:
+            self.relist()
+        else:
+            self.watch_once()
 
     def _run(self) -> None:
-        rv = "0"
         while not self._stop.is_set():
-            resp = self.core.list_namespaced_pod(
-                self.namespace, watch=True, resource_version=rv, timeout_seconds=5,
-                allow_watch_bookmarks=True, _preload_content=False)
-            for line in resp:
-                ev = json.loads(line)
-                obj = ev["object"]
-                rv = obj["metadata"].get("resourceVersion", rv)
-                if ev["type"] in ("ADDED", "MODIFIED") and obj.get("spec", {}).get("nodeName"):
-                    self.bound.setdefault(obj["metadata"]["name"], time.monotonic())
+            try:
+                self.step()
+            except Exception as e:  # the API server busy or a connection reset: go on
+                print(f"bind watch: {e!r}; retrying", file=sys.stderr, flush=True)
+                self._stop.wait(1)
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _checked(resp: Any) -> Any:
+    """``resp`` (a raw answer, ``_preload_content=False``), or ApiException if it is
+    not a 2xx."""
+    code = getattr(resp, "status", 200)
+    if isinstance(code, int) and not 200 <= code <= 299:
+        body = resp.data.decode() if getattr(resp, "data", None) else ""
+        resp.release_conn()
+        raise ApiException(status=code, reason=body[:500])
+    return resp
 
 
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> str:
