@@ -2,9 +2,9 @@
 
 A :class:`Demand` is mode-free: N whole cards, one MIG slice, one vGPU
 share, or nothing (CPU-only) of one GPU type, with its CU and the GPU
-memory it hands out. ``replica_options`` lists, per mode, the demands a
-replica may be satisfied with, cheapest first; ``unit_combos`` does the
-``gpu_units`` arithmetic (least CU overshoot).
+memory it hands out. Each request mode lists the demands a replica may be
+satisfied with, cheapest first (``options`` in :mod:`gpuq.scheduling.modes`);
+``unit_combos`` does the ``gpu_units`` arithmetic (least CU overshoot).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gpuq.scheduling.model import GpuType, JobRequest
+from gpuq.scheduling.model import GpuType
 
 EPS = 1e-9
 
@@ -36,54 +36,6 @@ class Demand:
 def share_memory(gpu_type: GpuType, share: float, min_gpu_memory_gb: float) -> float:
     """A share gets its fraction of the card's memory, or the job's minimum if higher."""
     return max(share * gpu_type.memory_gb, min_gpu_memory_gb)
-
-
-def replica_options(job: JobRequest, types: Sequence[GpuType]) -> list[Demand]:
-    """Demands that satisfy one replica (not gpu_units), cheapest in CU first.
-
-    ``types`` are the allowed types (whole-card memory already checked
-    for gpus mode; MIG and shares check their own memory here).
-    """
-    mode = job.mode
-    need = job.min_gpu_memory_gb
-    if mode == "gpus":
-        k = job.gpus or 0
-        if k == 0:
-            return [Demand(None, "none")]
-        return [
-            Demand(t.name, "whole", count=k, units=t.weight * k, memory_gb=t.memory_gb)
-            for t in types
-            if t.memory_gb + EPS >= need
-        ]
-    if mode == "mig":
-        out: list[Demand] = []
-        auto = job.mig == "auto"
-        for t in types:
-            for name, p in t.mig_profiles.items():
-                if (auto or name == job.mig) and p.memory_gb + EPS >= need:
-                    out.append(
-                        Demand(t.name, "mig", profile=name, units=t.weight * p.compute_fraction,
-                               memory_gb=p.memory_gb)
-                    )
-            if auto and t.memory_gb + EPS >= need:
-                out.append(Demand(t.name, "whole", count=1, units=t.weight,
-                                  memory_gb=t.memory_gb))
-        out.sort(key=lambda d: (round(d.units, 9), d.memory_gb))
-        return out
-    if mode == "gpu_share":
-        x = job.gpu_share or 0.0
-        out = []
-        for t in types:
-            if not t.shareable:
-                continue
-            mem = share_memory(t, x, need)
-            if mem > t.memory_gb + EPS:
-                continue
-            out.append(Demand(t.name, "share", share=x, units=t.weight * x, memory_gb=mem,
-                              share_memory_gb=mem))
-        out.sort(key=lambda d: (round(d.units, 9), d.memory_gb))
-        return out
-    return []
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from gpuq.scheduling.model import (
     RunningJob,
     Snapshot,
 )
+from gpuq.scheduling.modes import mode_of
 from gpuq.scheduling.preemption import lost_work
 from gpuq.scheduling.state import EPS
 from gpuq.scheduling.verdicts import Reason, ReasonCode
@@ -81,7 +82,7 @@ def _whole_node_jobs(c: Cycle) -> list[tuple[JobRequest, list[str]]]:
     admitted = {a.job_id for a in c.result.admissions}
     out = []
     for job in sorted(c.snap.pending, key=lambda j: (-j.priority_value, j.submitted_at, j.id)):
-        if job.id in admitted or job.mode != "gpus" or not job.gpus:
+        if job.id in admitted or not mode_of(job).whole_cards(job):
             continue
         names = {t.name for t in allowed_types(job, c.ctx.gpu_types, c.ctx.pools)}
         nodes = [

@@ -43,7 +43,6 @@ from dataclasses import replace
 from gpuq.scheduling.books import Books, Statement, holding
 from gpuq.scheduling.context import PlacementContext
 from gpuq.scheduling.deficit import advance, team_key
-from gpuq.scheduling.demands import replica_options
 from gpuq.scheduling.entitlements import (
     Classifier,
     entitlements,
@@ -63,6 +62,7 @@ from gpuq.scheduling.model import (
     RunningJob,
     Snapshot,
 )
+from gpuq.scheduling.modes import mode_of
 from gpuq.scheduling.ordering import PROMOTE, FairOrder
 from gpuq.scheduling.placement import place_job, try_place
 from gpuq.scheduling.pool_steps import (
@@ -408,9 +408,9 @@ class Cycle:
         if self.memo.get("preempt", sig, context, epoch):
             return False
         ctx = self.ctx
-        needs_gpu = job.mode != "gpus" or (job.gpus or 0) > 0
         names = (
-            {t.name for t in allowed_types(job, ctx.gpu_types, ctx.pools)} if needs_gpu else None
+            {t.name for t in allowed_types(job, ctx.gpu_types, ctx.pools)}
+            if mode_of(job).needs_gpu(job) else None
         )
 
         def place(j: JobRequest, st: ClusterState):
@@ -458,9 +458,9 @@ class Cycle:
         if vp is None or job.priority_value <= self.lowest_victim:
             return reason
         ctx = self.ctx
-        needs_gpu = job.mode != "gpus" or (job.gpus or 0) > 0
         names = (
-            {t.name for t in allowed_types(job, ctx.gpu_types, ctx.pools)} if needs_gpu else None
+            {t.name for t in allowed_types(job, ctx.gpu_types, ctx.pools)}
+            if mode_of(job).needs_gpu(job) else None
         )
         snap = self.snap
         cfg = snap.config
@@ -655,9 +655,11 @@ class Cycle:
 
 def min_units(job: JobRequest, ctx: PlacementContext) -> float:
     """The fewest CU any admissible placement of ``job`` could be charged."""
-    if job.mode == "gpu_units":
-        return job.gpu_units or 0.0
-    opts = replica_options(job, allowed_types(job, ctx.gpu_types, ctx.pools))
+    mode = mode_of(job)
+    units = mode.units_total(job)
+    if units is not None:
+        return units
+    opts = mode.options(job, allowed_types(job, ctx.gpu_types, ctx.pools))
     if not opts:
         return 0.0
     return min(d.units for d in opts) * job.min_available

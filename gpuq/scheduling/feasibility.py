@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from gpuq.scheduling.context import PlacementContext
 from gpuq.scheduling.filters import allowed_types
 from gpuq.scheduling.model import JobRequest, Snapshot
+from gpuq.scheduling.modes import mode_of
 from gpuq.scheduling.pools import PoolLedger, capacity_by_type
 from gpuq.scheduling.reasons import StaticCapacity, never_fits
 
@@ -63,7 +64,7 @@ def p0_refusal(job: JobRequest, snap: Snapshot) -> Refusal | None:
     """A non-preemptible job never borrows (gpuq/scheduling/pools.py), so it runs only
     on its pool's guarantee plus the unguaranteed capacity; when even an empty cluster
     cannot give it that much of any allowed type, it would wait for ever."""
-    if job.preemptible or job.mode not in ("gpus", "gpu_units"):
+    if job.preemptible:
         return None
     pool = snap.pools.get(job.pool)
     if pool is None:
@@ -73,9 +74,11 @@ def p0_refusal(job: JobRequest, snap: Snapshot) -> Refusal | None:
         return None
     ledger = PoolLedger(snap.pools, capacity_by_type(snap))
     budgets = []
+    mode = mode_of(job)
     for t in types:
-        need = (job.gpu_units or 0.0) if job.mode == "gpu_units" else \
-            float((job.gpus or 0) * job.min_available) * t.weight
+        need = mode.guarantee_need(job, t)
+        if need is None:  # a slice or a share: its charge is known only once placed
+            return None
         most = ledger.guarantee(job.pool, t.name) + ledger.shared_total(t.name)
         if need <= most + EPS:
             return None

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from gpuq.scheduling.capacity_index import CapacityIndex
 from gpuq.scheduling.context import Hold, PlacementContext
-from gpuq.scheduling.demands import Demand, UnitCombo, replica_options, unit_combos
+from gpuq.scheduling.demands import Demand, UnitCombo, unit_combos
 from gpuq.scheduling.filters import (
     FAST_NETWORKS,
     allowed_types,
@@ -41,6 +41,7 @@ from gpuq.scheduling.filters import (
 )
 from gpuq.scheduling.job_reads import job_view
 from gpuq.scheduling.model import GpuType, JobRequest, Node, ReplicaPlacement
+from gpuq.scheduling.modes import mode_of
 from gpuq.scheduling.node_reads import node_signature, reads
 from gpuq.scheduling.scores import memory_waste, score
 from gpuq.scheduling.state import ClusterState
@@ -68,9 +69,11 @@ def place_job(
 def try_place(job: JobRequest, state: ClusterState, ctx: PlacementContext) -> Placed | None:
     index = state.index_for(ctx.gpu_types)
     types = allowed_types(job, ctx.gpu_types, ctx.pools)
-    if job.mode == "gpu_units":
-        return _place_units(job, state, index, ctx, types)
-    demands = replica_options(job, types)
+    mode = mode_of(job)
+    units = mode.units_total(job)
+    if units is not None:  # one CU total of whole cards, not replica by replica
+        return _place_units(job, units, state, index, ctx, types)
+    demands = mode.options(job, types)
     if not demands:
         return None
     if job.replicas > 1 and not job.allow_mixed_types and demands[0].kind != "none":
@@ -87,7 +90,7 @@ def try_place(job: JobRequest, state: ClusterState, ctx: PlacementContext) -> Pl
         res = _place_topology(job, group, state, index, ctx)
         if res is not None and (best is None or res.score > best.score):
             best = res
-            if job.mode == "mig":
+            if mode.cheapest_first:
                 break  # cheapest group in CU wins (groups are in price order)
     return best
 
@@ -181,7 +184,7 @@ def _place_gang(
     job: JobRequest, demands: list[Demand], state: ClusterState, index: CapacityIndex,
     ctx: PlacementContext, restrict: Restrict,
 ) -> Placed | None:
-    cheapest_first = job.mode == "mig"
+    cheapest_first = mode_of(job).cheapest_first
     # a gang's replicas are reserved on a trial copy as they are chosen, so the next
     # replica sees them; one replica has no next one: nothing to reserve and roll back
     # (the engine reserves the admitted placement once; this saved 2 of every 3
@@ -426,11 +429,11 @@ def _leaves_hold(d: Demand, node: Node, hold: Hold, cpu: float, mem: float) -> b
 
 # -- gpu_units ---------------------------------------------------------------------
 def _place_units(
-    job: JobRequest, state: ClusterState, index: CapacityIndex, ctx: PlacementContext,
-    types: list[GpuType],
+    job: JobRequest, units: float, state: ClusterState, index: CapacityIndex,
+    ctx: PlacementContext, types: list[GpuType],
 ) -> Placed | None:
-    """Least CU overshoot first; one replica per node used; one type unless mixing allowed."""
-    units = job.gpu_units or 0.0
+    """``units`` CU of whole cards: least CU overshoot first; one replica per node used;
+    one type unless mixing allowed."""
     free = {t.name: index.free_whole_total(t.name) for t in types}
     combos = unit_combos(units, types, free, job.allow_mixed_types)
     if not combos:

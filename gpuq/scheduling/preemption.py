@@ -41,6 +41,7 @@ from gpuq.scheduling.model import (
     RunningJob,
     Snapshot,
 )
+from gpuq.scheduling.modes import mode_of
 from gpuq.scheduling.pools import Charge
 from gpuq.scheduling.quota import units_by_type
 from gpuq.scheduling.state import ClusterState
@@ -195,7 +196,7 @@ def node_groups(
     cfg = snap.config
     now = snap.now
     names = None if type_names is None else set(type_names)
-    need = (job.gpus or 0) if job.mode == "gpus" else 0
+    need = mode_of(job).whole_cards(job)
     min_start = now - cfg.min_run_time_s
     thrash = thrash_partner(job, now, cfg.thrash_window_s)
     ranked = []
@@ -411,7 +412,7 @@ def _node_groups(
     for c in cands:
         for name, n in c.cards or _cards(c.job):
             by_node.setdefault(name, []).append((c, n))
-    need = (job.gpus or 0) if job.mode == "gpus" else 0
+    need = mode_of(job).whole_cards(job)
     ranked = []
     for name, held in by_node.items():
         node = state.nodes.get(name)

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from gpuq.scheduling.capacity_index import CapacityIndex
 from gpuq.scheduling.context import PlacementContext
-from gpuq.scheduling.demands import replica_options
 from gpuq.scheduling.filters import FAST_NETWORKS, allowed_type_names, allowed_types
 from gpuq.scheduling.model import GpuType, JobRequest, Node, Snapshot
+from gpuq.scheduling.modes import replica_options
 from gpuq.scheduling.verdicts import Reason, ReasonCode
 
 EPS = 1e-9

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from gpuq.scheduling.context import Hold, PlacementContext
 from gpuq.scheduling.filters import allowed_type_names
 from gpuq.scheduling.model import JobRequest, RunningJob
+from gpuq.scheduling.modes import mode_of
 from gpuq.scheduling.placement import place_job
 from gpuq.scheduling.state import ClusterState
 
@@ -42,7 +43,7 @@ def reserve_for(
 ) -> Reservation | None:
     """Hold capacity for ``job`` at its earliest expected start, or None if it never fits."""
     types = set(allowed_type_names(job, ctx.gpu_types, ctx.pools))
-    cpu_only = job.mode == "gpus" and not job.gpus
+    cpu_only = not mode_of(job).needs_gpu(job)
     relevant = [
         r for r in running
         if cpu_only or any(p.gpu_type in types for p in r.placements)

@@ -36,9 +36,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from gpuq.scheduling.demands import replica_options
 from gpuq.scheduling.filters import allowed_types
 from gpuq.scheduling.model import CycleResult
+from gpuq.scheduling.modes import replica_options
 from gpuq.simulate.replay import ScenarioModel, SimJob, Simulator
 
 DEFAULT_SLOTS = 400  # finer slots tighten the bound (slot starts are early by < 1 slot)

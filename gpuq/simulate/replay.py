@@ -57,7 +57,6 @@ from gpuq.domain.percentiles import percentile
 from gpuq.domain.requests import request_from_spec
 from gpuq.domain.runtime_history import RuntimeHistory
 from gpuq.domain.spec import JobSpec
-from gpuq.scheduling.demands import replica_options
 from gpuq.scheduling.descheduler import deschedule
 from gpuq.scheduling.filters import allowed_types
 from gpuq.scheduling.model import (
@@ -71,6 +70,7 @@ from gpuq.scheduling.model import (
     RunningJob,
     Snapshot,
 )
+from gpuq.scheduling.modes import replica_options
 from gpuq.simulate.baselines.fifo import out_of_memory
 from gpuq.simulate.measures import gpus_held, measures
 from gpuq.simulate.policies import make_policy

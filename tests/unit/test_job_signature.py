@@ -165,8 +165,8 @@ def test_equal_score_keys_score_alike(c: Cycle, a: JobRequest, data) -> None:
     """Placement caches a node state's score by what score() declares it reads of the
     request (``placement.SCORE_READS``): requests equal there score alike everywhere."""
     from gpuq.scheduling.capacity_index import measure
-    from gpuq.scheduling.demands import replica_options
     from gpuq.scheduling.filters import allowed_types
+    from gpuq.scheduling.modes import replica_options
     from gpuq.scheduling.placement import SCORE_READS, fit_on_node
     from gpuq.scheduling.scores import score
 

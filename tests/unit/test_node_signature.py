@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from gpuq.scheduling.capacity_index import measure
 from gpuq.scheduling.context import PlacementContext
-from gpuq.scheduling.demands import replica_options
 from gpuq.scheduling.filters import allowed_types
 from gpuq.scheduling.model import Device, Node
+from gpuq.scheduling.modes import replica_options
 from gpuq.scheduling.node_reads import (
     ASPECTS,
     declared,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from gpuq.scheduling.demands import Demand, replica_options
+from gpuq.scheduling.demands import Demand
 from gpuq.scheduling.filters import (
     allowed_types,
     node_fits_host,
@@ -42,6 +42,7 @@ from gpuq.scheduling.model import (
     ReplicaPlacement,
     Snapshot,
 )
+from gpuq.scheduling.modes import replica_options
 from gpuq.scheduling.state import ClusterState
 
 
