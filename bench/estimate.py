@@ -34,8 +34,8 @@ from core import TYPES, cluster, jobs, snapshot  # noqa: E402
 
 from gpuq.scheduling.engine import schedule  # noqa: E402
 from gpuq.scheduling.model import JobRequest, ReplicaPlacement, RunningJob  # noqa: E402
+from gpuq.simulate.all_policies import get_policy  # noqa: E402
 from gpuq.simulate.estimate import estimate_starts  # noqa: E402
-from gpuq.simulate.policies import get_policy  # noqa: E402
 from gpuq.simulate.replay import ScenarioModel, Simulator  # noqa: E402
 
 

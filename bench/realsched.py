@@ -72,14 +72,14 @@ from kubernetes import client
 from sqlalchemy import select
 
 from gpuq.clock import utcnow
-from gpuq.dispatch.descheduler import Descheduler
+from gpuq.dispatch.descheduler_step import Descheduler
 from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.domain.config import load_config
 from gpuq.domain.spec import JobSpec
 from gpuq.scheduling.filters import allowed_types
 from gpuq.scheduling.model import Snapshot
+from gpuq.simulate.all_policies import make_policy
 from gpuq.simulate.baselines.kueue import KueuePolicy, KueueSettings
-from gpuq.simulate.policies import make_policy
 from gpuq.simulate.replay import ScenarioModel, SimJob, SimulationResult, Simulator, to_json
 from gpuq.store.db import make_engine, make_session_factory
 from gpuq.store.jobs import submit_jobs
@@ -91,7 +91,7 @@ from tests.realkube.control_plane import KWOK_NODE_LABEL, REPO, free_port, runni
 from tests.realkube.fixtures import RealKube, Session, wait_for
 
 SYSTEMS = ("kueue", "kube-scheduler", "gpuq")
-#: the model of each system in gpuq/simulate/policies (kube-scheduler has none)
+#: the model of each system in gpuq/simulate/all_policies.py (kube-scheduler has none)
 MODEL_OF = {"kueue": "kueue", "gpuq": "gpuq"}
 JOB_LABEL = "gpuq.bench/job"
 KUEUE_API = ("kueue.x-k8s.io", "v1beta2")

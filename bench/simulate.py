@@ -28,9 +28,9 @@ from gpuq.simulate.alibaba import (  # noqa: E402
     read_nodes,
     read_pods,
 )
+from gpuq.simulate.all_policies import POLICIES  # noqa: E402
 from gpuq.simulate.fill import run_fill  # noqa: E402
 from gpuq.simulate.philly import build_scenario, read_jobs  # noqa: E402
-from gpuq.simulate.policies import POLICIES  # noqa: E402
 from gpuq.simulate.replay import ScenarioModel, Simulator  # noqa: E402
 
 

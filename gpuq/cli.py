@@ -20,7 +20,7 @@ config_app = typer.Typer(no_args_is_help=True, help="The config file (one source
 app.add_typer(config_app, name="config")
 
 
-#: the policy names of ``--policy`` (kept equal to gpuq.simulate.policies.POLICY_NAMES and
+#: the policy names of ``--policy`` (kept equal to gpuq.simulate.all_policies.POLICY_NAMES and
 #: gpuq.simulate.fill.FILL_POLICIES by tests/unit/test_cli_help.py; not imported, so
 #: ``gpuq --help`` does not load the simulator)
 SIM_POLICIES = "gpuq, fifo-count, fifo-typed, random, bestfit, kueue, volcano, slurm"

@@ -44,7 +44,7 @@ from gpuq.api.routes.metrics import metrics_loop_of
 from gpuq.api.submit_rate import SubmitRate
 from gpuq.cluster.k8s_settings import KubeSettings
 from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.metrics import MetricsLoop
+from gpuq.dispatch.metrics_loop import MetricsLoop
 from gpuq.domain.errors import GpuqError, TooManyRequests
 from gpuq.metrics import GpuqMetrics
 from gpuq.runtime import Services, open_services

@@ -2,7 +2,7 @@
 
 Only the metric objects and small ``record_*`` helpers that translate
 gpuq's plain data (report rows, cycle results) into samples live here;
-the metrics loop (:mod:`gpuq.dispatch.metrics`) and the dispatcher call them.
+the metrics loop (:mod:`gpuq.dispatch.metrics_loop`) and the dispatcher call them.
 A registry per :class:`GpuqMetrics` (not the global default) lets several
 apps live in one test process without "duplicated timeseries" errors.
 

@@ -20,14 +20,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpuq.clock import utcnow
 from gpuq.cluster import build_cluster
-from gpuq.cluster.base import Cluster
+from gpuq.cluster.interface import Cluster
 from gpuq.cluster.k8s_settings import KubeSettings
-from gpuq.dispatch.base import LoopService
-from gpuq.dispatch.descheduler import Descheduler
+from gpuq.dispatch.descheduler_step import Descheduler
 from gpuq.dispatch.drain import Drainer
 from gpuq.dispatch.leader import LeaderElector
-from gpuq.dispatch.leases import LeaseReaper
-from gpuq.dispatch.metrics import MeteredDispatcher
+from gpuq.dispatch.lease_reaper import LeaseReaper
+from gpuq.dispatch.loops import LoopService
+from gpuq.dispatch.metrics_loop import MeteredDispatcher
 from gpuq.dispatch.notify import NotifyListener
 from gpuq.domain.config import GpuqConfig, load_config, load_config_text
 from gpuq.domain.yaml_input import read_text_bounded

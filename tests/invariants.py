@@ -23,7 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpuq.domain.states import ACTIVE
-from gpuq.store.live import held_allocations
+from gpuq.store.live_allocations import held_allocations
 from gpuq.store.orm import AllocationRow, JobEventRow, JobRow, TeamRow
 
 EPS = 1e-6

@@ -24,7 +24,7 @@ from gpuq.scheduling.verdicts import ReasonCode
 from gpuq.store.convert import ALLOCATION_AS_IS, LEASE_AS_IS, copied
 from gpuq.store.jobs import NewJob
 from gpuq.store.orm import AllocationRow, JobEventRow, JobRow, LeaseRow
-from gpuq.store.states import wait_seconds
+from gpuq.store.state_changes import wait_seconds
 
 # Path parameters naming an object. The pattern documents which names can exist (a
 # name that cannot is simply not found: 404), so a client or a fuzzer knows the shape.

@@ -1,4 +1,4 @@
-"""Cluster implementations behind :class:`gpuq.cluster.base.Cluster`."""
+"""Cluster implementations behind :class:`gpuq.cluster.interface.Cluster`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from gpuq.clock import utcnow
-from gpuq.cluster.base import Cluster
+from gpuq.cluster.interface import Cluster
 from gpuq.cluster.kubernetes import KubernetesCluster
 from gpuq.cluster.simulated import SimulatedCluster
 from gpuq.domain.config import GpuTypeConfig

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpuq.cluster import k8s_labels as L
-from gpuq.cluster.base import BindRequest, PodPhase
+from gpuq.cluster.interface import BindRequest, PodPhase
 from gpuq.cluster.k8s_devices import MIG_SINGLE, SHARE_UNSUPPORTED, DeviceLayer, UnsupportedDevice
 from gpuq.cluster.k8s_nodes import mig_prefix
 from gpuq.cluster.k8s_settings import KubeSettings

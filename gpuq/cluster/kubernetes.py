@@ -47,7 +47,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuq.cluster import k8s_labels as L
 from gpuq.cluster import k8s_metrics as M
-from gpuq.cluster.base import (
+from gpuq.cluster.interface import (
     BindError,
     BindRequest,
     Capabilities,

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import ClassVar
 
 from gpuq.clock import to_epoch, utcnow
-from gpuq.cluster.base import (
+from gpuq.cluster.interface import (
     BindError,
     BindRequest,
     Capabilities,

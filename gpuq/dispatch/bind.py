@@ -21,15 +21,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from gpuq.cluster.base import BindError, BindRequest
-from gpuq.dispatch.base import Part, log
+from gpuq.cluster.interface import BindError, BindRequest
 from gpuq.dispatch.bind_holds import BindHolds
 from gpuq.dispatch.leader import LeaderElector
+from gpuq.dispatch.loops import Part, log
 from gpuq.dispatch.plan import Plan
-from gpuq.dispatch.releasing import cluster_view
+from gpuq.dispatch.releasing_view import cluster_view
 from gpuq.store.dispatch_rows import lock_job
-from gpuq.store.releasing import any_releasing, blocked_binds, finalise
-from gpuq.store.states import change_state
+from gpuq.store.releasing_rows import any_releasing, blocked_binds, finalise
+from gpuq.store.state_changes import change_state
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
@@ -106,7 +106,7 @@ class Binder(Part):
     def release_and_gate(self, binds: list[BindRequest]) -> dict[str, str]:
         """After the stops: release what the cluster already let go (a synchronous
         stop frees capacity in the same pass), then name the binds that would
-        land on capacity stopping Pods still hold (gpuq/store/releasing.py)."""
+        land on capacity stopping Pods still hold (gpuq/store/releasing_rows.py)."""
         with self.session_factory() as session:
             if not any_releasing(session):
                 return {}

@@ -19,10 +19,10 @@ module of its own that can be tested alone:
    in one transaction, skipping jobs that changed since the snapshot.
 6. Bind (:mod:`~gpuq.dispatch.bind`): stop victims first, then bind; a failed
    bind is undone - every reserve has an unreserve; binds onto capacity that
-   stopping Pods still hold wait (:mod:`~gpuq.dispatch.releasing`).
+   stopping Pods still hold wait (:mod:`~gpuq.dispatch.releasing_view`).
 
 One decision thread: the descheduler, the lease reaper and the tuner are
-:class:`~gpuq.dispatch.base.Step` s run by :meth:`Dispatcher.run_pass` in the
+:class:`~gpuq.dispatch.loops.Step` s run by :meth:`Dispatcher.run_pass` in the
 dispatcher's own thread when due; other threads can only wake it. So the
 picture and everything else the dispatcher holds is touched by one thread.
 
@@ -43,11 +43,11 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpuq.clock import utcnow
-from gpuq.cluster.base import Cluster
-from gpuq.dispatch.base import LoopService, Step
+from gpuq.cluster.interface import Cluster
 from gpuq.dispatch.bind import Binder
 from gpuq.dispatch.ingest import Ingest
 from gpuq.dispatch.leader import LeaderElector
+from gpuq.dispatch.loops import LoopService, Step
 from gpuq.dispatch.picture import QueuePicture
 from gpuq.dispatch.plan import Plan
 from gpuq.dispatch.plan_write import Decide, PlanAndWrite

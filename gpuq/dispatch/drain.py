@@ -13,8 +13,8 @@ exempt (a drain is the operator's decision, as ``kubectl drain`` is), P0 include
 
 from __future__ import annotations
 
-from gpuq.dispatch.base import Step
 from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.dispatch.loops import Step
 from gpuq.scheduling.model import CycleResult, Preemption, Snapshot
 from gpuq.scheduling.verdicts import Reason, ReasonCode
 from gpuq.store.cordon import draining_nodes

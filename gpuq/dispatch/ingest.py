@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from gpuq.cluster.base import JobStatusEvent
-from gpuq.dispatch.base import Part
+from gpuq.cluster.interface import JobStatusEvent
+from gpuq.dispatch.loops import Part
 from gpuq.domain.spec import FailurePolicy
 from gpuq.domain.states import ACTIVE
 from gpuq.store.dispatch_rows import lock_jobs, retry_count
 from gpuq.store.orm import JobRow
-from gpuq.store.states import Change, apply_changes, change_state
+from gpuq.store.state_changes import Change, apply_changes, change_state
 
 
 @dataclass

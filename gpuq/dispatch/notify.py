@@ -18,7 +18,7 @@ import threading
 
 import psycopg
 
-from gpuq.dispatch.base import LoopService
+from gpuq.dispatch.loops import LoopService
 from gpuq.domain.backoff import Backoff
 from gpuq.store.jobs import NOTIFY_CHANNEL
 

@@ -39,7 +39,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpuq.clock import to_epoch
-from gpuq.dispatch.releasing import hold_releasing_in_context
+from gpuq.dispatch.releasing_view import hold_releasing_in_context
 from gpuq.domain.states import ACTIVE
 from gpuq.scheduling.model import (
     JobRequest,
@@ -53,7 +53,7 @@ from gpuq.scheduling.model import (
 from gpuq.scheduling.verdicts import from_stored
 from gpuq.store.config_loader import scheduler_knobs
 from gpuq.store.convert import job_request, lease_info, placement_of
-from gpuq.store.live import XMIN, live_allocations
+from gpuq.store.live_allocations import XMIN, live_allocations
 from gpuq.store.orm import (
     AllocationRow,
     JobRow,
@@ -215,7 +215,7 @@ class QueuePicture:
         leases: dict[int, list[LeaseInfo]] = defaultdict(list)
         if not job_ids:
             return placements, leases
-        aq = (  # live rows only: releasing ones are held apart (gpuq/store/releasing.py)
+        aq = (  # live rows only: releasing ones are held apart (gpuq/store/releasing_rows.py)
             live_allocations().order_by(AllocationRow.job_id, AllocationRow.replica)
         )
         lq = select(LeaseRow).where(LeaseRow.state == "active")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuq.cluster.base import BindRequest
+from gpuq.cluster.interface import BindRequest
 from gpuq.domain.owner import owner_of
 from gpuq.scheduling.model import CycleResult, ReplicaPlacement
 from gpuq.store.batch_states import AdmittedRow

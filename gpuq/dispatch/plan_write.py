@@ -39,12 +39,12 @@ from gpuq.scheduling.verdicts import Reason, code_of
 from gpuq.store import batch_states, queue_order
 from gpuq.store.cordon import cordoned_nodes
 from gpuq.store.fair_state import read_fair, write_fair
-from gpuq.store.leases import return_leases
+from gpuq.store.lease_returns import return_leases
 from gpuq.store.node_rows import fingerprint
 from gpuq.store.requeue import any_unschedulable, requeue_if_fits
-from gpuq.store.runtime_history import read_history
+from gpuq.store.runtime_history_rows import read_history
 from gpuq.store.snapshot import SnapshotContext
-from gpuq.store.states import Change, apply_changes
+from gpuq.store.state_changes import Change, apply_changes
 
 Decide = Callable[[Snapshot], CycleResult]
 _UNREAD = object()  # no leader term has read the deficits yet

@@ -16,16 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuq.dispatch.base import Part, log
 from gpuq.dispatch.leader import LeaderElector, NotLeader
+from gpuq.dispatch.loops import Part, log
 from gpuq.dispatch.plan import Plan, bind_request
-from gpuq.dispatch.releasing import cluster_view
+from gpuq.dispatch.releasing_view import cluster_view
 from gpuq.scheduling.model import Node
 from gpuq.store.dispatch_rows import active_states, jobs_with_allocations, lock_job
 from gpuq.store.node_rows import fingerprint, gpu_type_configs, sync_node_rows
 from gpuq.store.orm import JobRow
-from gpuq.store.releasing import finalise, moved_placements
-from gpuq.store.states import change_state
+from gpuq.store.releasing_rows import finalise, moved_placements
+from gpuq.store.state_changes import change_state
 
 
 @dataclass

@@ -37,10 +37,10 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from gpuq.cluster import k8s_labels as L
-from gpuq.cluster.workloads.base import Unhonourable, WorkloadAdaptor
+from gpuq.cluster.workloads.adaptor import Unhonourable, WorkloadAdaptor
 from gpuq.cluster.workloads.client import owner_of_object
 from gpuq.cluster.workloads.requests import job_spec
-from gpuq.dispatch.base import Part, log
+from gpuq.dispatch.loops import Part, log
 from gpuq.domain.errors import GpuqError
 from gpuq.domain.owner import PREFIX, WorkloadOwner, owner_of
 from gpuq.domain.spec import JobSpec
@@ -50,7 +50,7 @@ from gpuq.store.jobs import submit_job
 from gpuq.store.node_rows import gpu_type_configs
 from gpuq.store.orm import JobRow
 from gpuq.store.queue_order import fill_queue_positions
-from gpuq.store.states import change_state
+from gpuq.store.state_changes import change_state
 
 # gpuq.io/state for a job status (pending jobs that were preempted: "preempted")
 STATE = {"pending": "queued", "admitted": "admitted", "running": "running",

@@ -18,7 +18,7 @@ spread over orders of magnitude, and a few very long runs must not make every
 short job of the class look long.
 
 One implementation for both callers: the dispatcher keeps the summary in the
-``runtime_history`` table (gpuq/store/runtime_history.py), the simulator in memory
+``runtime_history`` table (gpuq/store/runtime_history_rows.py), the simulator in memory
 (gpuq/simulate/replay.py); both record a job's run when it succeeds and both hand
 the core ``JobRequest.predicted_s`` (every baseline sees it too).
 """

@@ -1,7 +1,7 @@
 """Job states and the rules of which change is allowed, as data (no SQL).
 
 The one function that applies a state change to the database is
-:func:`gpuq.store.states.change_state`; it reads these tables.
+:func:`gpuq.store.state_changes.change_state`; it reads these tables.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class InvalidTransition(ValueError):
     """A state change the rules forbid (e.g. cancelling a finished job)."""
 
 
-# What a change does, as data (gpuq.store.states turns it into one statement).
+# What a change does, as data (gpuq.store.state_changes turns it into one statement).
 
 #: Timestamp columns a target status stamps with the time of the change, and
 #: those it clears (a requeued job is neither admitted nor started any more).

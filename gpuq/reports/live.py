@@ -54,7 +54,7 @@ def live_utilization(
     counts: Mapping[tuple[str, str, str], int] | None = None,
 ) -> dict[str, Any]:
     """The utilization report of ``snap`` (the live picture: see
-    :meth:`gpuq.dispatch.metrics.MetricsLoop.snapshot`, which refreshes it by what changed)."""
+    :meth:`gpuq.dispatch.metrics_loop.MetricsLoop.snapshot`, which refreshes it by what changed)."""
     util = gpu_util_for(snap, prometheus_url)
     body = utilization_report(
         snap,

@@ -34,9 +34,9 @@ from sqlalchemy.orm import Session
 from gpuq.domain.states import TERMINAL
 from gpuq.reports.records import JobRecord
 from gpuq.reports.utilization import CPU_ONLY, wanted_type_of
-from gpuq.store.live import live_allocations
+from gpuq.store.live_allocations import live_allocations
 from gpuq.store.orm import AllocationRow, JobRow, NodeRow, PoolRow
-from gpuq.store.states import wait_seconds
+from gpuq.store.state_changes import wait_seconds
 
 # The columns a report reads per job (not ORM objects: a report touches thousands of
 # rows): its timing, its ``resources`` from the spec; the GPU types it holds or held

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from gpuq.reports.queries import changed_rows, job_types, to_records, window_rows
 from gpuq.reports.records import JobRecord
-from gpuq.store.live import XMIN
+from gpuq.store.live_allocations import XMIN
 
 
 class WindowRecords:

@@ -3,7 +3,7 @@
 Production (the dispatcher, the tuner, the estimated starts) looks a policy up
 here and so depends on the core only. The simulator's baselines (FIFO, Random,
 BestFit and the models of Kueue, Volcano and Slurm) register themselves when
-:mod:`gpuq.simulate.policies` is imported, so ``gpuq simulate``, the suite and
+:mod:`gpuq.simulate.all_policies` is imported, so ``gpuq simulate``, the suite and
 the tests that compare gpuq with them see every name, and the live server
 never imports them.
 

@@ -1,7 +1,7 @@
 """Capacity of stopped jobs marked used on a snapshot's nodes (pure).
 
 The rows themselves (``releasing_since``) are read and finalised in
-:mod:`gpuq.store.releasing`; see its docstring for the whole story.
+:mod:`gpuq.store.releasing_rows`; see its docstring for the whole story.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from gpuq.domain.config import load_config, validation_problems
 from gpuq.domain.errors import error_block, error_line, unknown
 from gpuq.domain.yaml_input import YamlInputError, read_yaml_file
+from gpuq.simulate.all_policies import POLICY_NAMES, make_policy
 from gpuq.simulate.fill_command import run_fill_command
-from gpuq.simulate.policies import POLICY_NAMES, make_policy
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
 from gpuq.simulate.report import write_report
 from gpuq.simulate.scenario_info import describe

@@ -3,7 +3,7 @@
 Event-driven: a heap of arrivals, finishes and wake-ups. At each event
 time, finished jobs free their capacity, arrivals join the queue, and
 one scheduling cycle runs on a fresh :class:`Snapshot` through the policy
-picked by name (:mod:`gpuq.simulate.policies`), exactly what the live dispatcher
+picked by name (:mod:`gpuq.simulate.all_policies`), exactly what the live dispatcher
 calls. Decisions are applied as data: admissions start (run time
 ``runtime_s / speed[type]``), preemptions requeue the job with its
 original submit time (``wait_s`` counts every pending second), lease
@@ -54,9 +54,9 @@ from typing import Any
 from gpuq.domain.config import GpuqConfig
 from gpuq.domain.from_config import ClusterModel, cluster_model
 from gpuq.domain.percentiles import percentile
-from gpuq.domain.requests import request_from_spec
 from gpuq.domain.runtime_history import RuntimeHistory
 from gpuq.domain.spec import JobSpec
+from gpuq.domain.spec_to_request import request_from_spec
 from gpuq.scheduling.descheduler import deschedule
 from gpuq.scheduling.filters import allowed_types
 from gpuq.scheduling.model import (
@@ -71,9 +71,9 @@ from gpuq.scheduling.model import (
     Snapshot,
 )
 from gpuq.scheduling.modes import replica_options
+from gpuq.simulate.all_policies import make_policy
 from gpuq.simulate.baselines.fifo import out_of_memory
 from gpuq.simulate.measures import gpus_held, measures
-from gpuq.simulate.policies import make_policy
 
 DEFAULT_RUNTIME_S = 3600.0
 OOM_AFTER_S = 60.0  # a run on a card with too little memory fails this long after start

@@ -2,7 +2,7 @@
 
 ``python -m gpuq.simulate.suite --tune eval/windows/tuning/*.yaml --evaluate
 eval/windows/evaluation/*.yaml --out docs/eval/windows`` is the evaluation: each
-baseline's settings are chosen on the tuning windows (:mod:`gpuq.simulate.tuning`),
+baseline's settings are chosen on the tuning windows (:mod:`gpuq.simulate.baseline_tuning`),
 then every policy runs on the evaluation windows (the two sets may share no
 window: checked), and the report adds the tuning (every setting's score, the
 chosen one), the goal counted over the windows and means with 95 % confidence
@@ -42,10 +42,10 @@ from typing import Any
 
 import yaml
 
+from gpuq.simulate.baseline_tuning import Settings, build, tune
+from gpuq.simulate.baseline_tuning import label as setting_label
 from gpuq.simulate.command import load_scenario
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
-from gpuq.simulate.tuning import Settings, build, tune
-from gpuq.simulate.tuning import label as setting_label
 
 DEFAULT_POLICIES = ("gpuq", "kueue", "volcano", "slurm", "fifo-typed")
 # what teams would use instead (the goals' rivals); fifo-typed counts: it is what a queue
@@ -571,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--evaluate needs --tune (the windows the settings are chosen on)")
         chosen = None
         if a.chosen:  # scores and choices recomputed from the stored results by the rule
-            from gpuq.simulate.tuning import choose
+            from gpuq.simulate.baseline_tuning import choose
 
             chosen = {p: choose(t) for p, t in json.loads(
                 Path(a.chosen).read_text())["tuning"].items()}

@@ -18,7 +18,7 @@ file (``eval/windows.yaml``) and never chosen by looking at results:
   others are *evaluation* windows. Windows of one trace never overlap in
   time (``every_days >= days`` is checked), so the two sets share no window
   and no job: a baseline's setting is chosen on the tuning windows only
-  (:mod:`gpuq.simulate.tuning`) and reported on the evaluation windows.
+  (:mod:`gpuq.simulate.baseline_tuning`) and reported on the evaluation windows.
 
 ``python -m gpuq.simulate.windows eval/windows.yaml --out eval/windows`` writes
 one scenario file per window into ``OUT/tuning/`` and ``OUT/evaluation/``

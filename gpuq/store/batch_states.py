@@ -1,6 +1,6 @@
 """Admissions as a batch: a pass's ``pending -> admitted`` in a few statements.
 
-The state change itself goes through :func:`gpuq.store.states.apply_changes`
+The state change itself goes through :func:`gpuq.store.state_changes.apply_changes`
 (the one path for every transition, one job or many); this module adds what
 an admission writes besides: its allocations and leases, and the event data
 that keeps its placements after the allocation rows are gone.
@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Table
 from gpuq.clock import from_epoch
 from gpuq.scheduling.model import Admission
 from gpuq.store.orm import AllocationRow, LeaseRow
-from gpuq.store.states import Change, apply_changes, insert_rows
+from gpuq.store.state_changes import Change, apply_changes, insert_rows
 
 # declarative __table__s are Tables (typed FromClause by SQLAlchemy): see states.EVENTS
 ALLOCATIONS = cast(Table, AllocationRow.__table__)

@@ -12,8 +12,8 @@ from typing import Any
 
 from gpuq.clock import to_epoch
 from gpuq.domain.from_config import pool_from_config, team_from_config
-from gpuq.domain.requests import request_from_spec
 from gpuq.domain.spec import JobSpec
+from gpuq.domain.spec_to_request import request_from_spec
 from gpuq.scheduling.model import (
     Device,
     GpuType,

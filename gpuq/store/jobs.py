@@ -29,7 +29,7 @@ from gpuq.store.catalog_cache import (
     current_catalog,
     current_catalog_of,
 )
-from gpuq.store.feasibility import check_feasible
+from gpuq.store.catalog_feasibility import check_feasible
 from gpuq.store.orm import (
     AllocationRow,
     JobEventRow,
@@ -38,7 +38,7 @@ from gpuq.store.orm import (
     releasing_row,
 )
 from gpuq.store.queue_order import fill_queue_positions
-from gpuq.store.states import change_state
+from gpuq.store.state_changes import change_state
 from gpuq.store.team_limits import ROOM_SQL, check_pending_cap, effective_cap, over_cap
 
 NOTIFY_CHANNEL = "gpuq_jobs"
@@ -476,7 +476,7 @@ def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
 def released_placements(session: Session, job: JobRow) -> list[dict]:
     """What a stopped job held: a finished job's from its last admission event
     (its allocation rows are gone), a requeued job's from its rows still
-    releasing while its old pods stop (gpuq/store/releasing.py)."""
+    releasing while its old pods stop (gpuq/store/releasing_rows.py)."""
     if job.allocations:
         return []
     if job.status not in TERMINAL:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from gpuq.domain.config import NodeConfig
 from gpuq.domain.errors import Conflict
-from gpuq.store.live import held_allocations
+from gpuq.store.live_allocations import held_allocations
 from gpuq.store.orm import AllocationRow
 
 

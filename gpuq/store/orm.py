@@ -54,7 +54,7 @@ class Base(DeclarativeBase):
 
 # Monotonic revision of job rows: every change takes the next value, so a
 # dispatcher can ask for "rows changed since revision N", and a write can check the
-# revision it saw (gpuq/store/states.py).
+# revision it saw (gpuq/store/state_changes.py).
 job_revision_seq = Sequence("job_revision_seq", metadata=Base.metadata)
 
 
@@ -308,7 +308,7 @@ class AllocationRow(Base):
     pool: Mapped[str] = mapped_column(String(63))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # Set when the job stopped holding this capacity; the row still counts as
-    # used until the cluster confirms the Pods are gone (gpuq/store/releasing.py).
+    # used until the cluster confirms the Pods are gone (gpuq/store/releasing_rows.py).
     releasing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     job: Mapped[JobRow] = relationship(back_populates="allocations")
@@ -316,7 +316,7 @@ class AllocationRow(Base):
 
 def live_row() -> ColumnElement[bool]:
     """The row half of "live allocation" (the whole definition, job state
-    included, and every query built on it: gpuq/store/live.py): the row is the
+    included, and every query built on it: gpuq/store/live_allocations.py): the row is the
     capacity of the job's current attempt, not of Pods still stopping."""
     return AllocationRow.releasing_since.is_(None)
 

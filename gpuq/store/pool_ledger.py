@@ -1,7 +1,7 @@
 """The core's pool ledger, built from the database for read endpoints, so
 /v1/pools/{name}/usage shows the same numbers the scheduler decides with
 (idle guarantee, shared use, what may still be lent), from the same live
-allocations (gpuq/store/live.py) as the usage figures beside them."""
+allocations (gpuq/store/live_allocations.py) as the usage figures beside them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from gpuq.scheduling.pools import PoolLedger
 from gpuq.store.convert import pool_info
-from gpuq.store.live import live_allocations
+from gpuq.store.live_allocations import live_allocations
 from gpuq.store.orm import AllocationRow, GpuTypeRow, JobRow, LeaseRow, NodeRow, PoolRow
 
 

@@ -36,7 +36,7 @@ _WRITE_REASONS = text(
             AS x(id, rev, reason, reason_code, start_at)
         JOIN jobs AS o ON o.id = x.id
         WHERE o.revision = x.rev AND o.status = 'pending'
-        ORDER BY o.id  -- locked in id order, as every writer of job rows (gpuq/store/states.py)
+        ORDER BY o.id  -- id order, as every writer of job rows (gpuq/store/state_changes.py)
         FOR UPDATE OF o
     ) AS v
     WHERE j.id = v.id

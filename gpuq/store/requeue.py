@@ -21,7 +21,7 @@ from gpuq.scheduling.model import PoolInfo, PriorityInfo, Snapshot
 from gpuq.scheduling.reasons import could_fit
 from gpuq.store.convert import job_request
 from gpuq.store.orm import JobRow
-from gpuq.store.states import Change, apply_changes, change_state
+from gpuq.store.state_changes import Change, apply_changes, change_state
 
 CLUSTER_CHANGED = "requeued: cluster changed"
 

@@ -50,7 +50,7 @@ from gpuq.store.orm import (
     PriorityClassRow,
     TeamRow,
 )
-from gpuq.store.releasing import releasing_placements
+from gpuq.store.releasing_rows import releasing_placements
 
 
 @dataclass

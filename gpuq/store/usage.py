@@ -1,6 +1,6 @@
 """Read models for usage endpoints: what pools, teams and nodes hold now.
 
-Counted in CU from live allocation rows (gpuq/store/live.py, the one
+Counted in CU from live allocation rows (gpuq/store/live_allocations.py, the one
 definition every usage read shares); borrowed/lent from active lease rows.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpuq.store.live import held_allocations, live_units
+from gpuq.store.live_allocations import held_allocations, live_units
 from gpuq.store.orm import AllocationRow, JobRow, LeaseRow, NodeRow, PoolRow, TeamRow
 from gpuq.store.pool_ledger import ledger_from_db
 

@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpuq.clock import to_epoch, utcnow
-from gpuq.dispatch.base import Step
+from gpuq.dispatch.loops import Step
 from gpuq.reports.alerts import AlertThresholds, type_imbalance_alerts
 from gpuq.reports.live import thresholds as alert_thresholds
 from gpuq.reports.utilization import pending_by_type, utilization, wanted_type
@@ -31,7 +31,7 @@ from gpuq.scheduling.policies import get_policy
 from gpuq.store.convert import job_request
 from gpuq.store.orm import JobRow
 from gpuq.store.snapshot import build_snapshot
-from gpuq.store.states import wait_seconds
+from gpuq.store.state_changes import wait_seconds
 from gpuq.tuning.store import load_history, load_state, record_decision
 from gpuq.tuning.tuner import (
     Decision,

@@ -31,7 +31,7 @@ from gpuq.store import catalog
 from gpuq.store import jobs as job_store
 from gpuq.store.orm import JobRow, LeaseRow, PoolRow, PriorityClassRow, TeamRow
 from gpuq.store.queue_order import queue_page
-from gpuq.store.states import wait_seconds
+from gpuq.store.state_changes import wait_seconds
 from gpuq.store.usage import pool_usage
 from gpuq.tuning.store import current_weights, load_history, load_state
 from gpuq.ui import docs, views

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from gpuq.clock import ManualClock
 from gpuq.cluster.simulated import SimulatedCluster
-from gpuq.dispatch.metrics import MeteredDispatcher
+from gpuq.dispatch.metrics_loop import MeteredDispatcher
 from gpuq.domain.config import load_config_text
 from gpuq.main import create_app
 from gpuq.metrics import GpuqMetrics

@@ -1,4 +1,4 @@
-"""One live-allocation definition (gpuq/store/live.py): pool usage, team usage,
+"""One live-allocation definition (gpuq/store/live_allocations.py): pool usage, team usage,
 the core's pool ledger and /metrics give the same numbers on a cluster with
 running, releasing and borrowed allocations.
 

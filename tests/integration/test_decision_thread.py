@@ -19,9 +19,9 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from gpuq.dispatch.descheduler import Descheduler
+from gpuq.dispatch.descheduler_step import Descheduler
 from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.leases import LeaseReaper
+from gpuq.dispatch.lease_reaper import LeaseReaper
 from gpuq.dispatch.picture import QueuePicture
 from gpuq.domain.spec import JobSpec
 from gpuq.store.jobs import submit_jobs

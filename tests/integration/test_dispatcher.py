@@ -22,7 +22,7 @@ from gpuq.scheduling.model import (
     Preemption,
     ReplicaPlacement,
 )
-from gpuq.simulate import policies
+from gpuq.simulate import all_policies
 from gpuq.store.orm import AllocationRow, JobRow, LeaseRow
 from tests.integration.conftest import job_body, submit_before_shrink
 
@@ -248,7 +248,7 @@ class Scripted:
 @pytest.fixture
 def scripted(monkeypatch):
     policy = Scripted()
-    monkeypatch.setitem(policies.POLICIES, "scripted", policy)
+    monkeypatch.setitem(all_policies.POLICIES, "scripted", policy)
     return policy
 
 

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpuq.cluster.base import BindRequest
+from gpuq.cluster.interface import BindRequest
 from gpuq.scheduling.model import ReplicaPlacement
 from tests.fakekube.fixtures import api_client_for, make_cluster, wait_until
 from tests.fakekube.objects import article_a100

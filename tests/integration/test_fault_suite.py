@@ -41,7 +41,7 @@ from tests.invariants import check_cluster, check_database, sim_pods
 DONE = (*TERMINAL, "unschedulable")  # nothing left to do for the dispatcher
 TEAMS = [("nlp", "training"), ("recsys", "inference"), ("research", "mixed")]
 # the GPU types of each pool in the demo config: a job names only types its pool has
-# (anything else is a 422 at submit, gpuq/store/feasibility.py)
+# (anything else is a 422 at submit, gpuq/store/catalog_feasibility.py)
 POOL_TYPES = {"training": ["a100-80g", "v100-16g"],
               "inference": ["a100-80g", "v100-16g", "rtx4090-24g"],
               "mixed": ["a100-80g", "v100-16g", "rtx4090-24g"]}

@@ -14,12 +14,12 @@ from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.dispatch.picture import QueuePicture
 from gpuq.domain.spec import JobSpec
 from gpuq.scheduling.model import Admission, ReplicaPlacement
-from gpuq.simulate.policies import get_policy
+from gpuq.simulate.all_policies import get_policy
 from gpuq.store import batch_states
 from gpuq.store.jobs import submit_job, submit_jobs
 from gpuq.store.orm import AllocationRow, JobEventRow, JobRow
 from gpuq.store.snapshot import build_snapshot
-from gpuq.store.states import Change, apply_changes, change_state
+from gpuq.store.state_changes import Change, apply_changes, change_state
 from tests.integration.conftest import job_body
 
 
@@ -349,7 +349,7 @@ def test_reasons_that_change_only_in_numbers_are_rewritten_at_most_every_few_sec
     client, admin, session_factory, cluster, clock, monkeypatch
 ):
     from gpuq.scheduling.model import CycleResult
-    from gpuq.simulate import policies
+    from gpuq.simulate import all_policies
 
     said: dict[str, str] = {}
 
@@ -357,7 +357,7 @@ def test_reasons_that_change_only_in_numbers_are_rewritten_at_most_every_few_sec
         ids = [r.id for r in snap.pending]
         return CycleResult(reasons={i: said["now"] for i in ids}, order=ids)
 
-    monkeypatch.setitem(policies.POLICIES, "test-waits", waits)
+    monkeypatch.setitem(all_policies.POLICIES, "test-waits", waits)
     d = Dispatcher(session_factory, cluster, clock=clock, policy="test-waits")
     jid = _submit(client, admin, name="w")
 

@@ -22,7 +22,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, text
 
-from gpuq.dispatch.metrics import MetricsLoop
+from gpuq.dispatch.metrics_loop import MetricsLoop
 from gpuq.metrics import JCT_BUCKETS, WAIT_BUCKETS, GpuqMetrics
 from gpuq.reports.event_feed import EventFeed
 from gpuq.reports.fairness import fairness_report

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.cluster.base import BindError, BindRequest, JobStatusEvent
+from gpuq.cluster.interface import BindError, BindRequest, JobStatusEvent
 from gpuq.scheduling.model import ReplicaPlacement
 from tests.fakekube.fixtures import cluster, make_cluster, wait_until
 from tests.fakekube.objects import article_a100, gfd_v100

@@ -13,11 +13,11 @@ import threading
 
 import pytest
 
-from gpuq.cluster.base import BindError, BindRequest
+from gpuq.cluster.interface import BindError, BindRequest
 from gpuq.cluster.kubernetes import StaleCache
 from gpuq.cluster.simulated import SimulatedCluster
-from gpuq.dispatch.base import Step
 from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.dispatch.loops import Step
 from gpuq.domain.backoff import Backoff
 from gpuq.scheduling.model import ReplicaPlacement
 from tests.fakekube.fixtures import elector, make_cluster, wait_until

@@ -18,7 +18,7 @@ import threading
 from sqlalchemy import select
 
 from gpuq.clock import utcnow
-from gpuq.cluster.base import BindRequest
+from gpuq.cluster.interface import BindRequest
 from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.domain.spec import JobSpec
 from gpuq.scheduling.model import ReplicaPlacement

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from sqlalchemy import select
 
 from gpuq.clock import ManualClock, utcnow
-from gpuq.cluster.base import BindError, BindRequest, InvalidPodError
+from gpuq.cluster.interface import BindError, BindRequest, InvalidPodError
 from gpuq.cluster.k8s_settings import KubeSettings
 from gpuq.cluster.kubernetes import KubernetesCluster
 from gpuq.dispatch.dispatcher import Dispatcher

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from gpuq.api.schemas import job_out
 from gpuq.clock import ManualClock
 from gpuq.cluster import k8s_labels as L
-from gpuq.cluster.base import BindRequest
+from gpuq.cluster.interface import BindRequest
 from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.domain.spec import JobSpec
 from gpuq.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement

@@ -6,7 +6,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from gpuq.cluster.base import BindRequest, JobStatusEvent
+from gpuq.cluster.interface import BindRequest, JobStatusEvent
 from gpuq.scheduling.model import ReplicaPlacement
 from tests.fakekube.fixtures import kube, make_cluster, wait_until
 from tests.fakekube.objects import article_a100

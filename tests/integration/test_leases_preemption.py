@@ -6,8 +6,8 @@ inference 20, mixed 30 of 160 CU, so 10 CU are shared)."""
 from __future__ import annotations
 
 from gpuq.clock import to_epoch
-from gpuq.dispatch.descheduler import Descheduler
-from gpuq.dispatch.leases import LeaseReaper
+from gpuq.dispatch.descheduler_step import Descheduler
+from gpuq.dispatch.lease_reaper import LeaseReaper
 from gpuq.store.snapshot import build_snapshot
 from tests.integration.conftest import job_body
 

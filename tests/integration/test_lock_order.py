@@ -13,7 +13,7 @@ from sqlalchemy import select, text
 
 from gpuq.scheduling.model import LeaseReturn
 from gpuq.store import jobs as job_store
-from gpuq.store.leases import return_leases
+from gpuq.store.lease_returns import return_leases
 from gpuq.store.orm import JobRow, LeaseRow
 from tests.integration.conftest import job_body
 

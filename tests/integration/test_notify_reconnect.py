@@ -9,7 +9,7 @@ import threading
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from gpuq.dispatch.base import LoopService
+from gpuq.dispatch.loops import LoopService
 from gpuq.dispatch.notify import NotifyListener
 from gpuq.domain.backoff import Backoff
 from gpuq.store.db import psycopg_conninfo

@@ -63,7 +63,7 @@ def _job(spec: object) -> None:
     res = spec.get("resources")
     if isinstance(res, dict):
         # sizes the demo cluster can hold (a request no node could ever run is a 422 at
-        # submit, gpuq/store/feasibility.py): host CPU/memory of its smallest nodes, one
+        # submit, gpuq/store/catalog_feasibility.py): host CPU/memory of its smallest nodes, one
         # node's cards, card memory every type has
         for key, most in FITS.items():
             if isinstance(res.get(key), int | float) and not isinstance(res[key], bool):

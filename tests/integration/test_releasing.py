@@ -12,12 +12,12 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.metrics import MetricsLoop
+from gpuq.dispatch.metrics_loop import MetricsLoop
 from gpuq.dispatch.picture import QueuePicture
 from gpuq.metrics import GpuqMetrics
 from gpuq.scheduling.model import Admission, CycleResult, Preemption
 from gpuq.store.orm import AllocationRow
-from gpuq.store.releasing import releasing_units
+from gpuq.store.releasing_rows import releasing_units
 from gpuq.store.snapshot import build_snapshot
 from tests.integration.conftest import job_body
 

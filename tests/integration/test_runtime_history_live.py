@@ -1,5 +1,5 @@
 """The live run-time history: a job that succeeds updates its (team, request class)
-summary in the same transaction (gpuq/store/runtime_history.py), and the dispatcher's
+summary in the same transaction (gpuq/store/runtime_history_rows.py), and the dispatcher's
 next snapshot carries the prediction for the team's pending jobs of that shape."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from gpuq.domain.runtime_history import MIN_RUNS
 from gpuq.scheduling.model import CycleResult, Snapshot
 from gpuq.store.orm import RuntimeHistoryRow
-from gpuq.store.runtime_history import read_history
+from gpuq.store.runtime_history_rows import read_history
 from tests.integration.conftest import job_body
 
 

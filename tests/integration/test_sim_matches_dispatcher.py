@@ -17,7 +17,7 @@ from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.domain.config import load_config_text
 from gpuq.main import create_app
 from gpuq.runtime import Services
-from gpuq.simulate.policies import POLICIES
+from gpuq.simulate.all_policies import POLICIES
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
 from gpuq.store.config_loader import apply_config, ensure_priority_classes
 from gpuq.store.convert import node_info

@@ -7,7 +7,7 @@ import pytest
 from gpuq.domain.spec import JobSpec
 from gpuq.domain.states import InvalidTransition
 from gpuq.store.jobs import submit_job
-from gpuq.store.states import change_state, wait_seconds
+from gpuq.store.state_changes import change_state, wait_seconds
 
 
 def _job(session, clock):

@@ -11,7 +11,7 @@ from psycopg import sql
 from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import make_url
 
-from gpuq.dispatch.base import LoopService
+from gpuq.dispatch.loops import LoopService
 from gpuq.dispatch.notify import NotifyListener
 from gpuq.domain.config import load_config_text
 from gpuq.runtime import UnsafeAdminToken, demo_config_text, open_services, resolve_admin_token

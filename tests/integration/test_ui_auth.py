@@ -11,7 +11,7 @@ import re
 import pytest
 
 from gpuq.store.orm import JobRow
-from gpuq.store.states import change_state
+from gpuq.store.state_changes import change_state
 from tests.integration.obs_env import AUTH, job, seeded_env
 
 

@@ -5,8 +5,8 @@ checks the operator settings): one definition of each."""
 from __future__ import annotations
 
 from gpuq.domain.config import load_config_text
+from gpuq.simulate.baseline_tuning import build
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
-from gpuq.simulate.tuning import build
 
 # One 8-card A100 node; "borrower" takes the whole node first, then "lender" asks for its
 # nominal half (Kueue: borrowing and reclaim; fair sharing).

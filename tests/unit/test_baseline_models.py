@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gpuq.domain.config import load_config_text
+from gpuq.simulate.all_policies import POLICY_NAMES, make_policy
 from gpuq.simulate.baselines.slurm import SlurmPolicy
 from gpuq.simulate.baselines.volcano import deserved_shares
 from gpuq.simulate.command import run_simulate
-from gpuq.simulate.policies import POLICY_NAMES, make_policy
 from gpuq.simulate.replay import ScenarioModel, Simulator
 from tests.unit.baseline_fixtures import ONE_FLAVOR, jobs_by_name, run_policy
 

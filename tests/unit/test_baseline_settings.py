@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpuq.domain.config import load_config_text
+from gpuq.simulate.baseline_tuning import GRIDS, build
 from gpuq.simulate.baselines.kueue import S2A, KueuePolicy, KueueSettings
 from gpuq.simulate.baselines.slurm import DEFAULT_TIME_S, SlurmSettings
 from gpuq.simulate.replay import ScenarioModel, Simulator
-from gpuq.simulate.tuning import GRIDS, build
 from tests.unit.baseline_fixtures import ONE_FLAVOR, jobs_by_name, run_policy
 
 

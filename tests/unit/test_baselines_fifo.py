@@ -7,8 +7,8 @@ import random
 
 from gpuq.domain.config import load_config_text
 from gpuq.scheduling.state import ClusterState, device_overcommitted
+from gpuq.simulate.all_policies import POLICIES
 from gpuq.simulate.baselines.fifo import fifo_count, fifo_typed
-from gpuq.simulate.policies import POLICIES
 from gpuq.simulate.replay import OOM_AFTER_S, ScenarioModel, Simulator, to_json
 
 SCENARIO = """

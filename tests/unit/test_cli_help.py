@@ -2,8 +2,8 @@
 text so `gpuq --help` does not import the simulator)."""
 
 from gpuq import cli
+from gpuq.simulate.all_policies import POLICY_NAMES
 from gpuq.simulate.fill import FILL_POLICIES
-from gpuq.simulate.policies import POLICY_NAMES
 
 
 def test_listed_policies_are_the_real_ones():

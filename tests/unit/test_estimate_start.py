@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuq.scheduling.model import ReplicaPlacement
+from gpuq.simulate.all_policies import get_policy
 from gpuq.simulate.estimate import MIN_REMAINING_S, estimate_starts
-from gpuq.simulate.policies import get_policy
 from tests.unit.core_fixtures import job, node, running, snap
 
 GPUQ = get_policy("gpuq")

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from gpuq.simulate import windows as win
+from gpuq.simulate.baseline_tuning import GRIDS, label, score
 from gpuq.simulate.suite import check_disjoint, main, over_windows, readme_table, run_tuned
-from gpuq.simulate.tuning import GRIDS, label, score
 from tests.unit.openb_fixtures import write_nodes, write_pods
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.cluster.base import BindRequest
+from gpuq.cluster.interface import BindRequest
 from gpuq.cluster.k8s_devices import MIG_SINGLE, DeviceLayer, UnsupportedDevice
 from gpuq.cluster.k8s_pods import accelerator_resources, build_pod, job_phase, stuck_reason
 from gpuq.cluster.k8s_settings import KubeSettings

@@ -4,8 +4,8 @@ times, so a whole lease/preemption scenario can be checked from the result."""
 import json
 
 from gpuq.domain.config import load_config_text
+from gpuq.simulate.all_policies import get_policy
 from gpuq.simulate.command import run_simulate
-from gpuq.simulate.policies import get_policy
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
 
 SCENARIO = """

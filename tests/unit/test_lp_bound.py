@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuq.domain.config import load_config_text
+from gpuq.simulate.all_policies import make_policy
 from gpuq.simulate.bound import gap, lower_bound, share_closed
-from gpuq.simulate.policies import make_policy
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
 
 pytest.importorskip("scipy", reason="the LP bound needs scipy (pip install -e '.[eval]')")

@@ -6,9 +6,9 @@ import random
 from datetime import datetime
 
 from gpuq.domain.config import load_config, load_config_text
+from gpuq.simulate.all_policies import POLICIES
 from gpuq.simulate.command import run_simulate
 from gpuq.simulate.philly import build_scenario, read_jobs, write_scenario
-from gpuq.simulate.policies import POLICIES
 from gpuq.simulate.replay import Simulator, to_json
 from gpuq.simulate.traces import scenario_from_trace
 from tests.unit.openb_fixtures import random_trace

@@ -86,7 +86,7 @@ def test_p1_preempts_p2_on_shared_v100() -> None:
 def test_tiers_replayed_by_the_simulator() -> None:
     """The same config through `gpuq simulate`'s replay: P0 never waits nor is
     preempted, the P1 borrowers it displaces requeue and still finish."""
-    from gpuq.simulate.policies import get_policy
+    from gpuq.simulate.all_policies import get_policy
     from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
 
     jobs = [f"  - {{name: ft{i}, team: llm, resources: {{gpus: 1, gpu_types: [a100-80g]}}, "

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuq.domain.config import load_config_text
+from gpuq.simulate.all_policies import make_policy
 from gpuq.simulate.measures import jain
-from gpuq.simulate.policies import make_policy
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
 from tests.unit.test_baseline_models import ONE_FLAVOR
 

@@ -6,7 +6,7 @@ import json
 import random
 
 from gpuq.domain.config import load_config_text
-from gpuq.simulate.policies import get_policy
+from gpuq.simulate.all_policies import get_policy
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
 from tests.unit.test_baselines_fifo import _Checking
 

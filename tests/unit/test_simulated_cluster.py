@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuq.clock import ManualClock
-from gpuq.cluster.base import BindError, BindRequest
+from gpuq.cluster.interface import BindError, BindRequest
 from gpuq.cluster.simulated import SimulatedCluster
 from gpuq.scheduling.model import ReplicaPlacement
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuq.cluster.workloads.base import Unhonourable
+from gpuq.cluster.workloads.adaptor import Unhonourable
 from gpuq.cluster.workloads.job import JobAdaptor
 from gpuq.cluster.workloads.jobset import JobSetAdaptor
 from gpuq.cluster.workloads.pytorchjob import PyTorchJobAdaptor

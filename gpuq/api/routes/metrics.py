@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request, Response
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from gpuq.dispatch.metrics import MetricsLoop
+from gpuq.dispatch.metrics_loop import MetricsLoop
 from gpuq.metrics import CONTENT_TYPE
 from gpuq.store.deadline import RequestTimedOut
 
@@ -26,7 +26,7 @@ log = logging.getLogger("gpuq.metrics")
 
 
 def metrics_loop(request: Request) -> MetricsLoop:
-    """The app's :class:`~gpuq.dispatch.metrics.MetricsLoop`, created on first use."""
+    """The app's :class:`~gpuq.dispatch.metrics_loop.MetricsLoop`, created on first use."""
     return metrics_loop_of(request.app.state)
 
 

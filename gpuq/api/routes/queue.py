@@ -12,7 +12,7 @@ from gpuq.api.schemas import CursorQuery, NameQuery, QueueItem
 from gpuq.store import jobs as job_store
 from gpuq.store.catalog_cache import current_catalog, refuse_unknown_filters
 from gpuq.store.queue_order import queue_page
-from gpuq.store.states import wait_seconds
+from gpuq.store.state_changes import wait_seconds
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
 

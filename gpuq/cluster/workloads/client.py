@@ -19,7 +19,7 @@ from kubernetes import client as kclient
 from kubernetes.client.exceptions import ApiException
 
 from gpuq.cluster.workloads import ADAPTORS
-from gpuq.cluster.workloads.base import WorkloadAdaptor
+from gpuq.cluster.workloads.adaptor import WorkloadAdaptor
 from gpuq.domain.owner import WorkloadOwner
 
 log = logging.getLogger(__name__)

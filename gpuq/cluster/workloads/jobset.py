@@ -14,7 +14,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from gpuq.cluster.workloads.base import Finished, PodSet, Unhonourable, as_int, condition
+from gpuq.cluster.workloads.adaptor import Finished, PodSet, Unhonourable, as_int, condition
 from gpuq.cluster.workloads.job import COMPLETION_INDEX, JobAdaptor
 
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from kubernetes.client.exceptions import ApiException
 
 from gpuq.cluster import k8s_labels as L
-from gpuq.cluster.base import BindError, BindRequest
+from gpuq.cluster.interface import BindError, BindRequest
 from gpuq.cluster.k8s_pods import attempt_labels, placement_annotations, placement_key
 from gpuq.cluster.k8s_pods import pod_placement_key as held_key
 from gpuq.cluster.workloads import ADAPTORS

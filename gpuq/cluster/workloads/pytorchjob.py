@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuq.cluster.workloads.base import (
+from gpuq.cluster.workloads.adaptor import (
     Finished,
     PodSet,
     Unhonourable,

@@ -28,7 +28,7 @@ from typing import Any
 
 from gpuq.cluster import k8s_labels as L
 from gpuq.cluster.k8s_nodes import match_gpu_type, mig_prefix, pod_requests
-from gpuq.cluster.workloads.base import PodSet, Unhonourable, WorkloadAdaptor
+from gpuq.cluster.workloads.adaptor import PodSet, Unhonourable, WorkloadAdaptor
 from gpuq.domain.config import GpuTypeConfig
 from gpuq.domain.pod_resources import GB, container_requests
 

@@ -8,7 +8,7 @@ quota, cohorts and borrowing, ``flavorFungibility``, ``queueingStrategy``),
 (the share value and the preemption algorithm), all in kubernetes-sigs/kueue.
 
 The configuration modelled (the knobs an operator sets are
-:class:`KueueSettings`, tuned on the tuning windows by :mod:`gpuq.simulate.tuning`;
+:class:`KueueSettings`, tuned on the tuning windows by :mod:`gpuq.simulate.baseline_tuning`;
 ``apis/kueue/v1beta2/clusterqueue_types.go`` ``FlavorFungibility`` and
 ``apis/config/v1beta2/configuration_types.go`` ``FairSharing`` name them):
 

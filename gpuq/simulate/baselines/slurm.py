@@ -13,7 +13,7 @@ requirements", ``PriorityMaxAge`` "default 7-0", ``DefaultTime``),
 cards).
 
 The operator's settings (:class:`SlurmSettings`, tuned on the tuning windows
-by :mod:`gpuq.simulate.tuning`): ``bf_window`` = the longest time limit of the
+by :mod:`gpuq.simulate.baseline_tuning`): ``bf_window`` = the longest time limit of the
 jobs seen (at least ``DefaultTime``), ``bf_max_job_test=500``,
 ``PriorityMaxAge`` and node ``Weight`` by GPU type (``node_weight``: ``speed``
 -- higher weight for faster cards, as ``slurm.conf`` advises, so faster cards

@@ -10,7 +10,7 @@ weight, overused queues, reclaimable), ``pkg/scheduler/plugins/drf/drf.go``
 ``pkg/scheduler/plugins/binpack/binpack.go`` (node order: fullest first) and
 ``pkg/scheduler/actions/{allocate,reclaim}`` (the actions). The
 configuration an operator sets is :class:`VolcanoSettings` (tuned on the
-tuning windows by :mod:`gpuq.simulate.tuning`):
+tuning windows by :mod:`gpuq.simulate.baseline_tuning`):
 
 * **actions**: ``"enqueue, allocate, backfill"`` (the chart's default
   ``installer/helm/chart/volcano/config/volcano-scheduler.conf``; backfill

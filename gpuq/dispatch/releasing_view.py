@@ -1,7 +1,7 @@
 """The dispatcher's side of releasing capacity: what the cluster shows, and
 holding the releasing rows on the incremental picture's snapshot.
 
-The rows and their SQL are in :mod:`gpuq.store.releasing`; marking them on
+The rows and their SQL are in :mod:`gpuq.store.releasing_rows`; marking them on
 nodes is pure (:mod:`gpuq.scheduling.releasing`).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from gpuq.cluster.base import Cluster
+from gpuq.cluster.interface import Cluster
 from gpuq.scheduling.releasing import hold_in_snapshot
-from gpuq.store.releasing import ClusterView, releasing_placements
+from gpuq.store.releasing_rows import ClusterView, releasing_placements
 from gpuq.store.snapshot import SnapshotContext
 
 

@@ -168,7 +168,7 @@ class Cluster(Protocol):
     def draining_job_ids(self) -> set[str]:
         """Jobs with pods of a STOPPED attempt that still hold resources (evicted
         Pods in their grace period). A stopped job's capacity is released only
-        when it is not listed here (gpuq/dispatch/releasing.py). Empty when stop()
+        when it is not listed here (gpuq/dispatch/releasing_view.py). Empty when stop()
         is synchronous."""
         ...
 

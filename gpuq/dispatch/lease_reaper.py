@@ -14,8 +14,8 @@ from typing import Any, cast
 
 from sqlalchemy import CursorResult, select, update
 
-from gpuq.dispatch.base import Step
 from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.dispatch.loops import Step
 from gpuq.domain.states import ACTIVE
 from gpuq.scheduling.pool_steps import reclaim_only
 from gpuq.store.orm import JobRow, LeaseRow

@@ -9,8 +9,8 @@ submit time, preemption_count + 1, an event saying who and why.
 
 from __future__ import annotations
 
-from gpuq.dispatch.base import Step
 from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.dispatch.loops import Step
 from gpuq.scheduling.descheduler import deschedule
 
 

@@ -1,6 +1,6 @@
 """Lease rows changed by a cycle's decisions (beyond what a state change does).
 
-A state change ends a job's leases itself (gpuq/store/states.py); this is the
+A state change ends a job's leases itself (gpuq/store/state_changes.py); this is the
 one change a lease sees while its job keeps running: the core moved the
 charge onto the borrower pool's own guarantee (``LeaseReturn``), so the
 lease ends ``returned`` and the job's history says why.
@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from gpuq.scheduling.model import LeaseReturn
-from gpuq.store.states import EVENTS, event_row, insert_rows
+from gpuq.store.state_changes import EVENTS, event_row, insert_rows
 
 _RETURN = text(
     """

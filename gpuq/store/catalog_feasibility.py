@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session
 from gpuq.clock import to_epoch
 from gpuq.domain.devices import SHARE_UNSUPPORTED
 from gpuq.domain.errors import InputError
-from gpuq.domain.requests import request_from_spec
 from gpuq.domain.spec import JobSpec
+from gpuq.domain.spec_to_request import request_from_spec
 from gpuq.scheduling.feasibility import Refusal, submit_refusal
 from gpuq.scheduling.model import PriorityInfo, SchedulerConfig, Snapshot
 from gpuq.store.catalog_cache import CatalogView, TeamRef

@@ -7,7 +7,7 @@ statements: one ``UPDATE`` of the jobs (the from-status, and optionally the
 revision the caller saw, are checked in the statement, so a job that changed
 meanwhile is left alone and not returned), the capacity of jobs that stop
 holding it (allocations deleted, or marked releasing while their Pods stop:
-gpuq/store/releasing.py; active leases ended), and one ``INSERT`` of the
+gpuq/store/releasing_rows.py; active leases ended), and one ``INSERT`` of the
 events. :func:`change_state` is the same path for one ORM job (routes, the
 dispatcher's per-job rules): it raises :class:`InvalidTransition` instead of
 skipping, and refreshes the ORM object. Nothing here commits: the caller owns
@@ -49,7 +49,7 @@ from gpuq.domain.states import (
 )
 from gpuq.scheduling.verdicts import stored_code
 from gpuq.store.orm import JobEventRow, JobRow
-from gpuq.store.runtime_history import record_succeeded
+from gpuq.store.runtime_history_rows import record_succeeded
 
 # a declarative class's __table__ is a Table (SQLAlchemy types it FromClause, the
 # general case of a class mapped to a select); insert_rows needs its typed columns
@@ -144,7 +144,7 @@ _UPDATE = text(
 )
 _FREE = text(
     "DELETE FROM allocations WHERE job_id = ANY(CAST(:ids AS bigint[]))"
-    " AND releasing_since IS NULL"  # live rows (gpuq/store/live.py); older attempts' may drain
+    " AND releasing_since IS NULL"  # live rows (store/live_allocations.py); older ones may drain
 )
 _MARK_RELEASING = text(
     "UPDATE allocations SET releasing_since = CAST(:now AS timestamptz)"

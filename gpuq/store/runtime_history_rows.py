@@ -3,7 +3,7 @@
 The rule (what a class is, how a run updates its summary, what it predicts) is
 :mod:`gpuq.domain.runtime_history`, shared with the simulator; this module only
 keeps the summary. :func:`record_succeeded` runs in the transaction that marks
-jobs ``succeeded`` (:func:`gpuq.store.states.apply_changes`), so a run is counted
+jobs ``succeeded`` (:func:`gpuq.store.state_changes.apply_changes`), so a run is counted
 exactly once; :func:`read_history` reads the whole table (bounded by teams x
 classes) for the dispatcher's snapshot.
 """
@@ -16,9 +16,9 @@ from datetime import datetime
 from sqlalchemy import Connection, Row, select, text
 from sqlalchemy.orm import Session
 
-from gpuq.domain.requests import request_from_spec
 from gpuq.domain.runtime_history import RunStats, RuntimeHistory, key
 from gpuq.domain.spec import JobSpec
+from gpuq.domain.spec_to_request import request_from_spec
 from gpuq.scheduling.model import PriorityInfo
 from gpuq.store.orm import RuntimeHistoryRow
 

@@ -1,7 +1,7 @@
 """Capacity of stopped jobs, held until the cluster confirms their Pods are gone.
 
 When a job stops holding capacity (cancel, preemption, lease reclaim, a
-descheduler move, a failed bind) :func:`gpuq.store.states.change_state`
+descheduler move, a failed bind) :func:`gpuq.store.state_changes.change_state`
 marks its allocation rows ``releasing_since`` instead of deleting them:
 on Kubernetes the evicted Pods keep their GPUs for the grace period, so
 handing those cards to another job at once would over-allocate them (the
@@ -39,14 +39,14 @@ from gpuq.scheduling.model import ReplicaPlacement
 from gpuq.scheduling.releasing import placement_devices
 from gpuq.scheduling.state import EPS
 from gpuq.store.convert import placement_of
-from gpuq.store.live import live_allocations
+from gpuq.store.live_allocations import live_allocations
 from gpuq.store.orm import AllocationRow, JobRow, NodeRow, releasing_row
 
 log = logging.getLogger(__name__)
 
 
 class BindLike(Protocol):
-    """What :func:`blocked_binds` reads of a bind (``gpuq.cluster.base.BindRequest``)."""
+    """What :func:`blocked_binds` reads of a bind (``gpuq.cluster.interface.BindRequest``)."""
 
     @property
     def job_id(self) -> str: ...

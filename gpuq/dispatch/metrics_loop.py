@@ -30,8 +30,8 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpuq.clock import utcnow
-from gpuq.dispatch.base import LoopService
 from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.dispatch.loops import LoopService
 from gpuq.dispatch.picture import QueuePicture
 from gpuq.metrics import GpuqMetrics
 from gpuq.reports.alerts import Alert
@@ -41,7 +41,7 @@ from gpuq.reports.utilization import TypeUtilization, borrowed_units, pending_co
 from gpuq.reports.window import WindowRecords
 from gpuq.scheduling.model import Snapshot
 from gpuq.scheduling.verdicts import from_stored
-from gpuq.store.releasing import releasing_units
+from gpuq.store.releasing_rows import releasing_units
 
 
 class MetricsLoop(LoopService):

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpuq.cluster.base import Cluster
+from gpuq.cluster.interface import Cluster
 
 log = logging.getLogger("gpuq.loops.dispatcher")  # the parts log as the dispatcher
 

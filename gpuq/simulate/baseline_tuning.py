@@ -30,11 +30,11 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuq.scheduling.model import Policy
+from gpuq.simulate.all_policies import make_policy
 from gpuq.simulate.baselines.fifo import fifo_typed_with
 from gpuq.simulate.baselines.kueue import kueue
 from gpuq.simulate.baselines.slurm import DAY, slurm
 from gpuq.simulate.baselines.volcano import volcano
-from gpuq.simulate.policies import make_policy
 
 Settings = dict[str, Any]
 P99_FLOOR_S = 600.0  # added to both sides of the P99 ratio (module docstring)
