@@ -44,6 +44,7 @@ from scipy.optimize import linprog
 
 from gpuq.scheduling.filters import allowed_types
 from gpuq.scheduling.model import GpuType, JobRequest, PoolInfo, RunningJob, Snapshot, gpus_held
+from gpuq.scheduling.modes import mode_of
 
 EPS = 1e-9
 SAMPLE = 2000  # pending jobs read for the demand (a larger backlog is sampled)
@@ -56,17 +57,8 @@ ClassKey = tuple[tuple[str, ...], tuple[tuple[str, float], ...]]  # (types, spee
 def job_cards(job: JobRequest) -> float:
     """Cards the job holds in all (a share as its fraction, a slice as a third, a
     ``gpu_units`` request as one card per replica); 0 for CPU-only work."""
-    mode = job.mode
-    if mode == "gpus":
-        per = float(job.gpus or 0)
-    elif mode == "gpu_share":
-        per = float(job.gpu_share or 0.0)
-    elif mode == "mig":
-        per = 0.3
-    elif mode == "gpu_units":
-        per = 1.0
-    else:
-        per = 0.0
+    whole, part = mode_of(job).card_shape(job)
+    per = whole + part
     return per * max(1, job.replicas)
 
 
@@ -125,11 +117,11 @@ class Classifier:
         self._memo: dict[tuple, ClassKey] = {}
 
     def __call__(self, job: JobRequest) -> ClassKey:
-        k = (job.pool, job.gpu_types, job.avoid_gpu_types, job.min_gpu_memory_gb,
-             job.mode == "gpu_share", job.speed)
+        share = mode_of(job).shareable_only
+        k = (job.pool, job.gpu_types, job.avoid_gpu_types, job.min_gpu_memory_gb, share,
+             job.speed)
         got = self._memo.get(k)
         if got is None:
-            share = job.mode == "gpu_share"
             names = tuple(sorted(
                 t.name for t in allowed_types(job, self.gpu_types, self.pools)
                 if not share or t.shareable

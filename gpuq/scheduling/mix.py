@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from gpuq.scheduling.fragmentation import MixEntry, WorkloadMix
 from gpuq.scheduling.model import JobRequest
+from gpuq.scheduling.modes import mode_of
 
 MAX_ENTRIES = 32
 SAMPLE = 2000  # a huge backlog is sampled with a fixed stride (deterministic)
@@ -22,15 +23,7 @@ def mix_from_jobs(jobs: Iterable[JobRequest]) -> WorkloadMix:
     stride = max(1, len(seq) // SAMPLE)
     counts: dict[tuple, int] = {}
     for j in seq[::stride]:
-        mode = j.mode
-        if mode == "gpus":
-            gpus, share = j.gpus or 0, 0.0
-        elif mode == "gpu_share":
-            gpus, share = 0, j.gpu_share or 0.0
-        elif mode == "mig":
-            gpus, share = 0, 0.3  # a slice is a fraction of a card
-        else:  # gpu_units: unknown type until placed; count it as one card
-            gpus, share = 1, 0.0
+        gpus, share = mode_of(j).card_shape(j)  # a slice as 0.3 card, gpu_units as 1
         key = (gpus, share, j.cpu, j.memory_gb, j.gpu_types, j.min_gpu_memory_gb)
         counts[key] = counts.get(key, 0) + max(1, j.replicas)
     top = sorted(counts.items(), key=lambda kv: -kv[1])[:MAX_ENTRIES]
