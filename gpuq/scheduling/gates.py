@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpuq.scheduling.job_reads import JOB_FIELDS, check_fields, view
 from gpuq.scheduling.model import JobRequest
+from gpuq.scheduling.modes import MODE_FIELDS
 from gpuq.scheduling.placement import try_place
 from gpuq.scheduling.pool_steps import charge
 from gpuq.scheduling.quota import units_by_type
@@ -65,13 +66,13 @@ EPS = 1e-9
 ADMISSION_LIMIT = Reason(ReasonCode.ADMISSION_LIMIT, "cycle admission limit reached; next cycle")
 _CAPPED = NoFit(ADMISSION_LIMIT)
 
-# What placement feasibility and score read of a request: its mode and size, the
-# types it may use, its host needs, its gang shape and topology, taints it tolerates,
-# and its speed table.
-_SHAPE = frozenset({
-    "pool", "gpus", "gpu_units", "mig", "gpu_share", "min_gpu_memory_gb", "gpu_types",
-    "avoid_gpu_types", "allow_mixed_types", "cpu", "memory_gb", "replicas", "min_available",
-    "placement", "topology", "tolerations", "speed", "avoid_nodes",
+# What placement feasibility and score read of a request: its mode and size (the
+# fields of every request mode, modes.MODE_FIELDS), the types it may use, its host
+# needs, its gang shape and topology, taints it tolerates, and its speed table.
+_SHAPE = MODE_FIELDS | frozenset({
+    "pool", "min_gpu_memory_gb", "gpu_types", "avoid_gpu_types", "allow_mixed_types", "cpu",
+    "memory_gb", "replicas", "min_available", "placement", "topology", "tolerations", "speed",
+    "avoid_nodes",
 })
 # What "could it ever fit" reads: the shape without the speed table and the nodes to
 # avoid for now (a node avoided a while is still part of the inventory)

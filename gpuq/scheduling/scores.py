@@ -16,6 +16,7 @@ from gpuq.scheduling.demands import Demand
 from gpuq.scheduling.fragmentation import fragmentation_delta
 from gpuq.scheduling.job_reads import reads_job
 from gpuq.scheduling.model import GpuType, JobRequest, Node, ReplicaPlacement
+from gpuq.scheduling.modes import MODE_FIELDS
 from gpuq.scheduling.node_reads import reads
 
 EPS = 1e-9
@@ -99,9 +100,9 @@ def headroom_penalty(
 
 
 @reads("cards", "cpu")  # name and rack only relative to a gang (see node_reads)
-@reads_job(  # the demand it scores carries the mode and size
-    "pool", "placement", "cpu", "memory_gb", "min_gpu_memory_gb", "tolerations", "speed",
-    "gpu_types", "avoid_gpu_types", "gpus", "gpu_units", "mig", "gpu_share",
+@reads_job(  # the demand it scores carries the mode and size (every mode's fields)
+    *MODE_FIELDS, "pool", "placement", "cpu", "memory_gb", "min_gpu_memory_gb", "tolerations",
+    "speed", "gpu_types", "avoid_gpu_types",
 )
 def score(
     job: JobRequest,
