@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -188,6 +188,16 @@ class GpuTypeConfig(ConfigModel):
     )
 
 
+def mig_layouts(raw: Sequence[str] | Mapping[Any, Sequence[str]] | None) -> dict[int, list[str]]:
+    """A node's MIG layout per card index: a config file's list (card 0) or
+    ``{card: [profiles]}``, or the nodes table's JSON of it (card indexes as text)."""
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return {int(k): list(v) for k, v in raw.items()}
+    return {0: list(raw)} if raw else {}
+
+
 class NodeConfig(ConfigModel):
     """A node of the simulated cluster (on Kubernetes nodes come from the API server)."""
 
@@ -230,11 +240,7 @@ class NodeConfig(ConfigModel):
 
     def mig_layouts(self) -> dict[int, list[str]]:
         """Per-device MIG layout; a plain list applies to device 0."""
-        if self.mig_layout is None:
-            return {}
-        if isinstance(self.mig_layout, list):
-            return {0: list(self.mig_layout)} if self.mig_layout else {}
-        return {int(k): list(v) for k, v in self.mig_layout.items()}
+        return mig_layouts(self.mig_layout)
 
     def expand(self) -> list[NodeConfig]:
         """`count: N` expands to name-0 .. name-(N-1)."""

@@ -1,22 +1,29 @@
-"""Build the core's plain types from a validated config file.
+"""Build the core's plain types from a validated config file, or from the
+database rows that hold the same fields.
 
-Used by the simulated cluster (its nodes), by ``gpuq simulate`` and by
-tests, so a scenario and a live demo cluster mean the same thing.
+The one conversion of GPU types, nodes, pools and teams: ``gpuq simulate``, the
+simulated cluster and the tests read a config file through it, and the store
+(gpuq/store/convert.py) reads its rows through it, so a scenario and the live
+dispatcher's snapshot cannot disagree on what a catalog entry means. Each takes a
+config object or anything with the same fields (the ``...Fields`` protocols:
+a table row, whose JSON columns may be NULL).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpuq.domain.config import (
     GpuqConfig,
     GpuTypeConfig,
+    MigProfileConfig,
     NodeConfig,
     PoolConfig,
     PriorityClassConfig,
     TeamConfig,
+    mig_layouts,
 )
 from gpuq.scheduling.model import (
     Device,
@@ -30,22 +37,78 @@ from gpuq.scheduling.model import (
 )
 
 
-def gpu_type_from_config(t: GpuTypeConfig) -> GpuType:
+class GpuTypeFields(Protocol):
+    """What a GPU type conversion reads: a :class:`GpuTypeConfig` or the gpu_types
+    table row (its MIG profiles as JSON objects)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def memory_gb(self) -> float: ...
+    @property
+    def weight(self) -> float: ...
+    @property
+    def mig_profiles(self) -> Mapping[str, MigProfileConfig | Mapping[str, Any]] | None: ...
+    @property
+    def shareable(self) -> bool: ...
+    @property
+    def resource_name(self) -> str: ...
+    @property
+    def speed(self) -> float: ...
+
+
+def _mig_profile(name: str, p: MigProfileConfig | Mapping[str, Any]) -> MigProfile:
+    if isinstance(p, Mapping):  # a row's JSON of the profile
+        return MigProfile(name, float(p["memory_gb"]), float(p["compute_fraction"]))
+    return MigProfile(name, p.memory_gb, p.compute_fraction)
+
+
+def gpu_type_from_config(t: GpuTypeConfig | GpuTypeFields) -> GpuType:
     return GpuType(
         name=t.name,
         memory_gb=t.memory_gb,
         weight=t.weight,
-        mig_profiles={
-            k: MigProfile(k, v.memory_gb, v.compute_fraction) for k, v in t.mig_profiles.items()
-        },
+        mig_profiles={k: _mig_profile(k, v) for k, v in (t.mig_profiles or {}).items()},
         shareable=t.shareable,
         resource_name=t.resource_name,
         speed=t.speed,
     )
 
 
-def node_from_config(n: NodeConfig) -> Node:
-    layouts = n.mig_layouts()
+class NodeFields(Protocol):
+    """What a node conversion reads: a :class:`NodeConfig` (one node of it:
+    :meth:`GpuqConfig.expanded_nodes`) or the nodes table row."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def gpu_type(self) -> str | None: ...
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def cpu(self) -> float: ...
+    @property
+    def memory_gb(self) -> float: ...
+    @property
+    def rack(self) -> str | None: ...
+    @property
+    def network(self) -> str: ...
+    @property
+    def nvlink_domain(self) -> str | None: ...
+    @property
+    def mig_layout(self) -> Sequence[str] | Mapping[Any, Sequence[str]] | None: ...
+    @property
+    def labels(self) -> Mapping[str, Any] | None: ...
+    @property
+    def taints(self) -> Iterable[Mapping[str, Any]] | None: ...
+    @property
+    def schedulable(self) -> bool: ...
+
+
+def node_from_config(n: NodeConfig | NodeFields, *, cordoned: bool = False) -> Node:
+    """``cordoned``: an operator's cordon (the nodes table keeps it apart from the
+    definition) takes the node out of service whatever its definition says."""
+    layouts = mig_layouts(n.mig_layout)
     return Node(
         name=n.name,
         gpu_type=n.gpu_type if n.gpus > 0 else None,
@@ -55,11 +118,12 @@ def node_from_config(n: NodeConfig) -> Node:
         rack=n.rack,
         network=n.network,
         nvlink_domain=n.nvlink_domain,
-        labels=dict(n.labels),
+        labels=dict(n.labels or {}),
         taints=tuple(
-            (t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule")) for t in n.taints
+            (t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
+            for t in (n.taints or ())
         ),
-        schedulable=n.schedulable,
+        schedulable=n.schedulable and not cordoned,
     )
 
 

@@ -11,15 +11,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuq.clock import to_epoch
-from gpuq.domain.from_config import pool_from_config, team_from_config
+from gpuq.domain.from_config import (
+    gpu_type_from_config,
+    node_from_config,
+    pool_from_config,
+    team_from_config,
+)
 from gpuq.domain.spec import JobSpec
 from gpuq.domain.spec_to_request import request_from_spec
 from gpuq.scheduling.model import (
-    Device,
     GpuType,
     JobRequest,
     LeaseInfo,
-    MigProfile,
     Node,
     PoolInfo,
     PriorityInfo,
@@ -29,44 +32,18 @@ from gpuq.scheduling.model import (
 from gpuq.store.orm import AllocationRow, GpuTypeRow, JobRow, LeaseRow, NodeRow, PoolRow, TeamRow
 
 
+# GPU types, nodes, pools and teams: the same conversion as a config file's
+# (gpuq/domain/from_config.py), so a catalog means one thing in both.
 def gpu_type_info(r: GpuTypeRow) -> GpuType:
-    return GpuType(
-        name=r.name,
-        memory_gb=r.memory_gb,
-        weight=r.weight,
-        mig_profiles={
-            k: MigProfile(k, float(v["memory_gb"]), float(v["compute_fraction"]))
-            for k, v in (r.mig_profiles or {}).items()
-        },
-        shareable=r.shareable,
-        resource_name=r.resource_name,
-        speed=r.speed,
-    )
+    return gpu_type_from_config(r)
 
 
 def node_info(r: NodeRow) -> Node:
-    layout = {int(k): tuple(v) for k, v in (r.mig_layout or {}).items()}
-    return Node(
-        name=r.name,
-        gpu_type=r.gpu_type if r.gpus > 0 else None,
-        devices=[Device(index=i, mig_layout=layout.get(i, ())) for i in range(r.gpus)],
-        cpu=r.cpu,
-        memory_gb=r.memory_gb,
-        rack=r.rack,
-        network=r.network,
-        nvlink_domain=r.nvlink_domain,
-        labels=dict(r.labels or {}),
-        taints=tuple(
-            (t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
-            for t in (r.taints or [])
-        ),
-        # an operator's cordon takes it out of service whatever its definition says
-        schedulable=r.schedulable and r.cordon is None,
-    )
+    return node_from_config(r, cordoned=r.cordon is not None)
 
 
 def pool_info(r: PoolRow) -> PoolInfo:
-    return pool_from_config(r)  # the same conversion as a config file's pool
+    return pool_from_config(r)
 
 
 def team_info(r: TeamRow) -> TeamInfo:
