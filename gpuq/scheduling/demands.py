@@ -5,16 +5,26 @@ share, or nothing (CPU-only) of one GPU type, with its CU and the GPU
 memory it hands out. Each request mode lists the demands a replica may be
 satisfied with, cheapest first (``options`` in :mod:`gpuq.scheduling.modes`);
 ``unit_combos`` does the ``gpu_units`` arithmetic (least CU overshoot).
+
+What differs between the kinds of demand (which nodes the capacity index offers,
+what one takes on a node, what it counts as for the scores and beside a held
+node) is one :class:`DemandKind` object per kind (:data:`KINDS`, ``Demand.how``):
+placement and the scores ask it instead of comparing the kind's name.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from gpuq.scheduling.model import GpuType
+from gpuq.scheduling.filters import pick_mig, pick_share, pick_whole
+from gpuq.scheduling.model import GpuType, JobRequest, Node, ReplicaPlacement
+
+if TYPE_CHECKING:  # annotations only
+    from gpuq.scheduling.capacity_index import CapacityIndex
+    from gpuq.scheduling.reasons import TypeCapacity
 
 EPS = 1e-9
 
@@ -31,6 +41,11 @@ class Demand:
     units: float = 0.0  # CU per replica
     memory_gb: float = 0.0  # GPU memory handed out (per card for whole cards)
     share_memory_gb: float = 0.0  # memory charged to a shared card
+
+    @property
+    def how(self) -> DemandKind:
+        """What this kind of demand does (one object per kind)."""
+        return KINDS[self.kind]
 
 
 def share_memory(gpu_type: GpuType, share: float, min_gpu_memory_gb: float) -> float:
@@ -103,3 +118,163 @@ def unit_combos(
         out.extend(best.values())
     out.sort(key=lambda c: (round(c.overshoot, 6), c.n_cards))
     return out[:limit]
+
+
+class DemandKind:
+    """What placement and the scores ask of one kind of demand."""
+
+    name: ClassVar[Kind]
+    on_card: ClassVar[bool] = True  # takes something of a card of ``Demand.gpu_type``
+    by_state: ClassVar[bool] = True  # alike on every node of one capacity-index state
+    beside_hold: ClassVar[bool] = False  # may use a held node around the held part
+
+    def whole_taken(self, d: Demand) -> int:
+        """Whole cards it takes off a node."""
+        return 0
+
+    def fraction(self, d: Demand, gpu_type: GpuType | None) -> float:
+        """How many cards' worth of the node it takes."""
+        return 0.0
+
+    def slots(self, d: Demand, index: CapacityIndex, job: JobRequest, need: int) -> int:
+        """Replicas the index could hold at most (``need`` when it surely holds enough):
+        the quick rejection before any node scan."""
+        raise NotImplementedError
+
+    def node_names(
+        self, d: Demand, index: CapacityIndex, spread: bool, cpu_on_gpu_nodes: bool
+    ) -> Iterable[str]:
+        """Candidate nodes from the index, in placement's order."""
+        raise NotImplementedError
+
+    def take(
+        self, d: Demand, node: Node, gt: GpuType | None, cpu: float, mem: float
+    ) -> ReplicaPlacement | None:
+        """What one replica takes on ``node`` (host and type already checked), or None."""
+        raise NotImplementedError
+
+    def in_inventory(self, d: Demand, tc: TypeCapacity) -> bool:
+        """Whether the empty cluster's cards of the type could ever give it (texts)."""
+        return False
+
+    def free_text(self, d: Demand, index: CapacityIndex) -> str:
+        """What of it is free now, for a reason's text."""
+        return f"{d.gpu_type} whole: {index.free_whole_total(d.gpu_type or '')}"
+
+
+class WholeKind(DemandKind):
+    name = "whole"
+    beside_hold = True
+
+    def whole_taken(self, d: Demand) -> int:
+        return d.count
+
+    def in_inventory(self, d: Demand, tc: TypeCapacity) -> bool:
+        return tc.cards > 0
+
+    def fraction(self, d: Demand, gpu_type: GpuType | None) -> float:
+        return float(d.count)
+
+    def slots(self, d: Demand, index: CapacityIndex, job: JobRequest, need: int) -> int:
+        return index.replica_slots(d.gpu_type or "", d.count,
+                                   job.placement == "spread" and job.replicas > 1)
+
+    def node_names(
+        self, d: Demand, index: CapacityIndex, spread: bool, cpu_on_gpu_nodes: bool
+    ) -> Iterable[str]:
+        return index.nodes_with_whole(d.gpu_type or "", d.count, largest_first=spread)
+
+    def take(
+        self, d: Demand, node: Node, gt: GpuType | None, cpu: float, mem: float
+    ) -> ReplicaPlacement | None:
+        devs = pick_whole(node, d.count)
+        if devs is None:
+            return None
+        return ReplicaPlacement(0, node.name, d.gpu_type, devs, units=d.units, cpu=cpu,
+                                memory_gb=mem)
+
+
+class MigKind(DemandKind):
+    name = "mig"
+    by_state = False  # which slice is free differs between nodes of one state
+
+    def fraction(self, d: Demand, gpu_type: GpuType | None) -> float:
+        if gpu_type is None:
+            return 0.0
+        return gpu_type.mig_profiles[d.profile].compute_fraction
+
+    def slots(self, d: Demand, index: CapacityIndex, job: JobRequest, need: int) -> int:
+        return index.mig_free_total(d.gpu_type or "", d.profile)
+
+    def in_inventory(self, d: Demand, tc: TypeCapacity) -> bool:
+        return tc.mig_slices.get(d.profile, 0) > 0
+
+    def free_text(self, d: Demand, index: CapacityIndex) -> str:
+        return f"{d.gpu_type} {d.profile}: {index.mig_free_total(d.gpu_type or '', d.profile)}"
+
+    def node_names(
+        self, d: Demand, index: CapacityIndex, spread: bool, cpu_on_gpu_nodes: bool
+    ) -> Iterable[str]:
+        return index.nodes_with_mig(d.gpu_type or "", d.profile)
+
+    def take(
+        self, d: Demand, node: Node, gt: GpuType | None, cpu: float, mem: float
+    ) -> ReplicaPlacement | None:
+        got = pick_mig(node, d.profile)
+        if got is None:
+            return None
+        return ReplicaPlacement(0, node.name, d.gpu_type, (), mig=((got[0], got[1], d.profile),),
+                                units=d.units, cpu=cpu, memory_gb=mem)
+
+
+class ShareKind(DemandKind):
+    name = "share"
+
+    def fraction(self, d: Demand, gpu_type: GpuType | None) -> float:
+        return d.share
+
+    def slots(self, d: Demand, index: CapacityIndex, job: JobRequest, need: int) -> int:
+        return need if index.has_share(d.gpu_type or "", d.share) else 0
+
+    def node_names(
+        self, d: Demand, index: CapacityIndex, spread: bool, cpu_on_gpu_nodes: bool
+    ) -> Iterable[str]:
+        return index.nodes_with_share(d.gpu_type or "", d.share)
+
+    def take(
+        self, d: Demand, node: Node, gt: GpuType | None, cpu: float, mem: float
+    ) -> ReplicaPlacement | None:
+        assert gt is not None
+        dev = pick_share(node, gt, d.share, d.share_memory_gb)
+        if dev is None:
+            return None
+        return ReplicaPlacement(0, node.name, d.gpu_type, (dev,), share=d.share,
+                                share_memory_gb=d.share_memory_gb, units=d.units, cpu=cpu,
+                                memory_gb=mem)
+
+
+class NoCardKind(DemandKind):
+    """CPU-only: CPU-only nodes, or any node with ``scheduler.cpu_jobs_on_gpu_nodes``."""
+
+    name = "none"
+    on_card = False
+    beside_hold = True
+
+    def slots(self, d: Demand, index: CapacityIndex, job: JobRequest, need: int) -> int:
+        return need
+
+    def node_names(
+        self, d: Demand, index: CapacityIndex, spread: bool, cpu_on_gpu_nodes: bool
+    ) -> Iterable[str]:
+        yield from index.cpu_nodes
+        if cpu_on_gpu_nodes:
+            yield from (n for n in index.caps if n not in index.cpu_nodes)
+
+    def take(
+        self, d: Demand, node: Node, gt: GpuType | None, cpu: float, mem: float
+    ) -> ReplicaPlacement | None:
+        return ReplicaPlacement(0, node.name, None, (), cpu=cpu, memory_gb=mem)
+
+
+KINDS: Mapping[str, DemandKind] = {k.name: k for k in (WholeKind(), MigKind(), ShareKind(),
+                                                        NoCardKind())}

@@ -402,11 +402,7 @@ class Mig(RequestMode):
             return f"no MIG slice or card of {', '.join(names)} has >= {job.min_gpu_memory_gb:g} GB"
         for d in options:
             tc = static.by_type.get(d.gpu_type or "")
-            if tc is None:
-                continue
-            if d.kind == "mig" and tc.mig_slices.get(d.profile, 0) > 0:
-                return None
-            if d.kind == "whole" and tc.cards > 0:
+            if tc is not None and d.how.in_inventory(d, tc):
                 return None
         if job.mig == "auto":
             return (
@@ -423,13 +419,7 @@ class Mig(RequestMode):
         self, job: JobRequest, index: CapacityIndex, types: list[GpuType], gang: str,
         mem: str, topo: str,
     ) -> str:
-        parts = []
-        for d in self.options(job, types)[:4]:
-            if d.kind == "mig":
-                n = index.mig_free_total(d.gpu_type or "", d.profile)
-                parts.append(f"{d.gpu_type} {d.profile}: {n}")
-            else:
-                parts.append(f"{d.gpu_type} whole: {index.free_whole_total(d.gpu_type or '')}")
+        parts = [d.how.free_text(d, index) for d in self.options(job, types)[:4]]
         return f"needs {gang}{job.mig} MIG{mem}; free: {', '.join(parts) or 'none'}{topo}"
 
 

@@ -34,9 +34,6 @@ from gpuq.scheduling.filters import (
     FAST_NETWORKS,
     allowed_types,
     node_fits_host,
-    pick_mig,
-    pick_share,
-    pick_whole,
     tolerates,
 )
 from gpuq.scheduling.job_reads import job_view
@@ -76,7 +73,7 @@ def try_place(job: JobRequest, state: ClusterState, ctx: PlacementContext) -> Pl
     demands = mode.options(job, types)
     if not demands:
         return None
-    if job.replicas > 1 and not job.allow_mixed_types and demands[0].kind != "none":
+    if job.replicas > 1 and not job.allow_mixed_types and demands[0].how.on_card:
         by_type: dict[str | None, list[Demand]] = {}
         for d in demands:
             by_type.setdefault(d.gpu_type, []).append(d)
@@ -101,15 +98,7 @@ def _could_fit(job: JobRequest, demands: list[Demand], index: CapacityIndex) -> 
     need = job.min_available
     total = 0
     for d in demands:
-        if d.kind == "none":
-            return True
-        t = d.gpu_type or ""
-        if d.kind == "whole":
-            total += index.replica_slots(t, d.count, job.placement == "spread" and job.replicas > 1)
-        elif d.kind == "mig":
-            total += index.mig_free_total(t, d.profile)
-        elif d.kind == "share" and index.has_share(t, d.share):
-            return True
+        total += d.how.slots(d, index, job, need)
         if total >= need:
             return True
     return total >= need
@@ -241,16 +230,7 @@ def _node_names(
     spread = job.placement == "spread"
     if gang_nodes and not spread:
         yield from list(gang_nodes)
-    if d.kind == "whole":
-        yield from index.nodes_with_whole(d.gpu_type or "", d.count, largest_first=spread)
-    elif d.kind == "mig":
-        yield from index.nodes_with_mig(d.gpu_type or "", d.profile)
-    elif d.kind == "share":
-        yield from index.nodes_with_share(d.gpu_type or "", d.share)
-    else:
-        yield from index.cpu_nodes
-        if cpu_on_gpu_nodes:
-            yield from (n for n in index.caps if n not in index.cpu_nodes)
+    yield from d.how.node_names(d, index, spread, cpu_on_gpu_nodes)
 
 
 def _candidates(
@@ -265,7 +245,7 @@ def _candidates(
     tells nothing the first did not. After the first feasible node, the
     walk looks at no more than ``2 x candidates_per_replica`` nodes.
     """
-    if not gang_nodes and restrict is None and d.kind != "mig":
+    if not gang_nodes and restrict is None and d.how.by_state:
         return _state_candidates(job, d, state, index, ctx)
     limit = ctx.config.candidates_per_replica
     budget = 2 * limit
@@ -325,7 +305,7 @@ def _state_candidates(
     """
     cap_states = ctx.config.candidate_states
     gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
-    if d.kind != "none":
+    if d.how.on_card:
         types: list[str | None] = [d.gpu_type or ""]
     elif ctx.config.cpu_jobs_on_gpu_nodes:
         types = index.group_types()
@@ -380,46 +360,27 @@ def fit_on_node(
         return None
     if node.taints and not tolerates(job, node):
         return None
-    if d.kind != "none" and node.gpu_type != d.gpu_type:
-        return None
-    if d.kind == "none" and node.gpu_type is not None and not ctx.config.cpu_jobs_on_gpu_nodes:
+    how = d.how
+    if how.on_card:
+        if node.gpu_type != d.gpu_type:
+            return None
+    elif node.gpu_type is not None and not ctx.config.cpu_jobs_on_gpu_nodes:
         return None  # a job without GPUs runs on CPU-only nodes (SchedulerConfig)
     hold = ctx.holds.get(node.name) if ctx.holds else None
     if hold is not None and not ctx.may_use_hold(job, hold) and not _leaves_hold(
         d, node, hold, cpu, mem
     ):
         return None
-    if d.kind == "whole":
-        devs = pick_whole(node, d.count)
-        if devs is None:
-            return None
-        return ReplicaPlacement(0, node.name, d.gpu_type, devs, units=d.units, cpu=cpu,
-                                memory_gb=mem)
-    if d.kind == "mig":
-        got = pick_mig(node, d.profile)
-        if got is None:
-            return None
-        return ReplicaPlacement(0, node.name, d.gpu_type, (), mig=((got[0], got[1], d.profile),),
-                                units=d.units, cpu=cpu, memory_gb=mem)
-    if d.kind == "share":
-        assert gt is not None
-        dev = pick_share(node, gt, d.share, d.share_memory_gb)
-        if dev is None:
-            return None
-        return ReplicaPlacement(0, node.name, d.gpu_type, (dev,), share=d.share,
-                                share_memory_gb=d.share_memory_gb, units=d.units, cpu=cpu,
-                                memory_gb=mem)
-    return ReplicaPlacement(0, node.name, None, (), cpu=cpu, memory_gb=mem)
+    return how.take(d, node, gt, cpu, mem)
 
 
 def _leaves_hold(d: Demand, node: Node, hold: Hold, cpu: float, mem: float) -> bool:
     """May a job that does not qualify use this held node? Only around the held part."""
-    if hold.full and d.kind != "none":
-        return False
-    if d.kind in ("mig", "share"):
+    how = d.how
+    if not how.beside_hold or (hold.full and how.on_card):
         return False
     free = sum(1 for dev in node.devices if dev.is_free_whole)
-    taken = d.count if d.kind == "whole" else 0
+    taken = how.whole_taken(d)
     return (
         free - taken >= hold.cards
         and node.cpu_free - cpu + EPS >= hold.cpu

@@ -24,18 +24,12 @@ EPS = 1e-9
 
 def demand_fraction(demand: Demand, gpu_type: GpuType | None) -> float:
     """How many cards' worth of the node the demand takes."""
-    if demand.kind == "whole":
-        return float(demand.count)
-    if demand.kind == "share":
-        return demand.share
-    if demand.kind == "mig" and gpu_type is not None:
-        return gpu_type.mig_profiles[demand.profile].compute_fraction
-    return 0.0
+    return demand.how.fraction(demand, gpu_type)
 
 
 def memory_waste(job: JobRequest, demand: Demand, ctx: PlacementContext) -> float:
     """Unused GPU memory handed out, relative to the largest card (0 when no need is stated)."""
-    if job.min_gpu_memory_gb <= 0 or demand.kind == "none":
+    if job.min_gpu_memory_gb <= 0 or not demand.how.on_card:
         return 0.0
     return max(0.0, demand.memory_gb - job.min_gpu_memory_gb) / ctx.max_memory_gb
 
@@ -86,7 +80,8 @@ def headroom_penalty(
     n = cap.n_devices
     if n == 0:
         return 0.0
-    taken = demand.count if demand.kind == "whole" else 0
+    how = demand.how
+    taken = how.whole_taken(demand)
     before = stranded_cards(cap.free_whole, node.cpu_free, node.memory_free_gb, ctx)
     after = stranded_cards(
         cap.free_whole - taken, node.cpu_free - placement.cpu,
@@ -94,7 +89,7 @@ def headroom_penalty(
     )
     extra = after - before
     penalty = (0.5 + extra / n) if extra > 0 else 0.0
-    if demand.kind == "none":
+    if not how.on_card:
         penalty += 0.25 * placement.cpu / max(node.cpu, EPS)
     return penalty
 
