@@ -157,6 +157,21 @@ class DemandKind:
         """Whether the empty cluster's cards of the type could ever give it (texts)."""
         return False
 
+    # -- what a placement of this kind holds on its node's cards (ClusterState) --
+    def hold(self, node: Node, p: ReplicaPlacement, on: bool) -> None:
+        """Reserve (``on``) or release what ``p`` holds on ``node``'s cards."""
+        for dev in p.devices:
+            node.devices[dev].whole_used = on
+
+    def held_on(self, node: Node, p: ReplicaPlacement) -> bool:
+        """The node still has the cards ``p`` holds (none of them cut into MIG slices)."""
+        n = len(node.devices)
+        return all(0 <= dev < n and not node.devices[dev].mig_layout for dev in p.devices)
+
+    def cards_of(self, p: ReplicaPlacement) -> list[int]:
+        """The indices of the cards ``p`` holds something of."""
+        return list(p.devices)
+
     def free_text(self, d: Demand, index: CapacityIndex) -> str:
         """What of it is free now, for a reason's text."""
         return f"{d.gpu_type} whole: {index.free_whole_total(d.gpu_type or '')}"
@@ -212,6 +227,21 @@ class MigKind(DemandKind):
     def free_text(self, d: Demand, index: CapacityIndex) -> str:
         return f"{d.gpu_type} {d.profile}: {index.mig_free_total(d.gpu_type or '', d.profile)}"
 
+    def hold(self, node: Node, p: ReplicaPlacement, on: bool) -> None:
+        for dev, idx, _profile in p.mig:
+            node.devices[dev].slices_used[idx] = on
+
+    def held_on(self, node: Node, p: ReplicaPlacement) -> bool:
+        n = len(node.devices)
+        return all(
+            0 <= dev < n and idx < len(node.devices[dev].mig_layout)
+            and node.devices[dev].mig_layout[idx] == profile
+            for dev, idx, profile in p.mig
+        )
+
+    def cards_of(self, p: ReplicaPlacement) -> list[int]:
+        return sorted({d for d, _, _ in p.mig})
+
     def node_names(
         self, d: Demand, index: CapacityIndex, spread: bool, cpu_on_gpu_nodes: bool
     ) -> Iterable[str]:
@@ -232,6 +262,18 @@ class ShareKind(DemandKind):
 
     def fraction(self, d: Demand, gpu_type: GpuType | None) -> float:
         return d.share
+
+    def hold(self, node: Node, p: ReplicaPlacement, on: bool) -> None:
+        d = node.devices[p.devices[0]]
+        if on:
+            d.share_used += p.share
+            d.share_memory_gb += p.share_memory_gb
+        else:
+            d.share_used = max(0.0, d.share_used - p.share)
+            d.share_memory_gb = max(0.0, d.share_memory_gb - p.share_memory_gb)
+            if d.share_used < EPS:
+                d.share_used = 0.0
+                d.share_memory_gb = 0.0
 
     def slots(self, d: Demand, index: CapacityIndex, job: JobRequest, need: int) -> int:
         return need if index.has_share(d.gpu_type or "", d.share) else 0
@@ -278,3 +320,12 @@ class NoCardKind(DemandKind):
 
 KINDS: Mapping[str, DemandKind] = {k.name: k for k in (WholeKind(), MigKind(), ShareKind(),
                                                         NoCardKind())}
+
+
+def held_kind(p: ReplicaPlacement) -> DemandKind:
+    """The kind of what a placement holds (a running job's placements carry no demand)."""
+    if p.mig:
+        return KINDS["mig"]
+    if p.share > 0:
+        return KINDS["share"]
+    return KINDS["whole"] if p.devices else KINDS["none"]

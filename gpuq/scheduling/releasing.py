@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from gpuq.scheduling.demands import held_kind
 from gpuq.scheduling.model import Node, ReplicaPlacement, Snapshot
 from gpuq.scheduling.state import copy_node
 
@@ -87,6 +88,4 @@ def hold_in_snapshot(snap: Snapshot, releasing: Iterable[ReplicaPlacement]) -> N
 
 
 def placement_devices(p: ReplicaPlacement) -> list[int]:
-    if p.mig:
-        return sorted({d for d, _, _ in p.mig})
-    return list(p.devices)
+    return held_kind(p).cards_of(p)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from gpuq.scheduling.capacity_index import CapacityIndex
+from gpuq.scheduling.demands import held_kind
 from gpuq.scheduling.model import (
     Device,
     GpuType,
@@ -219,24 +220,7 @@ class ClusterState:
         node = self._own(p.node)
         node.cpu_used += sign * p.cpu
         node.memory_used_gb += sign * p.memory_gb
-        on = sign > 0
-        if p.mig:
-            for dev, idx, _profile in p.mig:
-                node.devices[dev].slices_used[idx] = on
-        elif p.share > 0:
-            d = node.devices[p.devices[0]]
-            if on:
-                d.share_used += p.share
-                d.share_memory_gb += p.share_memory_gb
-            else:
-                d.share_used = max(0.0, d.share_used - p.share)
-                d.share_memory_gb = max(0.0, d.share_memory_gb - p.share_memory_gb)
-                if d.share_used < EPS:
-                    d.share_used = 0.0
-                    d.share_memory_gb = 0.0
-        else:
-            for dev in p.devices:
-                node.devices[dev].whole_used = on
+        held_kind(p).hold(node, p, sign > 0)
         if self._index is not None:
             self._index.update(node)
 
@@ -298,16 +282,9 @@ class ClusterState:
 
 def held_fits(node: Node, p: ReplicaPlacement) -> bool:
     """True when the node still has the cards (and slices) placement ``p`` holds."""
-    n = len(node.devices)
     if p.gpu_type is not None and p.gpu_type != node.gpu_type:
         return False
-    if p.mig:
-        return all(
-            0 <= dev < n and idx < len(node.devices[dev].mig_layout)
-            and node.devices[dev].mig_layout[idx] == profile
-            for dev, idx, profile in p.mig
-        )
-    return all(0 <= dev < n and not node.devices[dev].mig_layout for dev in p.devices)
+    return held_kind(p).held_on(node, p)
 
 
 def device_overcommitted(d: Device) -> bool:
