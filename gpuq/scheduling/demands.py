@@ -126,7 +126,9 @@ class DemandKind:
     name: ClassVar[Kind]
     on_card: ClassVar[bool] = True  # takes something of a card of ``Demand.gpu_type``
     by_state: ClassVar[bool] = True  # alike on every node of one capacity-index state
-    beside_hold: ClassVar[bool] = False  # may use a held node around the held part
+    # takes part of a card (a slice, a share): not counted in whole cards, so it never
+    # uses a held node around the held part, and a hold made for it takes the node
+    partial_card: ClassVar[bool] = True
 
     def whole_taken(self, d: Demand) -> int:
         """Whole cards it takes off a node."""
@@ -179,7 +181,7 @@ class DemandKind:
 
 class WholeKind(DemandKind):
     name = "whole"
-    beside_hold = True
+    partial_card = False
 
     def whole_taken(self, d: Demand) -> int:
         return d.count
@@ -300,7 +302,7 @@ class NoCardKind(DemandKind):
 
     name = "none"
     on_card = False
-    beside_hold = True
+    partial_card = False
 
     def slots(self, d: Demand, index: CapacityIndex, job: JobRequest, need: int) -> int:
         return need

@@ -377,7 +377,7 @@ def fit_on_node(
 def _leaves_hold(d: Demand, node: Node, hold: Hold, cpu: float, mem: float) -> bool:
     """May a job that does not qualify use this held node? Only around the held part."""
     how = d.how
-    if not how.beside_hold or (hold.full and how.on_card):
+    if how.partial_card or (hold.full and how.on_card):
         return False
     free = sum(1 for dev in node.devices if dev.is_free_whole)
     taken = how.whole_taken(d)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuq.scheduling.books import Books
+from gpuq.scheduling.demands import held_kind
 from gpuq.scheduling.fair_share import FairShareRule
 from gpuq.scheduling.leases import lease_text, pools_below_guarantee, reclaimable_lease
 from gpuq.scheduling.model import (
@@ -237,7 +238,7 @@ def node_groups(
 def _cards(r: RunningJob) -> tuple[tuple[str, int], ...]:
     out: dict[str, int] = {}
     for p in r.placements:
-        whole = len(p.devices) if not p.mig and p.share <= 0 else 0
+        whole = 0 if held_kind(p).partial_card else len(p.devices)
         out[p.node] = out.get(p.node, 0) + whole
     return tuple(out.items())
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuq.scheduling.context import Hold, PlacementContext
+from gpuq.scheduling.demands import held_kind
 from gpuq.scheduling.filters import allowed_type_names
 from gpuq.scheduling.model import JobRequest, RunningJob
 from gpuq.scheduling.modes import mode_of
@@ -75,13 +76,13 @@ def reserve_for(
     holds: dict[str, Hold] = {}
     for p in placements:
         node = state.nodes[p.node]
-        free_now = sum(1 for d in p.devices if node.devices[d].is_free_whole) if not (
-            p.mig or p.share) else 0
+        partial = held_kind(p).partial_card  # a slice or a share: the hold takes the node
+        free_now = 0 if partial else sum(1 for d in p.devices if node.devices[d].is_free_whole)
         h = holds.get(p.node)
         cards = free_now + (h.cards if h else 0)
         cpu = min(p.cpu + (h.cpu if h else 0.0), max(node.cpu_free, 0.0))
         mem = min(p.memory_gb + (h.memory_gb if h else 0.0), max(node.memory_free_gb, 0.0))
-        full = bool(p.mig or p.share) or (h.full if h else False)
+        full = partial or (h.full if h else False)
         holds[p.node] = Hold(job.id, start, cards, cpu, mem, full)
     return Reservation(job.id, start, holds)
 
