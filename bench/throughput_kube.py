@@ -41,6 +41,7 @@ import json
 import os
 import platform
 import pstats
+import resource
 import signal
 import subprocess
 import sys
@@ -317,6 +318,7 @@ def gpuq_phase(p: dict) -> dict:
         return len(watch.bound) >= n * replicas
 
     cpu0, t0 = cpu_of(p["pids"]), time.monotonic()
+    own0 = resource.getrusage(resource.RUSAGE_SELF)
     try:
         if prof is not None:
             prof.enable()
@@ -325,6 +327,9 @@ def gpuq_phase(p: dict) -> dict:
             prof.disable()
         took = max(watch.bound.values()) - t0
         cpu1 = cpu_of(p["pids"])
+        own1 = resource.getrusage(resource.RUSAGE_SELF)
+        # gpuq's own process (every thread: the pass, the binds, the informers)
+        cpu1["gpuq"] = own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime
     finally:
         watch.stop()
         d.elector.release()
