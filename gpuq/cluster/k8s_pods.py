@@ -276,7 +276,7 @@ def build_pod(
     if is_gang(req):  # a stable DNS name per replica through the job's headless Service
         spec["hostname"] = f"{service_name(req)}-{p.replica}"
         spec["subdomain"] = service_name(req)
-    spec.pop("nodeName", None)  # the Binding sets it
+    spec.pop("nodeName", None)  # the bind sets it (KubernetesCluster.bind)
     # gpuq owns restarts (failure_policy, retries): a kubelet restarting an OOMKilled
     # container (OnFailure/Always) would keep the job "running" in CrashLoopBackOff
     spec["restartPolicy"] = "Never"

@@ -6,7 +6,8 @@
   arrive, :mod:`k8s_usage`); :meth:`list_nodes` turns them into the core's nodes
   (:mod:`k8s_nodes`). Lists are paged (``list_page_size``).
 * Admission: :meth:`bind` creates every replica's Pod (``schedulerName:
-  gpuq``) and only then binds each with the Binding subresource; if any
+  gpuq``) and only then binds each with the Binding subresource (a job of one
+  Pod is created bound, ``spec.nodeName``: one write); if any
   create or bind fails, every Pod of the attempt is deleted and
   :class:`BindError` raised, so the job requeues (the kube-scheduler rule:
   every reserve has an unreserve).
@@ -96,6 +97,10 @@ TERMINAL = ("succeeded", "failed", "gone")
 # that never happen (the Pods were created and deleted between two lists), for
 # at most this long.
 UNSEEN_STOPPED_S = 120.0
+# A create that got no answer may still be carried out by the API server later (a
+# request it holds past the client's timeout); a Pod of it that shows up this long after
+# is deleted (:meth:`KubernetesCluster._delete_late_creates`).
+LATE_CREATE_S = 300.0
 
 
 @dataclass(slots=True)
@@ -207,6 +212,9 @@ class KubernetesCluster:
         # surviving replicas of a failed gang and deletes the job's Service
         self._gangs_ended: list[tuple[str, str, str]] = []
         self._reported_unmatched: set[tuple[str, str]] = set()
+        # (namespace, name) of Pods whose create got no answer -> until when to watch for
+        # them (LATE_CREATE_S)
+        self._late_creates: dict[tuple[str, str], float] = {}
         self._by_job: dict[str, dict[str, dict]] = {}  # job id -> pod key -> Pod
         self.unmatched: dict[str, str] = {}  # node -> product, from the last list_nodes
         # nodes whose kubelet refused a job's Pod: not offered to that job for a while
@@ -394,7 +402,14 @@ class KubernetesCluster:
         return policy or PodPolicy(install=self.ks.install_policy())
 
     def bind(self, req: BindRequest) -> None:
-        """Create all the job's Pods, then bind them; all or nothing."""
+        """Create all the job's Pods, then bind them; all or nothing.
+
+        A job of one Pod is created bound (``spec.nodeName`` set in the create, as the
+        DaemonSet controller did before it left placement to the scheduler): one API
+        write and one watch event per Pod instead of a create and a Binding, which at a
+        backlog of 10,000 Pods halves what the API server and etcd do for gpuq (the
+        bind's cost there, measured with bench/throughput_kube.py). A gang's Pods are
+        all created unbound first, so a refused create leaves none of them bound."""
         bind_id = attempt_id(req.attempt) if req.attempt else uuid.uuid4().hex[:5]
         with self._lock:
             old = self._tracks.get(req.job_id)
@@ -440,7 +455,11 @@ class KubernetesCluster:
             # 0. a gang's headless Service: stable replica hostnames for the rendezvous
             if is_gang(req) and pods:
                 self._ensure_service(build_service(req, self.ks, pods[0]["metadata"]["namespace"]))
-            # 1. create every Pod (unbound: nobody else schedules them)
+            # one Pod: created on its node; a gang's: unbound (nobody else schedules them)
+            bound_on_create = len(pods) == 1
+            if bound_on_create:
+                pods[0]["spec"]["nodeName"] = req.placements[0].node
+            # 1. create every Pod
             for pod in pods:
                 ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
                 try:
@@ -454,9 +473,17 @@ class KubernetesCluster:
                     raise err(f"create pod {ns}/{name}: {e.status} {message}") from e
                 except ValueError as e:  # the client's own model validation
                     raise InvalidPodError(f"pod {ns}/{name} is invalid: {e}") from e
+                except urllib3.exceptions.HTTPError:
+                    # no answer (timeout, connection reset): the server may have made it,
+                    # or make it later, bound if it was created bound: the undo deletes it,
+                    # and so do the passes after, should it show up late
+                    created.append((ns, name))
+                    with self._lock:
+                        self._late_creates[(ns, name)] = time.monotonic() + LATE_CREATE_S
+                    raise
                 created.append((ns, name))
             # 2. bind each to its node
-            for pod, p in zip(pods, req.placements, strict=True):
+            for pod, p in zip([] if bound_on_create else pods, req.placements, strict=False):
                 ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
                 binding = {
                     "apiVersion": "v1",
@@ -818,8 +845,35 @@ class KubernetesCluster:
                 self._delete_services(job_id)
         for job_id in stuck:  # its Pod never started: delete it, the cards are free
             self.stop(job_id, "could not start", grace_seconds=1)
+        self._delete_late_creates()
         self._collect_finished()
         return out
+
+    def _delete_late_creates(self) -> None:
+        """Delete the Pods whose create got no answer (the bind was undone) and that the
+        API server made after all, unless one is its job's current attempt: a job of
+        one Pod is created bound, so such a Pod would run beside the job's next attempt."""
+        now = time.monotonic()
+        with self._lock:
+            late = []
+            for key, until in list(self._late_creates.items()):
+                pod = self.pods.get(f"{key[0]}/{key[1]}")
+                if pod is None:
+                    if now > until:
+                        del self._late_creates[key]
+                    continue
+                del self._late_creates[key]
+                t = self._tracks.get(L.job_id_of(pod))
+                current = t is not None and not t.stopped and (
+                    pod["metadata"]["labels"].get(L.BIND_ID, "") == t.bind_id)
+                if not current and not pod["metadata"].get("deletionTimestamp"):
+                    late.append(key)
+        for ns, name in late:
+            log.info("pod %s/%s was created after its create timed out; deleting it", ns, name)
+            self._release(ns, name)
+            if not self._delete(ns, name, 1):  # the next pass tries again
+                with self._lock:
+                    self._late_creates[(ns, name)] = now + LATE_CREATE_S
 
     def forget_events(self) -> None:
         """Unlike :meth:`poll_events`, no bind of a workload's Pods, no stop of a gang

@@ -112,7 +112,8 @@ class FakeKube:
         self._snapshots: dict[tuple[str, int], list[tuple[str, dict]]] = {}
         self.k8s_events: list[dict] = []
         self.requests: list[tuple[str, str]] = []
-        self.bindings: list[tuple[str, str, str]] = []  # (ns, pod, node)
+        # (ns, pod, node) of every Pod bound: by pods/binding or created with spec.nodeName
+        self.bindings: list[tuple[str, str, str]] = []
         self.evictions: list[tuple[str, str, int | None]] = []
         self.deletes: list[tuple[str, str, int | None]] = []
         self.bind_failures: dict[str, tuple[int, str]] = {}  # pod name -> (code, reason)
@@ -557,9 +558,16 @@ class FakeKube:
             pod.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
             # the DefaultTolerationSeconds admission plug-in (tests/fakekube/controllers.py)
             controllers.default_tolerations(pod, self.default_toleration_s)
+            target = pod["spec"].get("nodeName")
+            if target and name in self.bind_failures:  # created bound: the bind refused
+                code, reason = self.bind_failures[name]
+                return code, status(code, reason, f"injected failure binding {name}")
             pod["status"] = {"phase": "Pending"}
             self.pods[(ns, name)] = pod
             self._emit("pods", "ADDED", pod)
+            if target:  # created bound (spec.nodeName): the node's kubelet admits it
+                self.bindings.append((ns, name, target))
+                self._kubelet_admit(ns, name, pod)
             return 201, copy.deepcopy(pod)
 
     def create_service(self, ns: str, body: dict) -> tuple[int, dict]:
@@ -621,16 +629,21 @@ class FakeKube:
             pod["spec"]["nodeName"] = target
             self.bindings.append((ns, name, target))
             self._emit("pods", "MODIFIED", pod)
-            node = self.nodes.get(target)
-            if self.kubelet_admission and node is not None:
-                refused = kubelet.admit(node, pod, [p for k, p in self.pods.items()
-                                                    if k != (ns, name)])
-                if refused is not None:  # the kubelet rejects it (tests/fakekube/kubelet.py)
-                    pod["status"] = {"phase": "Failed", "reason": refused[0],
-                                     "message": refused[1]}
-                    self.rejected.append((ns, name, refused[0]))
-                    self._emit("pods", "MODIFIED", pod)
+            self._kubelet_admit(ns, name, pod)
             return 201, status(201, "", "", name=name)
+
+    def _kubelet_admit(self, ns: str, name: str, pod: dict) -> None:
+        """The kubelet of the Pod's node admits it, or rejects it (the Pod fails;
+        tests/fakekube/kubelet.py). Under ``cond``."""
+        node = self.nodes.get(pod["spec"]["nodeName"])
+        if self.kubelet_admission and node is not None:
+            refused = kubelet.admit(node, pod, [p for k, p in self.pods.items()
+                                                if k != (ns, name)])
+            if refused is not None:
+                pod["status"] = {"phase": "Failed", "reason": refused[0],
+                                 "message": refused[1]}
+                self.rejected.append((ns, name, refused[0]))
+                self._emit("pods", "MODIFIED", pod)
 
     def patch_pod(self, ns: str, name: str, body: dict, content_type: str) -> tuple[int, dict]:
         """PATCH a Pod's metadata: labels and annotations (maps, merged) and finalizers

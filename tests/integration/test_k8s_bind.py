@@ -47,6 +47,18 @@ def test_gang_pods_all_created_before_any_bound(kube, cluster, nodes):
     assert sorted(b[2] for b in kube.bindings) == ["a100-0", "a100-1"]
 
 
+@BOTH
+def test_a_job_of_one_pod_is_created_bound(kube, cluster, nodes):
+    """One write for a Pod of its own: the create names its node (no Binding), half of
+    what the API server and etcd did per bound Pod (bench/throughput_kube.py)."""
+    cluster.bind(gang(nodes=("a100-2",)))
+    wait_until(lambda: [p["spec"].get("nodeName") for p in kube.gpuq_pods()] == ["a100-2"])
+    if hasattr(kube, "requests"):  # the fake records the calls
+        posts = [p for m, p in kube.requests if m == "POST" and "/pods" in p]
+        assert [p.endswith("/binding") for p in posts] == [False]
+    wait_until(lambda: cluster.live_job_ids() == {"job-1"})
+
+
 def test_bind_failure_undoes_the_whole_gang(kube, cluster, nodes):
     # the second replica's Binding fails (e.g. the node vanished under us)
     orig_bind = kube.bind

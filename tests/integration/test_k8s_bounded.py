@@ -61,16 +61,42 @@ def bounded(kube):
     c.close()
 
 
+def _gang(job_id: str = "8") -> BindRequest:
+    return BindRequest(job_id=job_id, name="ddp", team="nlp", pool="training",
+                       priority="P1", world_size=2, placements=[
+                           ReplicaPlacement(i, "a100-0", "a100-80g", (i,), units=10, cpu=8,
+                                            memory_gb=64) for i in range(2)])
+
+
 def test_bind_against_an_apiserver_that_never_answers_returns(kube, bounded):
-    """The Binding POST gets no answer: bind() gives up after its timeout, undoes the
-    created Pod and raises, instead of blocking the dispatcher's thread for good."""
+    """The Binding POST of a gang's Pod gets no answer: bind() gives up after its
+    timeout, undoes the created Pods and raises, instead of blocking the dispatcher's
+    thread for good."""
     kube.hang(r"^POST .*/binding")
-    t, out = _in_thread(lambda: bounded.bind(_req()))
+    t, out = _in_thread(lambda: bounded.bind(_gang()))
     t.join(HANG_S)
     assert not t.is_alive(), "bind() still blocked on a hung apiserver"
     assert isinstance(out[0], BindError), out
     kube.unhang()
     wait_until(lambda: kube.gpuq_pods() == [])  # the undo's delete went through
+
+
+def test_a_bound_create_answered_after_its_timeout_is_deleted(kube, bounded):
+    """A job of one Pod is created bound. Its create gets no answer in time, so the bind
+    is undone, but the API server makes the Pod after all (it held the request): the
+    next pass deletes it, it would run beside the job's next attempt otherwise."""
+    kube.hang(r"^POST /api/v1/namespaces/[^/]+/pods$")
+    t, out = _in_thread(lambda: bounded.bind(_req()))
+    t.join(HANG_S)
+    assert isinstance(out[0], BindError), out
+    kube.unhang()  # the held create is carried out now: a Pod bound to a100-0
+    wait_until(lambda: bounded.pods.get(f"{kube.gpuq_pods()[0]['metadata']['namespace']}/"
+                                        f"{kube.gpuq_pods()[0]['metadata']['name']}")
+               if kube.gpuq_pods() else False)
+    assert kube.gpuq_pods()[0]["spec"]["nodeName"] == "a100-0"
+    bounded.poll_events()  # a pass
+    wait_until(lambda: not any(not p["metadata"].get("deletionTimestamp")
+                               for p in kube.gpuq_pods()))
 
 
 @pytest.mark.parametrize("call", ["stop", "create"])

@@ -305,9 +305,11 @@ def test_a_watch_behind_the_watch_cache_window_relists_and_loses_no_outcome(kube
 
 # ------------------------------------------------------------------ slow and hung answers
 def test_slow_answers_under_the_timeout_bind_and_hung_ones_cost_a_pass_its_timeout(kube, sf):
-    """Creates and bindings answered 0.2 s late (timeout 1 s): the job binds. Bindings
-    that never answer: the pass returns after the timeout, the job is held (not lost,
-    not failed, no Pod of it left bound), and runs once the apiserver answers again."""
+    """Creates answered 0.2 s late (timeout 1 s): the job binds. Creates that never
+    answer (a job of one Pod is created bound: its create is its bind): the pass returns
+    after the timeout, the job is held (not lost, not failed, no Pod of it left bound),
+    and runs once the apiserver answers again, though the apiserver then carries out the
+    held create (that Pod of the undone attempt is deleted)."""
     kube.add_node(article_a100("a100-0"))
     with sf() as s:
         from gpuq.store.node_rows import gpu_type_configs
@@ -321,7 +323,7 @@ def test_slow_answers_under_the_timeout_bind_and_hung_ones_cost_a_pass_its_timeo
         a = submit_a100_job(sf, 4, "a")
         _until(d, kube, lambda: _status(sf, a) == "running")
         kube.unhang()
-        kube.hang(r"/binding$")
+        kube.hang(r"^POST /api/v1/namespaces/[^/]+/pods$")
         b = submit_a100_job(sf, 4, "b")
         done = threading.Event()
 
@@ -331,12 +333,16 @@ def test_slow_answers_under_the_timeout_bind_and_hung_ones_cost_a_pass_its_timeo
 
         t = threading.Thread(target=one_pass, daemon=True)
         t.start()
-        t.join(60)  # bounded: a hung binding costs the request timeout, not the pass
-        assert done.is_set(), "a pass froze on a hung binding"
+        t.join(60)  # bounded: a hung create costs the request timeout, not the pass
+        assert done.is_set(), "a pass froze on a hung create"
         assert _status(sf, b) in ("pending", "admitted")
         assert not [q for q in _pods_of(kube, b) if q["spec"].get("nodeName")]
         kube.unhang()
         _until(d, kube, lambda: _status(sf, b) == "running", passes=120)
+        # one attempt of b holds a Pod at the end: the held create's Pod was deleted
+        _until(d, kube, lambda: len({q["metadata"]["labels"]["gpuq.io/bind-id"]
+                                     for q in _pods_of(kube, b)
+                                     if not q["metadata"].get("deletionTimestamp")}) == 1)
     finally:
         kube.unhang()
         c.close()
