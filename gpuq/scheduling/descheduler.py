@@ -15,9 +15,11 @@ whole, the way a descheduler loop checks node water levels:
    can be placed elsewhere at once (and its pool can pay for it there);
    otherwise nothing moves. The big job is admitted onto the freed node in
    the same decision, so the room cannot be taken by someone else first.
-   A moved job restarts; ``defragment_max_run_s`` (0 = off) moves only jobs
-   that started at most that long ago, so little work is thrown away -- at
-   the price of less room for gangs (measured in docs/evaluation.md).
+   A moved job restarts from scratch, so the jobs one move stops may throw
+   away at most ``fair_preemption_max_lost_gpu_h`` GPU-hours in all (cards x
+   time run), the budget of a fair-share preemption: a node of jobs that just
+   started is moved, a node of long runs is left to finish (unbounded moves
+   restarted day-long runs on slower cards: docs/evaluation.md).
 
 The output is an ordinary :class:`CycleResult` (preemptions, then
 admissions -- a moved job is preempted and admitted at its new place), so
@@ -36,6 +38,7 @@ from gpuq.scheduling.model import (
     Preemption,
     RunningJob,
     Snapshot,
+    gpus_held,
 )
 from gpuq.scheduling.modes import mode_of
 from gpuq.scheduling.preemption import lost_work
@@ -108,17 +111,20 @@ def _movable(c: Cycle, r: RunningJob, job: JobRequest) -> bool:
 
 
 def _run_for_move(c: Cycle, r: RunningJob) -> bool:
-    """Old enough to be stopped (``min_run_time_s``), young enough to be moved cheaply
-    (``defragment_max_run_s``, 0 = no limit): a moved job restarts from scratch."""
-    cfg = c.snap.config
-    ran = c.snap.now - r.started_at
-    return ran >= cfg.min_run_time_s and (
-        cfg.defragment_max_run_s <= 0 or ran <= cfg.defragment_max_run_s
-    )
+    """Old enough to be stopped (``min_run_time_s``); what a move may throw away is
+    bounded per move (:func:`defragment`)."""
+    return c.snap.now - r.started_at >= c.snap.config.min_run_time_s
+
+
+def lost_gpu_s(r: RunningJob, c: Cycle) -> float:
+    """Card-seconds of work a move of ``r`` throws away (cards held x time run)."""
+    return sum(gpus_held(p, c.ctx.gpu_types) for p in r.placements) * max(
+        0.0, c.snap.now - r.started_at)
 
 
 def defragment(c: Cycle) -> None:
     running = [r for r in c.snap.running if r.request.id not in c.gone]
+    budget = 3600.0 * c.snap.config.fair_preemption_max_lost_gpu_h
     for job, nodes in _whole_node_jobs(c):
         if c.admission(job) is not None:
             continue
@@ -126,6 +132,8 @@ def defragment(c: Cycle) -> None:
         for name in nodes:
             movers = [r for r in running if any(p.node == name for p in r.placements)]
             if not movers or not all(_movable(c, r, job) for r in movers):
+                continue
+            if budget > 0 and sum(lost_gpu_s(r, c) for r in movers) > budget + EPS:
                 continue
             options.append((sum(lost_work(r, c.snap.now) for r in movers), name, movers))
         for _cost, name, movers in sorted(options, key=lambda o: (o[0], o[1])):

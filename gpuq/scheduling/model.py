@@ -145,7 +145,7 @@ class JobRequest:
     # Relative speed of the job per GPU type ((type, speed), ...), overriding the
     # types' own ``GpuType.speed`` (the operator's table) for this job; a scenario's
     # ``speed`` table): placement prefers the type where the job runs fastest
-    # (``w_speed``). Empty: every type alike, the term is off.
+    # (``placement.speed_tiers``). Empty: the types' own speeds.
     speed: tuple[tuple[str, float], ...] = ()
     # The caller's prediction of the run time of a job without ``duration_estimate_s``:
     # the typical run of its team's earlier jobs of the same shape
@@ -303,8 +303,9 @@ class SchedulerConfig:
     # preemptible jobs of its own priority and pool of teams above their fair share
     # (rules: gpuq/scheduling/fair_share.py)
     fair_preemption: bool = True
-    # the GPU-hours of work one fair-share preemption may throw away, over all its victims
-    # (cheap: the jobs that just started make room; 0 = no limit)
+    # the GPU-hours of work one fair-share preemption, or one defragment move of the
+    # descheduler, may throw away over all the jobs it stops (a stopped job restarts from
+    # scratch: cheap, the jobs that just started make room; 0 = no limit)
     fair_preemption_max_lost_gpu_h: float = 8.0
     # A job preempted by X may not preempt X back for this long (anti-thrash).
     thrash_window_s: float = 600.0
@@ -314,10 +315,6 @@ class SchedulerConfig:
     # the descheduler may move small preemptible jobs off big-card nodes to make room for
     # whole-node jobs
     defragment: bool = True
-    # the defragment pass moves (restarts) only jobs that started at most this long ago
-    # (0 = any age). A cap makes moves cheap but gives up the room they make for gangs:
-    # docs/evaluation.md has the trade-off measured on the suite (600 s vs no cap)
-    defragment_max_run_s: float = 0.0
     # The descheduler as a whole (P0 room and defragment); off = the dispatcher
     # cycle alone, e.g. to compare in `gpuq simulate`.
     descheduler: bool = True
@@ -331,12 +328,9 @@ class SchedulerConfig:
     # balance of the node after placement
     w_balance: float = 0.1
     # pressure on the GPU types that type-restricted pending jobs need: unrestricted jobs
-    # stay off them
+    # stay off them among types of equal speed (a job's fastest type with room comes first
+    # whatever its pressure: placement.speed_tiers)
     w_type_pressure: float = 1.0
-    # speed-aware placement when types differ in speed: a job's speed on the card's type over
-    # its best speed (JobRequest.speed, else GpuType.speed); its fastest type scores highest.
-    # (Placing a job by its class's entitled cards instead was measured worse: docs/scheduling.md)
-    w_speed: float = 3.0
     max_reservations: int = 4  # jobs that may hold capacity in one cycle
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
     # jobs without GPUs may run on GPU nodes: off by default, they run on CPU-only nodes.
@@ -371,8 +365,12 @@ REMOVED_KNOBS: dict[str, str] = {
     "aging_s": "removed: a waiting team gains credit (the deficit, fair_horizon_s) and a "
     "waiting job is promoted within its team; there is no aging",
     "comparative_advantage": "removed with the type prices: the entitlements (weighted max-min "
-    "over effective throughput) now decide what each team is owed; placement prefers a job's "
-    "fastest type (w_speed)",
+    "over effective throughput) now decide what each team is owed; a job goes to its fastest "
+    "allowed type with room",
+    "defragment_max_run_s": "removed: a defragment move may throw away at most "
+    "fair_preemption_max_lost_gpu_h GPU-hours over the jobs it moves, whatever their age",
+    "w_speed": "removed: a job goes to its fastest allowed type with room (types of equal "
+    "speed: the score decides), there is no speed weight",
     "w_overshoot": "removed: it was never read (gpu_units requests take the least CU "
     "overshoot by construction)",
 }

@@ -40,7 +40,7 @@ from gpuq.scheduling.job_reads import job_view
 from gpuq.scheduling.model import GpuType, JobRequest, Node, ReplicaPlacement
 from gpuq.scheduling.modes import mode_of
 from gpuq.scheduling.node_reads import node_signature, reads
-from gpuq.scheduling.scores import memory_waste, score
+from gpuq.scheduling.scores import memory_waste, score, speed_gain
 from gpuq.scheduling.state import ClusterState
 
 __all__ = ["PlacementContext", "place_job", "try_place", "Placed"]
@@ -80,6 +80,22 @@ def try_place(job: JobRequest, state: ClusterState, ctx: PlacementContext) -> Pl
         groups = list(by_type.values())
     else:
         groups = [demands]
+    if mode.cheapest_first:
+        return _best_of(groups, job, state, index, ctx, cheapest_first=True)
+    tiers = speed_tiers(job, demands, ctx)
+    for tier in tiers:  # the first speed tier where the job fits decides its type
+        got = _best_of([g for g in ([d for d in grp if d.gpu_type in tier] for grp in groups)
+                        if g], job, state, index, ctx)
+        if got is not None or len(tiers) == 1:
+            return got
+    if len(groups) == 1 and job.replicas > 1:  # a gang that may mix types: every tier at once
+        return _best_of(groups, job, state, index, ctx)
+    return None
+
+
+def _best_of(groups: list[list[Demand]], job: JobRequest, state: ClusterState,
+             index: CapacityIndex, ctx: PlacementContext,
+             cheapest_first: bool = False) -> Placed | None:
     best: Placed | None = None
     for group in groups:
         if not _could_fit(job, group, index):
@@ -87,9 +103,34 @@ def try_place(job: JobRequest, state: ClusterState, ctx: PlacementContext) -> Pl
         res = _place_topology(job, group, state, index, ctx)
         if res is not None and (best is None or res.score > best.score):
             best = res
-            if mode.cheapest_first:
+            if cheapest_first:
                 break  # cheapest group in CU wins (groups are in price order)
     return best
+
+
+def speed_tiers(job: JobRequest, demands: list[Demand],
+                ctx: PlacementContext) -> list[set[str | None]]:
+    """The job's GPU types in the order they are tried: the fastest for the job first
+    (its own speed table, else the operator's ``GpuType.speed``), types of equal speed
+    together; within a tier the score decides (memory fit, binpack, fragmentation, type
+    pressure, pool order). One tier when the types all run at the same speed.
+
+    A job goes to its fastest allowed type that has room -- as a competent operator sets
+    up Kueue (flavors fastest first), Volcano (preferred affinity) or Slurm (node
+    ``Weight``). Keeping fast cards free for work that can run only there, by a price in
+    the score (the ``w_speed`` weight against type pressure and fragmentation) or by
+    holding a type while such work waits, cost more run time than it saved in waits on
+    the tuning windows (docs/evaluation.md); a job that needs a whole node gets it by
+    the descheduler's moves and, after ``reservation_after_s``, by a reservation.
+    """
+    types = {d.gpu_type for d in demands}
+    if len(types) < 2 or None in types or not (job.speed or ctx.typed_speeds):
+        return [types]
+    by_speed: dict[float, set[str | None]] = {}
+    for t in types:
+        assert t is not None
+        by_speed.setdefault(round(speed_gain(job, t, ctx.gpu_types), 9), set()).add(t)
+    return [by_speed[k] for k in sorted(by_speed, reverse=True)]
 
 
 # -- quick rejection -----------------------------------------------------------

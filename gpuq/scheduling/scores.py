@@ -115,8 +115,6 @@ def score(
     s -= cfg.w_memory_waste * memory_waste(job, demand, ctx)
     if demand.gpu_type is not None:
         s += cfg.w_type_preference * ctx.type_preference(job.pool, demand.gpu_type)
-        if cfg.w_speed and (job.speed or ctx.typed_speeds):
-            s += cfg.w_speed * speed_gain(job, demand.gpu_type, ctx.gpu_types)
     # binpack / spread: the node's allocated share after placing
     if cap.n_devices:
         after = cap.used_frac + demand_fraction(demand, gt) / cap.n_devices

@@ -1,5 +1,6 @@
-"""Speed-aware placement (``w_speed``): a job goes to the GPU type where it runs fastest
-relative to its own speed table; without a table the term is off."""
+"""Speed-aware placement (``placement.speed_tiers``): a job goes to its fastest allowed GPU
+type that has room (its own speed table, else the operator's ``GpuType.speed``); the score
+decides only among types of equal speed, and when every type runs alike."""
 
 from __future__ import annotations
 
@@ -44,11 +45,32 @@ def test_per_job_tables_send_each_job_where_it_gains_most() -> None:
     assert _type_of(res, "v") == "v100-16g"
 
 
-def test_w_speed_zero_turns_the_term_off() -> None:
-    off = SchedulerConfig(w_speed=0.0)
-    with_table = schedule(snap(NODES, [job("j", speed=SPEED)], running=[BUSY], config=off))
-    without = schedule(snap(NODES, [job("j")], running=[BUSY]))
-    assert _type_of(with_table, "j") == _type_of(without, "j") == "v100-16g"
+def test_a_slightly_faster_type_wins_over_a_fuller_node_of_a_slower_one() -> None:
+    # 10 % faster on the A100; the half-full V100 node scores higher on binpack. The
+    # fastest type with room decides (with the old w_speed weight of 3 the 0.27 it gave
+    # lost to binpack's 0.5 and the job ran on the V100)
+    slight = (("a100-80g", 1.1), ("v100-16g", 1.0))
+    res = schedule(snap(NODES, [job("j", speed=slight)], running=[BUSY]))
+    assert _type_of(res, "j") == "a100-80g"
+
+
+def test_the_next_fastest_type_when_the_fastest_is_full() -> None:
+    full = running(job("full", gpus=8), whole("a", "a100-80g", tuple(range(8))))
+    res = schedule(snap(NODES, [job("j", speed=SPEED)], running=[BUSY, full]))
+    assert _type_of(res, "j") == "v100-16g"
+
+
+def test_equal_speeds_leave_the_choice_to_the_score() -> None:
+    same = (("a100-80g", 1.0), ("v100-16g", 1.0))
+    res = schedule(snap(NODES, [job("j", speed=same)], running=[BUSY]))
+    assert _type_of(res, "j") == "v100-16g"  # binpack: the half-full node
+
+
+def test_w_speed_is_gone() -> None:
+    import pytest
+
+    with pytest.raises(TypeError):
+        SchedulerConfig(w_speed=0.0)  # type: ignore[call-arg]
 
 
 def test_the_operators_speed_per_type_applies_to_jobs_without_a_table() -> None:

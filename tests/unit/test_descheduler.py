@@ -83,11 +83,13 @@ def test_switched_off_decides_nothing() -> None:
     assert res.preemptions == [] and res.admissions == []
 
 
-def test_defragment_never_moves_jobs_that_ran_longer_than_the_cheap_bound() -> None:
-    """A move restarts the job: with defragment_max_run_s (600 s here) one that has run
-    longer is not moved, so a move never throws away more than that much work."""
-    capped = {"defragment_max_run_s": 600.0}
-    assert deschedule(two_fragmented_nodes(2, now=601, cfg=capped)).preemptions == []
-    assert len(deschedule(two_fragmented_nodes(2, now=599, cfg=capped)).preemptions) == 2
-    # the default (0): jobs of any age may be moved
-    assert len(deschedule(two_fragmented_nodes(2, now=5000)).preemptions) == 2
+def test_a_defragment_move_throws_away_at_most_the_lost_work_budget() -> None:
+    """A move restarts the jobs it stops: together they may have run at most
+    fair_preemption_max_lost_gpu_h GPU-hours (cards x time run), whatever their age (the
+    old default moved any age: a day-long run restarted on a slower card)."""
+    one_h = {"fair_preemption_max_lost_gpu_h": 1.0}  # two 1-card movers: 1,800 s each
+    assert len(deschedule(two_fragmented_nodes(2, now=1790, cfg=one_h)).preemptions) == 2
+    assert deschedule(two_fragmented_nodes(2, now=1810, cfg=one_h)).preemptions == []
+    # the default, 8 GPU-hours: 4 h each
+    assert len(deschedule(two_fragmented_nodes(2, now=14_000)).preemptions) == 2
+    assert deschedule(two_fragmented_nodes(2, now=14_500)).preemptions == []

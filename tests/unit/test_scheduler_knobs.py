@@ -14,7 +14,7 @@ from gpuq.scheduling.model import SchedulerConfig
     ("knob", "value", "says"),
     [
         ("reservation_after_s", "1.0e9", "a number >= 0"),  # YAML 1.1 reads 1.0e9 as text
-        ("w_speed", -1, "a number >= 0"),
+        ("w_binpack", -1, "a number >= 0"),
         ("max_reservations", 2.5, "a whole number >= 0"),
         ("shortest_first", 1, "true or false"),
         ("fair_horizon_s", True, "a number >= 0"),
@@ -26,7 +26,8 @@ def test_a_wrong_knob_is_refused_by_name(knob, value, says):
     assert f"scheduler.{knob}: must be {says}" in str(err.value)
 
 
-@pytest.mark.parametrize("knob", ["aging_s", "comparative_advantage", "w_overshoot"])
+@pytest.mark.parametrize("knob", ["aging_s", "comparative_advantage", "w_overshoot", "w_speed",
+                                  "defragment_max_run_s"])
 def test_a_removed_knob_is_refused_with_what_replaced_it(knob):
     with pytest.raises(ValidationError, match=rf"scheduler\.{knob}: removed"):
         GpuqConfig.model_validate({"scheduler": {knob: 1}})
@@ -39,11 +40,11 @@ def test_yaml_text_with_a_string_number_names_the_knob():
 
 def test_good_knobs_and_alert_thresholds_pass():
     cfg = GpuqConfig.model_validate(
-        {"scheduler": {"reservation_after_s": 600, "w_speed": 0.5, "defragment": False,
+        {"scheduler": {"reservation_after_s": 600, "w_binpack": 0.5, "defragment": False,
                        "max_reservations": 2, "alerts": {"hol_ratio": 3, "imbalance_queued": 5}}}
     )
     sc = SchedulerConfig.from_mapping(cfg.scheduler)
-    assert (sc.reservation_after_s, sc.w_speed, sc.defragment, sc.max_reservations) == (
+    assert (sc.reservation_after_s, sc.w_binpack, sc.defragment, sc.max_reservations) == (
         600, 0.5, False, 2)
 
 
