@@ -10,15 +10,18 @@ lasting refusal never becomes a create/delete loop.
 
 Binds of different jobs are independent (the plan reserved distinct capacity), so up
 to ``workers`` of them run at once (the cluster's ``bind_workers``: kube-scheduler's
-asynchronous binding cycle, pkg/scheduler/schedule_one.go): leadership is re-checked
-and the epoch stamped before each such batch, in this thread, and the batch's outcomes
-are applied here in the plan's order.
+asynchronous binding cycle, pkg/scheduler/schedule_one.go), a window that starts the
+next bind as soon as one ends: leadership is re-checked before every ``workers`` binds
+started and the epoch stamped on each, in this thread, and the outcomes are applied
+here in the plan's order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from gpuq.cluster.interface import BindError, BindRequest
@@ -79,22 +82,47 @@ class Binder(Part):
                 continue  # bound by reconcile once the capacity is released
             todo.append(req)
         step = max(1, self.workers)
-        for i in range(0, len(todo), step):
-            batch = todo[i:i + step]
-            if not self.leading():
-                return
-            if self.elector is not None:
-                for req in batch:
+        # a window of ``step`` binds in flight: a bind starts as soon as one ends (not
+        # when the slowest of a batch does); outcomes are applied in the plan's order
+        pending: deque[tuple[BindRequest, Future[BindError | None]]] = deque()
+        started = 0  # binds started since leadership was last checked
+        try:
+            for req in todo:
+                if started % step == 0:  # at most ``step`` binds per check, as before
+                    if not self.leading():
+                        return
+                    started = 0
+                if self.elector is not None:
                     req.leader_epoch = self.elector.epoch
-            if len(batch) > 1:
-                outcomes = list(bind_pool(self.workers).map(self._bind_one, batch))
-            else:
-                outcomes = [self._bind_one(req) for req in batch]
-            for req, err in zip(batch, outcomes, strict=True):
-                if err is not None:
-                    self.undo_bind(req.job_id, str(err), permanent=err.permanent, hold=err.hold)
-                else:
-                    self.holds.clear(req.job_id)
+                started += 1
+                if step == 1:
+                    self._settle(req, self._bind_one(req))
+                    continue
+                running = [f for _, f in pending if not f.done()]
+                while len(running) >= step:
+                    wait(running, return_when=FIRST_COMPLETED)
+                    running = [f for f in running if not f.done()]
+                self._settle_done(pending)
+                pending.append((req, bind_pool(self.workers).submit(self._bind_one, req)))
+        finally:  # the binds already started end, and their outcomes are applied
+            for _, f in pending:
+                with contextlib.suppress(Exception):
+                    f.result()
+            self._settle_done(pending)
+
+    def _settle_done(self, pending: deque[tuple[BindRequest, Future[BindError | None]]]
+                     ) -> None:
+        """Apply the outcomes of the binds that ended, oldest first, up to the first
+        still running (the plan's order)."""
+        while pending and pending[0][1].done():
+            req, f = pending.popleft()
+            self._settle(req, f.result())
+
+    def _settle(self, req: BindRequest, err: BindError | None) -> None:
+        if err is not None:
+            self.undo_bind(req.job_id, str(err), permanent=err.permanent, hold=err.hold)
+        else:
+            self.holds.clear(req.job_id)
 
     def _bind_one(self, req: BindRequest) -> BindError | None:
         try:
