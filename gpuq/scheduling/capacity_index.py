@@ -174,6 +174,10 @@ class CapacityIndex:
         # in step
         self._base = _Files()
         self._nodes: dict[str, Node] = {}
+        # each node's signature, computed once until the node changes (add / update):
+        # grouping a type again after a what-if (see end()) then costs no signature of
+        # the nodes it did not touch
+        self._sigs: dict[str, tuple] = {}
         # the journal (see the module docstring): how many are open, each touched node's
         # summary and signature at the first begin(), the overlay where touched nodes are
         # filed meanwhile, what they left in the base buckets, and the types first grouped
@@ -211,9 +215,10 @@ class CapacityIndex:
             cap = measure(node, self.gpu_types.get(t) if t else None)
         self.caps[node.name] = cap
         self._nodes[node.name] = node
+        self._sigs.pop(node.name, None)
         self._base.file(node.name, t, cap)
         if t in self._base.groups:
-            self._base.group(node.name, t, node_signature(node))
+            self._base.group(node.name, t, self._signature(node.name))
 
     def update(self, node: Node) -> None:
         """Re-file a node after its usage changed."""
@@ -225,6 +230,7 @@ class CapacityIndex:
         cap = measure(node, self.gpu_types.get(t) if t else None)
         self.caps[name] = cap
         self._nodes[name] = node
+        self._sigs.pop(name, None)
         grouped = t in self._base.groups
         if self._depth:
             ov = self._ov
@@ -235,14 +241,21 @@ class CapacityIndex:
                 self._hide(name, t, old)
             ov.file(name, t, cap)
             if grouped:
-                ov.group(name, t, node_signature(node))
+                ov.group(name, t, self._signature(name))
             return
         base = self._base
         base.unfile(name, t, old)
         base.file(name, t, cap)
         if grouped:
             base.ungroup(name, t)
-            base.group(name, t, node_signature(node))
+            base.group(name, t, self._signature(name))
+
+    def _signature(self, name: str) -> tuple:
+        """The node's :func:`~gpuq.scheduling.node_reads.node_signature` as it is now."""
+        sig = self._sigs.get(name)
+        if sig is None:
+            sig = self._sigs[name] = node_signature(self._nodes[name])
+        return sig
 
     def _hide(self, name: str, t: str | None, cap: NodeCapacity) -> None:
         """A node's first change inside the journal: its base filing stays where it is,
@@ -276,7 +289,7 @@ class CapacityIndex:
             t = self.node_type[name]
             cap = self.caps[name]
             grouped = t in base.groups
-            sig = node_signature(self._nodes[name]) if grouped else None
+            sig = self._signature(name) if grouped else None
             if same_capacity(cap0, cap) and sig == sig0:
                 continue  # back as it was: same bucket, same place in it
             base.unfile(name, t, cap0)
@@ -307,10 +320,10 @@ class CapacityIndex:
             if self._depth:
                 self._fresh.add(t)
             node_type = self.node_type
-            for name, node in self._nodes.items():
+            signature = self._signature
+            for name in self._nodes:
                 if node_type[name] == t:
-                    (self._ov if name in self._orig else base).group(name, t,
-                                                                    node_signature(node))
+                    (self._ov if name in self._orig else base).group(name, t, signature(name))
         if not self._orig:
             return got.items()
         return self._merged_groups(t, got)

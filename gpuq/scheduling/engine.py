@@ -52,7 +52,7 @@ from gpuq.scheduling.entitlements import (
 )
 from gpuq.scheduling.fair_share import FairShareRule, fair_share_rule
 from gpuq.scheduling.filters import allowed_types
-from gpuq.scheduling.gates import GATES, Gate, Memo, Placement
+from gpuq.scheduling.gates import GATES, Gate, Memo, Placement, job_signature
 from gpuq.scheduling.leases import is_expired, pools_below_guarantee
 from gpuq.scheduling.model import (
     Admission,
@@ -117,6 +117,7 @@ class Cycle:
         )
         self.memo = Memo()  # the cycle's one memo, keyed by job signature (gates.py)
         self.reservations = 0
+        self.max_reservations = snap.config.max_reservations
         self.admitted = 0
         self.max_admissions = snap.config.max_cycle_admissions
         self.capped_teams = {
@@ -265,6 +266,8 @@ class Cycle:
     # -- step 2 -------------------------------------------------------------
     def reclaim_leases(self) -> list[Preemption]:
         """Expired ``always`` leases: their holders stop, capacity is freed."""
+        if not self.any_lease:  # no preemptible job holds an expired lease
+            return []
         out = reclaim_expired(self.snap, self.books)
         self.gone.update(p.job_id for p in out)
         return out
@@ -282,7 +285,9 @@ class Cycle:
         tries to make room. Gates whose answer holds for the whole cycle
         (``Gate.for_cycle``) are not asked again for a signature they let through."""
         memo = self.memo
-        sig = memo.number(job)
+        sig = memo.numbers.get(job_signature(job))  # Memo.number, inlined: once per job
+        if sig is None:
+            sig = memo.number(job)
         if sig in memo.passed:
             if self.placement_next:
                 # the common wait of a backlog, answered as the Placement gate would
@@ -293,7 +298,7 @@ class Cycle:
                 ))
                 if got is not None and got[0] == self.state.release_epoch:
                     self.result.reasons[job.id] = got[1].reason
-                    self._maybe_reserve(job)
+                    self._maybe_reserve(job, sig)
                     return
             gates = self.later_gates
         else:
@@ -313,7 +318,7 @@ class Cycle:
                 why: Reason = v.reason  # type: ignore[union-attr,assignment]
                 if gate is self.placement_gate:  # the common wait: inline (a backlog's)
                     self.result.reasons[job.id] = why
-                    self._maybe_reserve(job)  # asks may_reserve first
+                    self._maybe_reserve(job, sig)  # asks may_reserve first
                     return
                 self._wait(job, gate, why)
                 return
@@ -611,12 +616,11 @@ class Cycle:
             )
         return got
 
-    def _maybe_reserve(self, job: JobRequest) -> None:
-        if not self.may_reserve(job):
+    def _maybe_reserve(self, job: JobRequest, sig: int | None = None) -> None:
+        if self.reservations >= self.max_reservations or not self.may_reserve(job):
             return
-        if self.reservations >= self.snap.config.max_reservations:
-            return
-        sig = self.memo.number(job)
+        if sig is None:
+            sig = self.memo.number(job)
         epoch = self.state.release_epoch
         if self.memo.get("no_reservation", sig, (), epoch):
             return  # this signature could not be given a reservation this cycle

@@ -28,13 +28,19 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator
-from operator import attrgetter
+from operator import attrgetter, le
+
+import numpy as np
 
 from gpuq.scheduling.model import JobRequest
 from gpuq.scheduling.quota import QuotaLedger
 
 _AGE = attrgetter("submitted_at", "id")
 _PRIO = attrgetter("priority_value")
+_SUBMITTED = attrgetter("submitted_at")
+_ESTIMATE = attrgetter("duration_estimate_s")
+_PREDICTED = attrgetter("predicted_s")
+_REQUEUED = attrgetter("preemption_count")
 
 # A job waiting this many times its predicted run time is promoted within its team:
 # a job's slowdown from its own team's shorter work is at most about PROMOTE + 1
@@ -51,6 +57,76 @@ def promoted(j: JobRequest, now: float, cap_s: float, unknown_s: float) -> bool:
     return waited >= min(cap_s, PROMOTE * (est if est is not None else unknown_s))
 
 
+def in_age_order(pending: Iterable[JobRequest]) -> list[JobRequest]:
+    """``pending`` sorted by (submitted_at, id). A caller's list is usually in that order
+    already (the store reads it so): then it is only checked (C-level passes over the
+    submit times; the ids compared only where submit times tie), not sorted again."""
+    jobs = list(pending)
+    subs = list(map(_SUBMITTED, jobs))
+    if all(map(le, subs, subs[1:])):
+        at = np.asarray(subs, dtype=float)
+        ties = np.flatnonzero(at[1:] == at[:-1]).tolist()  # i: jobs i and i + 1 tie
+        if all(jobs[i].id <= jobs[i + 1].id for i in ties):
+            return jobs
+    jobs.sort(key=_AGE)
+    return jobs
+
+
+def team_queue(q: list[JobRequest], now: float, shortest_first: bool, unknown_s: float,
+               cap_s: float) -> list[JobRequest]:
+    """One team's jobs (``q``, in age order) in their dispatch order: by priority
+    (highest first), then promoted jobs by age, then the rest by predicted run time
+    (``unknown_s`` for none) and age -- one stable sort by (-priority, not promoted,
+    0 if promoted else the prediction), as :func:`team_queue_reference` states it."""
+    n = len(q)
+    if n < 2:
+        return q
+    prio = list(map(_PRIO, q))
+    same_prio = min(prio) == max(prio)
+    requeued = list(map(_REQUEUED, q))
+    est: list[float | None] = list(map(_ESTIMATE, q))
+    if None in est:
+        est = [e if e is not None else p for e, p in zip(est, map(_PREDICTED, q), strict=True)]
+        if not shortest_first or (not any(requeued) and est.count(None) == n):
+            # no prediction and nobody requeued: by age within each priority
+            return q if same_prio else sorted(q, key=_PRIO, reverse=True)
+        est = [unknown_s if e is None else e for e in est]
+    elif not shortest_first:
+        return q if same_prio else sorted(q, key=_PRIO, reverse=True)
+    run = np.asarray(est, dtype=float)
+    if np.isnan(run).any():  # no order of its own: the reference's sorts decide
+        return team_queue_reference(q, now, shortest_first, unknown_s, cap_s)
+    if same_prio and not any(requeued) and run.min() == run.max():
+        # one prediction for all: promotion (waited the cap or PROMOTE x the prediction)
+        # is then a prefix of the age order, and the rest is in age order too
+        return q
+    sub = np.fromiter(map(_SUBMITTED, q), dtype=float, count=n)
+    first = (np.asarray(requeued) != 0) | (sub <= now - cap_s) | (now - sub >= PROMOTE * run)
+    keys: tuple = (np.where(first, 0.0, run), ~first)
+    if not same_prio:
+        keys += (-np.asarray(prio, dtype=np.int64),)
+    order = np.lexsort(keys)  # stable: equal keys keep the age order
+    return [q[i] for i in order.tolist()]
+
+
+def team_queue_reference(q: list[JobRequest], now: float, shortest_first: bool,
+                         unknown_s: float, cap_s: float) -> list[JobRequest]:
+    """:func:`team_queue` as plain stable sorts (the definition; ``q`` in age order)."""
+    q = list(q)
+    if shortest_first and any(j.expected_s is not None or j.preemption_count for j in q):
+        run = {id(j): unknown_s if j.expected_s is None else j.expected_s for j in q}
+        q.sort(key=lambda j: run[id(j)])
+        oldest = now - cap_s
+        first = [j for j in q if j.preemption_count or j.submitted_at <= oldest
+                 or now - j.submitted_at >= PROMOTE * run[id(j)]]
+        if first:
+            first.sort(key=_AGE)
+            ids = {id(j) for j in first}
+            q = first + [j for j in q if id(j) not in ids]
+    q.sort(key=_PRIO, reverse=True)
+    return q
+
+
 class FairOrder:
     """Jobs in dispatch order; ``team_key(team)`` (lower first) is re-read whenever
     the ledger changed (after an admission or a stop)."""
@@ -64,27 +140,10 @@ class FairOrder:
         self.now = now
         self.team_key = team_key or ledger.dominant_share
         queues: dict[str, list[JobRequest]] = {}
-        for j in pending:
+        for j in in_age_order(pending):
             queues.setdefault(j.team, []).append(j)
         for team, q in queues.items():
-            # stable C-level sorts, last key first (several times faster than one sort by
-            # (-priority, promoted first, age if promoted else the prediction, age, id),
-            # which this equals): age, the shortest predicted, promoted first, priority
-            q.sort(key=_AGE)
-            if shortest_first and any(
-                j.expected_s is not None or j.preemption_count for j in q
-            ):
-                unknown = unknown_duration_s
-                run = {id(j): unknown if j.expected_s is None else j.expected_s for j in q}
-                q.sort(key=lambda j: run[id(j)])
-                oldest = now - cap_s
-                first = [j for j in q if j.preemption_count or j.submitted_at <= oldest
-                         or now - j.submitted_at >= PROMOTE * run[id(j)]]
-                if first:
-                    first.sort(key=_AGE)
-                    ids = {id(j) for j in first}
-                    q = queues[team] = first + [j for j in q if id(j) not in ids]
-            q.sort(key=_PRIO, reverse=True)
+            queues[team] = team_queue(q, now, shortest_first, unknown_duration_s, cap_s)
         self.queues = queues
         self._share: dict[str, tuple[int, object]] = {}
         self._below: dict[str, tuple[int, int]] = {}

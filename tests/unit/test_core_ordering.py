@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpuq.scheduling.engine import schedule
 from gpuq.scheduling.model import FairState, PoolInfo, SchedulerConfig, TeamInfo
+from gpuq.scheduling.ordering import FairOrder, team_queue_reference
+from gpuq.scheduling.quota import QuotaLedger
 from tests.unit.core_fixtures import job, node, running, snap, whole
 
 
@@ -167,3 +172,43 @@ def test_a_team_owed_credit_goes_first_among_equals() -> None:
     sn = snap([node("a", "a100-80g", 1)], [jx, jy], teams=teams, now=600)
     sn.fair = FairState(600, {"x": 1000.0})
     assert schedule(sn).order[0] == "jx"  # x is owed credit
+
+
+# -- the team queues' fast path equals the plain sorts ----------------------------------
+_ORDER_JOBS = st.lists(
+    st.tuples(
+        st.sampled_from(["x", "y", "z"]),  # team
+        st.sampled_from([100, 500, 1000]),  # priority
+        st.sampled_from([0.0, 1.0, 2.0, 50.0, 1000.0, 2900.0, 7200.0]),  # submitted_at
+        st.sampled_from([None, 10.0, 600.0, 3600.0]),  # duration_estimate_s
+        st.sampled_from([None, 30.0, 3600.0]),  # predicted_s
+        st.sampled_from([0, 0, 0, 1]),  # preemption_count
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ORDER_JOBS, st.randoms(use_true_random=False), st.booleans(),
+       st.sampled_from([0.0, 500.0, 3000.0, 10_000.0]), st.sampled_from([1800.0, float("inf")]))
+def test_team_queues_equal_the_plain_sorts(rows, rnd, shortest_first, now, cap) -> None:
+    """FairOrder's queues (the input checked for age order, one stable lexsort per team)
+    are the plain stable sorts they replace, for any input order, ties included."""
+    pending = [
+        job(f"j{i}", team=t, priority_value=p, submitted_at=s, duration_estimate_s=d,
+            predicted_s=pr, preemption_count=c)
+        for i, (t, p, s, d, pr, c) in enumerate(rows)
+    ]
+    for shuffled in (False, True):
+        if shuffled:
+            rnd.shuffle(pending)
+        got = FairOrder(pending, QuotaLedger.from_snapshot(snap([], [])), now,
+                        lambda team: 0, shortest_first, 3600.0, cap).queues
+        want: dict[str, list] = {}
+        for j in pending:
+            want.setdefault(j.team, []).append(j)
+        for team, q in want.items():
+            q.sort(key=lambda j: (j.submitted_at, j.id))
+            want[team] = team_queue_reference(q, now, shortest_first, 3600.0, cap)
+        assert {t: [j.id for j in q] for t, q in got.items()} == {
+            t: [j.id for j in q] for t, q in want.items()}
