@@ -26,6 +26,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from gpuq.scheduling.leases import lease_outlived, lease_terms, runtime_lower_bound
 from gpuq.scheduling.model import (
@@ -38,6 +39,8 @@ from gpuq.scheduling.model import (
 from gpuq.scheduling.quota import units_by_type
 from gpuq.scheduling.state import EPS
 from gpuq.scheduling.verdicts import Reason, ReasonCode
+
+_WANT = attrgetter("pool", "gpu_types", "avoid_gpu_types")  # what a pending job may use
 
 
 def capacity_by_type(snap: Snapshot) -> dict[str, float]:
@@ -106,19 +109,19 @@ class PoolLedger:
     @classmethod
     def from_snapshot(cls, snap: Snapshot) -> PoolLedger:
         active: set[tuple[str, str]] = set()
-        seen: set[tuple] = set()  # a 100,000-job backlog has few distinct wants
-        for j in snap.pending:
-            want = (j.pool, j.gpu_types, j.avoid_gpu_types)
-            if want in seen:
-                continue
-            seen.add(want)
-            info = snap.pools.get(j.pool)
-            wanted = j.gpu_types or (info.gpu_types if info else ()) or tuple(snap.gpu_types)
-            active.update((j.pool, t) for t in wanted if t not in j.avoid_gpu_types)
-        for r in snap.running:
-            active.update((r.request.pool, p.gpu_type) for p in r.placements if p.gpu_type)
+        # a 100,000-job backlog has few distinct wants (found by a C-level pass)
+        for pool, gpu_types, avoid in set(map(_WANT, snap.pending)):
+            info = snap.pools.get(pool)
+            wanted = gpu_types or (info.gpu_types if info else ()) or tuple(snap.gpu_types)
+            active.update((pool, t) for t in wanted if t not in avoid)
+        running = snap.running
+        for r in running:
+            pool = r.request.pool
+            for p in r.placements:
+                if p.gpu_type:
+                    active.add((pool, p.gpu_type))
         ledger = cls(snap.pools, capacity_by_type(snap), active)
-        for r in snap.running:
+        for r in running:
             ledger.add_running(r)
         return ledger
 
@@ -136,7 +139,7 @@ class PoolLedger:
         return out
 
     def add_running(self, r: RunningJob) -> None:
-        leases = [(x.lender, x.gpu_type, x.units) for x in r.leases]
+        leases = [(x.lender, x.gpu_type, x.units) for x in r.leases] if r.leases else []
         self.add(r.request.id, r.request.pool, units_by_type(r.placements), leases)
 
     def add(
@@ -144,7 +147,9 @@ class PoolLedger:
         leases: Iterable[tuple[str, str, float]] = (),
     ) -> None:
         """Account a job holding ``used`` CU per type, with its (lender, type, CU) leases."""
-        self.active.update((pool, t) for t in used)
+        active = self.active
+        for t in used:
+            active.add((pool, t))
         self._apply(job_id, pool, used, list(leases), +1)
 
     def _apply(

@@ -76,7 +76,14 @@ class StaticCapacity:
             if not n.devices or n.gpu_type is None:
                 continue
             tc = by_type.setdefault(n.gpu_type, TypeCapacity())
-            whole = sum(1 for d in n.devices if not d.mig_layout and not d.external)
+            whole = cut = 0  # cards not cut nor held outside gpuq; cards cut into slices
+            for d in n.devices:
+                if d.mig_layout:
+                    cut += 1
+                    for p in d.mig_layout:
+                        tc.mig_slices[p] = tc.mig_slices.get(p, 0) + 1
+                elif not d.external:
+                    whole += 1
             tc.nodes += 1
             tc.cards += whole
             tc.max_cards = max(tc.max_cards, whole)
@@ -84,13 +91,9 @@ class StaticCapacity:
                 tc.fast_cards += whole
             tc.max_cpu = max(tc.max_cpu, n.cpu)
             tc.max_memory_gb = max(tc.max_memory_gb, n.memory_gb)
-            cut = sum(1 for d in n.devices if d.mig_layout)
             tc.node_caps.append((n.name, whole, cut, n.cpu, n.memory_gb))
             shape = (whole, n.cpu, n.memory_gb)
             tc.shapes[shape] = tc.shapes.get(shape, 0) + 1
-            for d in n.devices:
-                for p in d.mig_layout:
-                    tc.mig_slices[p] = tc.mig_slices.get(p, 0) + 1
         return cls(by_type, max_cpu, max_mem, tuple(off), cpu_cpu, cpu_mem)
 
 

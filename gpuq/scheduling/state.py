@@ -48,12 +48,6 @@ def _with_devices(node: Node, devices: list[Device]) -> Node:
     )
 
 
-def _plain(d: Device) -> bool:
-    """A whole card nothing holds: taking it makes exactly ``Device(index, whole_used=True)``."""
-    return (not d.whole_used and not d.mig_layout and not d.slices_used and not d.external
-            and d.share_used == 0.0 and d.share_memory_gb == 0.0)
-
-
 class ClusterState:
     """Nodes by name with usage applied, plus a capacity index kept in step.
 
@@ -165,7 +159,10 @@ class ClusterState:
             d = devices[i]
             if taken.get(d.index) is d:
                 continue  # taken twice (the caller's double booking): as _apply, no change
-            if not _plain(d):  # anything else changes on a copy of its own
+            if (d.whole_used or d.mig_layout or d.slices_used or d.external
+                    or d.share_used != 0.0 or d.share_memory_gb != 0.0):
+                # not a whole card nothing holds (taking one of those makes exactly
+                # ``Device(index, whole_used=True)``): it changes on a copy of its own
                 devices = node.devices = [copy_device(x) for x in devices]
                 self._borrowed.discard(name)
                 for k in p.devices:
