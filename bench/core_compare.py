@@ -4,9 +4,9 @@ alternating old, new, old, new ... (``--rounds``), so both see the same machine,
 median of each figure is printed with the load average.
 
 Figures (CPU seconds of one cycle, as ``bench/core.py`` builds its data): one cycle with
-10,000 pending jobs on an empty 10,000-node cluster (placements/s), one cycle with 100,000
-pending jobs that cannot fit (every card busy), and the same backlog with every job past the
-reservation cap. Each subprocess times each case ``--repeat`` times and reports its median.
+10,000 pending jobs on an empty 10,000-node cluster (placements/s), the same with 100,000
+pending jobs (placements/s), one cycle with 100,000 pending jobs that cannot fit (every card
+busy), and the same backlog with every job past the reservation cap. Each subprocess times each case ``--repeat`` times and reports its median.
 Both trees must take the same decisions: the admissions and the reasons' digest of each case
 are printed and compared.
 
@@ -33,8 +33,10 @@ from gpuq.scheduling.engine import schedule
 repeat = int(sys.argv[1])
 nodes = cluster(10000)
 pend = jobs(10_000, seed=20_000)
+many = jobs(100_000, seed=110_000)
 run = full_cluster_running(nodes); big = jobs(100_000, seed=7)
 cases = {"place": lambda: snapshot(nodes, pend),
+         "place100k": lambda: snapshot(nodes, many),
          "nofit": lambda: snapshot(nodes, big, run),
          "old": lambda: snapshot(nodes, big, run, now=1e6)}
 out = {}
@@ -78,15 +80,15 @@ def main() -> None:
         for name, folder in trees.items():
             got[name].append(run_tree(folder, args.repeat))
             loads.append(os.getloadavg()[0])
-    labels = {"place": "10,000 x 10,000", "nofit": "100,000 that cannot fit",
-              "old": "every job old"}
+    labels = {"place": "10,000 x 10,000", "place100k": "10,000 x 100,000",
+              "nofit": "100,000 that cannot fit", "old": "every job old"}
     for case, label in labels.items():
         row = []
         for name in trees:
             runs = [r[case] for r in got[name]]
             med = statistics.median(r["cpu_s"] for r in runs)
             extra = ""
-            if case == "place":
+            if case in ("place", "place100k"):
                 extra = f", {runs[0]['replicas'] / med:,.0f} placements/s"
             row.append(f"{name} {med:.3f} s{extra}")
         same = {r[case]["digest"] for name in trees for r in got[name]}
