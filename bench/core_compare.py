@@ -6,9 +6,9 @@ median of each figure is printed with the load average.
 Figures (CPU seconds of one cycle, as ``bench/core.py`` builds its data): one cycle with
 10,000 pending jobs on an empty 10,000-node cluster (placements/s), the same with 100,000
 pending jobs (placements/s), one cycle with 100,000 pending jobs that cannot fit (every card
-busy), and the same backlog with every job past the reservation cap. Each subprocess times each case ``--repeat`` times and reports its median.
-Both trees must take the same decisions: the admissions and the reasons' digest of each case
-are printed and compared.
+busy), and the same backlog with every job past the reservation cap. Each subprocess times
+each case ``--repeat`` times and reports its median. Both trees must take the same
+decisions: the admissions and the reasons' digest of each case are printed and compared.
 
 Run: ``.venv/bin/python bench/core_compare.py --baseline /tmp/old [--rounds 3]``.
 """
