@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from gpuq.scheduling.filters import pick_mig, pick_share, pick_whole
@@ -41,11 +41,12 @@ class Demand:
     units: float = 0.0  # CU per replica
     memory_gb: float = 0.0  # GPU memory handed out (per card for whole cards)
     share_memory_gb: float = 0.0  # memory charged to a shared card
+    # what this kind of demand does (one object per kind), looked up once: placement
+    # asks it for every node it tries
+    how: DemandKind = field(init=False, repr=False, compare=False)
 
-    @property
-    def how(self) -> DemandKind:
-        """What this kind of demand does (one object per kind)."""
-        return KINDS[self.kind]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "how", KINDS[self.kind])
 
 
 def share_memory(gpu_type: GpuType, share: float, min_gpu_memory_gb: float) -> float:

@@ -117,11 +117,13 @@ class Classifier:
         self._memo: dict[tuple, ClassKey] = {}
 
     def __call__(self, job: JobRequest) -> ClassKey:
-        share = mode_of(job).shareable_only
-        k = (job.pool, job.gpu_types, job.avoid_gpu_types, job.min_gpu_memory_gb, share,
+        # the mode's name in the key (its object is asked only on a miss: this runs for
+        # every pending job of a cycle)
+        k = (job.pool, job.gpu_types, job.avoid_gpu_types, job.min_gpu_memory_gb, job.mode,
              job.speed)
         got = self._memo.get(k)
         if got is None:
+            share = mode_of(job).shareable_only
             names = tuple(sorted(
                 t.name for t in allowed_types(job, self.gpu_types, self.pools)
                 if not share or t.shareable
