@@ -527,12 +527,14 @@ def write_report(doc: dict[str, Any], out_dir: str | Path, plots: bool = True) -
 
 
 def combine(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several suite.json documents (e.g. scenarios run in parallel) as one."""
+    """Several suite.json documents (e.g. scenarios run in parallel) as one. A later
+    document's run of a policy on a scenario, and its tuning of a baseline, replace an
+    earlier one's (so one baseline can be re-run and merged into a stored report)."""
     out: dict[str, Any] = {"load_average": max(d["load_average"] for d in docs),
                            "policies": [], "scenarios": {}}
     for d in docs:
-        if d.get("tuning") and "tuning" not in out:
-            out["tuning"] = d["tuning"]
+        if d.get("tuning"):
+            out.setdefault("tuning", {}).update(d["tuning"])
         for p in d["policies"]:
             if p not in out["policies"]:
                 out["policies"].append(p)

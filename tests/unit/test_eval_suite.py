@@ -97,6 +97,24 @@ def test_runs_of_separate_processes_combine_into_one_report(tmp_path):
     assert doc["scenarios"]["s2"]["runs"]["gpuq"] == {"x": 3}
 
 
+def test_a_re_run_baselines_tuning_replaces_the_stored_one_and_keeps_the_others():
+    stored = {"load_average": 1.0, "policies": ["gpuq", "kueue", "slurm"],
+              "scenarios": {"s1": {"path": "s1.yaml", "bound": {"jct_mean_s": 5.0},
+                                   "runs": {"gpuq": {"x": 1}, "kueue": {"x": 2},
+                                            "slurm": {"x": 3}}}},
+              "tuning": {"kueue": {"chosen_label": "k"}, "slurm": {"chosen_label": "old"}}}
+    rerun = {"load_average": 2.0, "policies": ["slurm"],
+             "scenarios": {"s1": {"path": "s1.yaml", "runs": {"slurm": {"x": 4}}}},
+             "tuning": {"slurm": {"chosen_label": "new"}}}
+    doc = combine([stored, rerun])
+    assert doc["tuning"] == {"kueue": {"chosen_label": "k"}, "slurm": {"chosen_label": "new"}}
+    assert list(doc["tuning"]) == ["kueue", "slurm"]
+    assert doc["scenarios"]["s1"]["runs"] == {"gpuq": {"x": 1}, "kueue": {"x": 2},
+                                               "slurm": {"x": 4}}
+    assert doc["scenarios"]["s1"]["bound"] == {"jct_mean_s": 5.0}
+    assert doc["policies"] == ["gpuq", "kueue", "slurm"]
+
+
 def test_readme_table_is_the_committed_evaluation_report():
     """README's Evaluation table is readme_table of docs/eval/windows/suite.json, word for
     word, and the chosen settings it names are the report's, so a re-run of the evaluation
