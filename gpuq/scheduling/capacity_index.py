@@ -85,6 +85,14 @@ def measure(node: Node, gpu_type: GpuType | None) -> NodeCapacity:
     return cap
 
 
+def full_capacity(n_devices: int) -> NodeCapacity:
+    """What :func:`measure` gives for a node whose every card is wholly taken."""
+    cap = NodeCapacity()
+    cap.n_devices = n_devices
+    cap.used_frac = 1.0  # n x 1.0 / n
+    return cap
+
+
 def same_capacity(a: NodeCapacity, b: NodeCapacity) -> bool:
     """Equal summaries: a node filed by one is filed where the other would be."""
     return (a.free_whole == b.free_whole and a.used_frac == b.used_frac

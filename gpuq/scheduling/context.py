@@ -53,6 +53,9 @@ class PlacementContext:
     # (request shape, node state) -> score; valid while mix, config and pools are (see
     # placement._state_candidates). Placement fills it; nobody else should.
     score_cache: dict[tuple, float] = field(default_factory=dict)
+    # (what placement.OPTION_READS reads of a request) -> (allowed types, mode, CU total,
+    # options), for the gpu_types and pools under the key None. Placement fills it.
+    options_cache: dict[tuple | None, tuple] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_memory_gb <= 0:

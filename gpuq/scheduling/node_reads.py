@@ -94,4 +94,4 @@ def node_signature(node: Node) -> tuple:
     if _views_for != len(_DECLARED):  # declarations arrive as modules import
         _views = tuple(ASPECTS[a] for a in signature_aspects())
         _views_for = len(_DECLARED)
-    return tuple(view(node) for view in _views)
+    return tuple([view(node) for view in _views])

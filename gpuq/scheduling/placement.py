@@ -36,9 +36,9 @@ from gpuq.scheduling.filters import (
     node_fits_host,
     tolerates,
 )
-from gpuq.scheduling.job_reads import job_view
+from gpuq.scheduling.job_reads import job_view, view
 from gpuq.scheduling.model import GpuType, JobRequest, Node, ReplicaPlacement
-from gpuq.scheduling.modes import mode_of
+from gpuq.scheduling.modes import MODE_FIELDS, mode_of
 from gpuq.scheduling.node_reads import node_signature, reads
 from gpuq.scheduling.scores import memory_waste, score, speed_gain
 from gpuq.scheduling.state import ClusterState
@@ -63,14 +63,28 @@ def place_job(
     return res.placements if res is not None else None
 
 
+# What the allowed types (filters.allowed_types) and a mode's options read of a request
+OPTION_READS = view(MODE_FIELDS | {"pool", "gpu_types", "avoid_gpu_types", "min_gpu_memory_gb"})
+
+
 def try_place(job: JobRequest, state: ClusterState, ctx: PlacementContext) -> Placed | None:
     index = state.index_for(ctx.gpu_types)
-    types = allowed_types(job, ctx.gpu_types, ctx.pools)
-    mode = mode_of(job)
-    units = mode.units_total(job)
+    cache = ctx.options_cache  # a backlog has few request shapes
+    owner = cache.get(None)
+    if owner is None or owner[0] is not ctx.gpu_types or owner[1] is not ctx.pools:
+        cache.clear()  # made for other types or pools (a context copied with replace())
+        cache[None] = (ctx.gpu_types, ctx.pools)
+    key = OPTION_READS(job)
+    shape = cache.get(key)
+    if shape is None:
+        types = allowed_types(job, ctx.gpu_types, ctx.pools)
+        mode = mode_of(job)
+        units = mode.units_total(job)
+        shape = cache[key] = (types, mode, units,
+                              mode.options(job, types) if units is None else [])
+    types, mode, units, demands = shape
     if units is not None:  # one CU total of whole cards, not replica by replica
         return _place_units(job, units, state, index, ctx, types)
-    demands = mode.options(job, types)
     if not demands:
         return None
     if job.replicas > 1 and not job.allow_mixed_types and demands[0].how.on_card:
