@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpuq.domain.config import load_config_text
 from gpuq.simulate.all_policies import POLICY_NAMES, make_policy
 from gpuq.simulate.baselines.slurm import SlurmPolicy
@@ -9,6 +11,8 @@ from gpuq.simulate.baselines.volcano import deserved_shares
 from gpuq.simulate.command import run_simulate
 from gpuq.simulate.replay import ScenarioModel, Simulator
 from tests.unit.baseline_fixtures import ONE_FLAVOR, jobs_by_name, run_policy
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_names_are_registered_and_fresh_perrun_policy():
@@ -75,6 +79,30 @@ def test_kueue_picks_victims_by_quota_and_holds_the_quota_while_the_pods_wait():
     # meanwhile the quota b1 holds is nobody else's: a5 restarts at 1,500 s on what is
     # left of the cohort's quota (24 - 12 of a's running jobs - b1's 8), not before
     assert jobs["a5"]["start_s"] == 1500.0 and jobs["a6"]["start_s"] == 1530.0
+
+
+
+def test_kueue_admits_by_gpu_quota_on_a_flavor_whose_nodes_cannot_hold_the_pod():
+    """CPU and memory are not covered (excluded) resources, and flavor assignment looks at a
+    flavor's quota, node labels and taints, never at its nodes' room
+    (pkg/scheduler/flavorassigner/flavorassigner.go, checkFlavorForPodSets): "big" is
+    admitted on v100-32g, the cheapest flavor, whose one node has 32 CPUs for its Pod's
+    100, and keeps that quota with its Pod Pending to the end, so "small" goes to
+    a100-80g. Real Kueue v0.17.0 did the same on this scenario (bench/realsched.py,
+    docs/evaluation.md). The model before f558d2a started "big" at once on a100-80g."""
+    text = (ROOT / "eval/fidelity/unfinished/uncovered-cpu.yaml").read_text()
+    doc = run_policy(text, "kueue")
+    jobs = jobs_by_name(doc)
+    assert jobs["big"]["status"] == "pending" and jobs["big"]["start_s"] is None
+    assert "flavor v100-32g" in jobs["big"]["reason"]
+    assert jobs["small"]["start_s"] == 100.0
+    assert {a["gpu_type"] for a in jobs["small"]["allocations"]} == {"a100-80g"}
+    assert doc["summary"]["jobs_not_finished"] == 1
+    # covering CPU and memory puts "big" where its Pod fits (the tuning grid's
+    # cover_cpu_memory): v100-32g has 32 CPUs of quota, not 100
+    doc = run_policy(text, "kueue", cover_cpu_memory=True)
+    assert jobs_by_name(doc)["big"]["start_s"] == 0.0
+    assert doc["summary"]["jobs_not_finished"] == 0
 
 
 TWO_FLAVORS = """

@@ -83,7 +83,11 @@ The configuration modelled (the knobs an operator sets are
 Left out: a workload admitted by quota whose Pods wait is not itself a
 preemption candidate here (Kueue could preempt it). No hierarchical cohorts,
 no admission checks, no partial admission, no topology-aware scheduling; CPU
-and memory are not covered resources (they only constrain the node fit).
+and memory are not covered resources unless ``cover_cpu_memory`` (they only constrain the
+node fit). Without them a workload may be admitted on a flavor whose nodes can never hold
+its Pods (flavor assignment looks at quota, node labels and taints, not at node room:
+``pkg/scheduler/flavorassigner/flavorassigner.go`` ``checkFlavorForPodSets``); it keeps
+that quota, its Pods pending, for good, as real Kueue does (docs/evaluation.md).
 """
 
 from __future__ import annotations
