@@ -57,6 +57,7 @@ GRIDS: dict[str, list[Settings]] = {
         {"nominal": "cohort"},
         {"flavor_order": "fastest", "nominal": "cohort"},
         {"flavor_order": "fastest", "cover_cpu_memory": True},
+        {"flavor_order": "fastest", "nominal": "cohort", "cover_cpu_memory": True},
     ],
     # resource model, speed preference (preferred node affinity), reclaim action
     "volcano": [
