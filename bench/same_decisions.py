@@ -307,6 +307,9 @@ def compare(a_path: str, b_path: str) -> int:
     bad = 0
     for name in CASES:
         if name not in a or name not in b:
+            if name in a or name in b:  # run in one tree only: say so, not a silent pass
+                where = a_path if name in a else b_path
+                print(f"{name}: NOT COMPARED, only in {where} (run both with the same --cases)")
             continue
         x, y = a[name], b[name]
         if "per_seed" in x:

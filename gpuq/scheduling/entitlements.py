@@ -55,7 +55,7 @@ ClassKey = tuple[tuple[str, ...], tuple[tuple[str, float], ...]]  # (types, spee
 
 
 def job_cards(job: JobRequest) -> float:
-    """Cards the job holds in all (a share as its fraction, a slice as a third, a
+    """Cards the job holds in all (a share as its fraction, a slice as 0.3 of a card, a
     ``gpu_units`` request as one card per replica); 0 for CPU-only work."""
     whole, part = mode_of(job).card_shape(job)
     per = whole + part
