@@ -49,15 +49,23 @@ FACTORIES: dict[str, Callable[..., Policy]] = {
 GRIDS: dict[str, list[Settings]] = {
     # flavor order (cheapest first keeps big cards for the jobs that need them; fastest
     # first gives each job its best card), whenCanBorrow, nominal quota rule, and CPU and
-    # memory in the resource group; both fair-sharing strategies (Kueue's default) in all
+    # memory in the resource group; both fair-sharing strategies (Kueue's default) in all.
+    # A covered setting comes before its uncovered twin: Kueue's
+    # site/content/en/docs/concepts/cluster_queue.md ("Flavors and Resources", "Resource
+    # Groups") ties cpu, memory and GPUs to one flavor and lists cpu and memory in every
+    # example's coveredResources, and a workload asking for a resource its ClusterQueue
+    # does not cover is inadmissible ("resource ... unavailable in ClusterQueue",
+    # pkg/scheduler/flavorassigner/flavorassigner.go) unless the operator sets
+    # excludeResourcePrefixes (Configuration API, apis/config/v1beta1/
+    # configuration_types.go), so covering them is the ordinary setup and wins a tie.
     "kueue": [
         {},
+        {"flavor_order": "fastest", "cover_cpu_memory": True},
         {"flavor_order": "fastest"},
         {"flavor_order": "fastest", "when_can_borrow": "TryNextFlavor"},
         {"nominal": "cohort"},
-        {"flavor_order": "fastest", "nominal": "cohort"},
-        {"flavor_order": "fastest", "cover_cpu_memory": True},
         {"flavor_order": "fastest", "nominal": "cohort", "cover_cpu_memory": True},
+        {"flavor_order": "fastest", "nominal": "cohort"},
     ],
     # resource model, speed preference (preferred node affinity), reclaim action
     "volcano": [

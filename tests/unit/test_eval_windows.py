@@ -88,6 +88,13 @@ def test_score_is_relative_to_each_windows_best_and_ties_go_to_the_first():
     assert label({}) == "defaults" and label({"priority_max_age_s": 86400.0}).endswith("=1d")
     for p, grid in GRIDS.items():  # the upstream defaults come first in every grid
         assert grid[0] == {}, p
+    # Kueue: CPU and memory covered (the ordinary ClusterQueue) before its uncovered twin,
+    # so a tie keeps the covered one
+    kq = GRIDS["kueue"]
+    for i, s in enumerate(kq):
+        if s.get("cover_cpu_memory"):
+            twin = {k: v for k, v in s.items() if k != "cover_cpu_memory"}
+            assert twin in kq[i + 1:], s
 
 
 def test_tuned_suite_chooses_on_tuning_windows_and_reports_over_windows(tmp_path):
