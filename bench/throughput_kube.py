@@ -58,6 +58,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from gpuq.clock import utcnow
+from gpuq.cluster.k8s_watch import check_status
 from gpuq.dispatch.dispatcher import Dispatcher
 from gpuq.domain.spec import JobSpec
 from gpuq.store.db import make_engine, make_session_factory
@@ -128,7 +129,7 @@ class BindWatch:
         """Every Pod of the namespace, in pages; the version to watch from."""
         token, rv = None, None
         while True:
-            resp = _checked(self.core.list_pod_for_all_namespaces(
+            resp = check_status(self.core.list_pod_for_all_namespaces(
                 field_selector=self._in_ns, limit=500, _preload_content=False,
                 _request_timeout=60,
                 **({"_continue": token} if token else {})))
@@ -147,7 +148,7 @@ class BindWatch:
         """One watch from :attr:`rv`, until the server ends it; 410 Gone drops the
         version so the next step relists."""
         try:
-            resp = _checked(self.core.list_pod_for_all_namespaces(
+            resp = check_status(self.core.list_pod_for_all_namespaces(
                 field_selector=self._in_ns, watch=True, resource_version=self.rv,
                 timeout_seconds=self.watch_s, allow_watch_bookmarks=True,
                 _preload_content=False, _request_timeout=(10, self.watch_s + 30)))
@@ -189,17 +190,6 @@ class BindWatch:
 
     def stop(self) -> None:
         self._stop.set()
-
-
-def _checked(resp: Any) -> Any:
-    """``resp`` (a raw answer, ``_preload_content=False``), or ApiException if it is
-    not a 2xx."""
-    code = getattr(resp, "status", 200)
-    if isinstance(code, int) and not 200 <= code <= 299:
-        body = resp.data.decode() if getattr(resp, "data", None) else ""
-        resp.release_conn()
-        raise ApiException(status=code, reason=body[:500])
-    return resp
 
 
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> str:

@@ -64,7 +64,9 @@ def object_key(obj: dict) -> str:
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
 
-def _check(resp: Any) -> Any:
+def check_status(resp: Any) -> Any:
+    """``resp`` (a raw answer, ``_preload_content=False``), or ApiException if it is
+    not a 2xx: a raw answer does not raise on its own."""
     code = getattr(resp, "status", 200)
     if isinstance(code, int) and not 200 <= code <= 299:
         body = resp.data.decode() if getattr(resp, "data", None) else ""
@@ -152,7 +154,7 @@ class Informer:
                 kw["limit"] = page_size
             if token:
                 kw["_continue"] = token
-            resp = _check(self.list_fn(**kw, _request_timeout=(self.request_timeout_s,
+            resp = check_status(self.list_fn(**kw, _request_timeout=(self.request_timeout_s,
                                                                 self.request_timeout_s)))
             data = json.loads(resp.data)
             del resp
@@ -231,7 +233,7 @@ class Informer:
         )
         self.watches += 1
         try:
-            resp = _check(self.list_fn(**kw))
+            resp = check_status(self.list_fn(**kw))
         except ApiException as e:
             if e.status == 410:
                 self._gone()
