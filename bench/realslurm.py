@@ -33,7 +33,7 @@ and must come out whole (:func:`compressed`); the harness refuses a scenario who
 limits do not. ``PriorityCalcPeriod`` is at least one wall minute, which is ``speedup``
 scenario minutes: at ``--speedup 5`` it is Slurm's default (5 minutes).
 
-    nice -n 10 .venv/bin/python -m bench.realslurm eval/fidelity/slurm-backfill.yaml \\
+    nice -n 10 .venv/bin/python -m bench.realslurm eval/fidelity/slurm/backfill.yaml \\
         --speedup 5 --compare
 
 Needs ``apt-get install -y slurmctld slurmd slurm-client slurmdbd munge mariadb-server``
