@@ -84,16 +84,21 @@ kueue-bin: $(KUEUE_BIN)/VERSIONS
 $(KUEUE_BIN)/VERSIONS: tools/kueue/build.sh tools/kueue/go.mod tools/kueue/go.sum
 	tools/kueue/build.sh $(KUEUE_BIN)
 
-# Baseline fidelity (docs/evaluation.md): each scenario of eval/fidelity on real Kueue, on
-# kube-scheduler's default profile and on gpuq's own backend (Kueue and gpuq compared with
-# their models); about 2 min per scenario and system on 2 cores. Needs
+# Baseline fidelity (docs/evaluation.md): each scenario of eval/fidelity on real Kueue
+# (its defaults, then the setting the evaluation's tuning chose), on kube-scheduler's
+# default profile and on gpuq's own backend, each compared with its model (fifo-typed for
+# kube-scheduler); about 2 min per scenario and system on 2 cores. Needs
 # `make kube-bin kueue-bin` and, for gpuq, TEST_DATABASE_URL.
 FIDELITY_OUT ?= reports/fidelity
+KUEUE_TUNED ?= flavor_order=fastest,nominal=cohort,cover_cpu_memory=true
 fidelity: $(STAMP)
 	GPUQ_KUEUE_BIN=$(KUEUE_BIN) nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
 		--system kueue --speedup 20 --tolerance 100 --compare --out $(FIDELITY_OUT)
+	GPUQ_KUEUE_BIN=$(KUEUE_BIN) nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
+		--system kueue --kueue-settings $(KUEUE_TUNED) --speedup 20 --tolerance 100 \
+		--compare --out $(FIDELITY_OUT)/tuned
 	nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
-		--system kube-scheduler --speedup 20 --out $(FIDELITY_OUT)
+		--system kube-scheduler --speedup 20 --tolerance 100 --compare --out $(FIDELITY_OUT)
 	nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
 		--system gpuq --speedup 20 --tolerance 100 --compare --out $(FIDELITY_OUT)
 

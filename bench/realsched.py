@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -79,6 +80,7 @@ from gpuq.domain.spec import JobSpec
 from gpuq.scheduling.filters import allowed_types
 from gpuq.scheduling.model import Snapshot
 from gpuq.simulate.all_policies import make_policy
+from gpuq.simulate.baseline_tuning import build
 from gpuq.simulate.baselines.kueue import KueuePolicy, KueueSettings
 from gpuq.simulate.replay import ScenarioModel, SimJob, SimulationResult, Simulator, to_json
 from gpuq.store.db import make_engine, make_session_factory
@@ -91,8 +93,11 @@ from tests.realkube.control_plane import KWOK_NODE_LABEL, REPO, free_port, runni
 from tests.realkube.fixtures import RealKube, Session, wait_for
 
 SYSTEMS = ("kueue", "kube-scheduler", "gpuq")
-#: the model of each system in gpuq/simulate/all_policies.py (kube-scheduler has none)
-MODEL_OF = {"kueue": "kueue", "gpuq": "gpuq"}
+#: the model of each system in gpuq/simulate/all_policies.py: kube-scheduler's default
+#: profile is what ``fifo-typed`` stands for (one queue in submit order, no head-of-line
+#: blocking, only the allowed types; it places a job's replicas all or nothing, which
+#: kube-scheduler does not, and takes nodes by name where kube-scheduler scores them)
+MODEL_OF = {"kueue": "kueue", "gpuq": "gpuq", "kube-scheduler": "fifo-typed"}
 JOB_LABEL = "gpuq.bench/job"
 KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -209,16 +214,23 @@ def kueue_objects(sc: Scenario, settings: KueueSettings | None = None
     computes the flavor order and the quotas, so the two cannot be configured apart."""
     model = sc.model
     k = KueuePolicy(settings)
-    if k.settings.cover_cpu_memory:
-        raise ValueError("the harness covers nvidia.com/gpu only (cover_cpu_memory: false)")
+    # the model's resource keys (gpu, cpu, memory) as the Pods of k8s_job request them
+    names = {"gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
+    covered = [names[r] for r in k.resources]
     sim = Simulator(model, make_policy("fifo-typed"), "fifo-typed")
     c = model.cluster
     k.setup(Snapshot(now=0.0, gpu_types=c.gpu_types, nodes=c.nodes, pools=c.pools,
                      teams=c.teams, priorities=c.priorities, running=[],
                      pending=[j.request for j in sim.jobs], config=c.scheduler))
 
-    def quota(cards: float) -> list[dict]:
-        return [{"name": "nvidia.com/gpu", "nominalQuota": f"{round(cards * 1000)}m"}]
+    def quota(of: dict[tuple[str, str], float], f: str) -> list[dict]:
+        """One flavor's quotas, in the units of the nodes and Pods (memory: GiB)."""
+        out = []
+        for r in k.resources:
+            v = of.get((f, r), 0.0)
+            q = f"{round(v * 1024)}Mi" if r == "memory" else f"{round(v * 1000)}m"
+            out.append({"name": names[r], "nominalQuota": q})
+        return out
 
     out: list[tuple[str, dict]] = []
     for f in k.flavors:
@@ -226,9 +238,8 @@ def kueue_objects(sc: Scenario, settings: KueueSettings | None = None
             "nodeLabels": {"nvidia.com/gpu.product": sc.products[f]}}}))
     if k.settings.nominal == "cohort":  # the capacity is the cohort's own quota
         out.append(("cohorts", {"metadata": {"name": COHORT}, "spec": {"resourceGroups": [
-            {"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                {"name": f, "resources": quota(k.capacity[(f, "gpu")])}
-                for f in k.flavors]}]}}))
+            {"coveredResources": covered, "flavors": [
+                {"name": f, "resources": quota(k.capacity, f)} for f in k.flavors]}]}}))
     for team in sorted(k.nominal):
         out.append(("clusterqueues", {"metadata": {"name": team}, "spec": {
             "cohortName": COHORT,
@@ -240,8 +251,8 @@ def kueue_objects(sc: Scenario, settings: KueueSettings | None = None
             "preemption": {"reclaimWithinCohort": "Any",
                            "withinClusterQueue": "LowerPriority"},
             "fairSharing": {"weight": str(k.weight.get(team, 1.0))},
-            "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                {"name": f, "resources": quota(k.nominal[team][(f, "gpu")])}
+            "resourceGroups": [{"coveredResources": covered, "flavors": [
+                {"name": f, "resources": quota(k.nominal[team], f)}
                 for f in k.flavors]}]}}))
         out.append(("localqueues", {"metadata": {"name": team, "namespace": team_ns(team)},
                                     "spec": {"clusterQueue": team}}))
@@ -252,6 +263,11 @@ def kueue_config(workdir: Path, settings: KueueSettings | None = None) -> str:
     """Kueue's Configuration: config/components/manager/controller_manager_config.yaml of
     the module with fair sharing on, only the batch/job integration, no leader election
     and no webhook registration (so certificates are ours, in the work directory)."""
+    settings = settings or KueueSettings()
+    # CPU and memory uncovered (the model's cover_cpu_memory: false): Kueue ignores them,
+    # kube-scheduler still places by them; covered, the ClusterQueues hold their quota
+    excluded = {} if settings.cover_cpu_memory else {
+        "resources": {"excludeResourcePrefixes": ["cpu", "memory"]}}
     return yaml.safe_dump({
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": "kueue-system",
@@ -263,10 +279,8 @@ def kueue_config(workdir: Path, settings: KueueSettings | None = None) -> str:
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 50, "burst": 100},
         "integrations": {"frameworks": ["batch/job"]},
-        # CPU and memory are not covered resources (the model's cover_cpu_memory: false):
-        # Kueue ignores them, kube-scheduler still places by them
-        "resources": {"excludeResourcePrefixes": ["cpu", "memory"]},
-        "fairSharing": {"preemptionStrategies": list((settings or KueueSettings()).strategies)},
+        **excluded,
+        "fairSharing": {"preemptionStrategies": list(settings.strategies)},
         "featureGates": {"VisibilityOnDemand": False},
     })
 
@@ -281,8 +295,10 @@ def self_signed(d: Path) -> None:
 
 
 @contextlib.contextmanager
-def running_kueue(s: Session, sc: Scenario) -> Iterator[subprocess.Popen]:
-    """Kueue's CRDs and configuration installed, its manager running (stopped after)."""
+def running_kueue(s: Session, sc: Scenario, settings: KueueSettings | None = None
+                  ) -> Iterator[subprocess.Popen]:
+    """Kueue's CRDs and configuration installed (the model's ``settings``), its manager
+    running (stopped after)."""
     d = find_kueue()
     ext = client.ApiextensionsV1Api(s.admin)
     for f in sorted((d / "kueue-crds").glob("*.yaml")):
@@ -300,7 +316,7 @@ def running_kueue(s: Session, sc: Scenario) -> Iterator[subprocess.Popen]:
     # with internal certificate management off, Kueue reads its metrics certificate from
     # this fixed path (cmd/kueue/main.go); the metrics server itself is off (bindAddress 0)
     self_signed(Path("/etc/kueue/metrics/certs"))
-    (w / "kueue.yaml").write_text(kueue_config(w))
+    (w / "kueue.yaml").write_text(kueue_config(w, settings))
     log = open(w / "kueue.log", "wb")  # noqa: SIM115 (lives with the process)
     proc = subprocess.Popen([str(d / "kueue"), f"--config={w / 'kueue.yaml'}", "--zap-log-level=2"],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -308,7 +324,7 @@ def running_kueue(s: Session, sc: Scenario) -> Iterator[subprocess.Popen]:
                             start_new_session=True)
     try:
         co = client.CustomObjectsApi(s.admin)
-        for plural, obj in kueue_objects(sc):
+        for plural, obj in kueue_objects(sc, settings):
             ns = obj["metadata"].get("namespace")
             body = {"apiVersion": "/".join(KUEUE_API),
                     "kind": KINDS[plural], **obj}
@@ -577,8 +593,11 @@ def _stop(j: SimJob, life: Life, t: float, finished: bool) -> None:
 
 
 # ------------------------------------------------------------------ agreement
-def model_doc(model: ScenarioModel, policy: str) -> dict:
-    doc = to_json(Simulator(model, make_policy(policy), policy).run())
+def model_doc(model: ScenarioModel, policy: str, settings: dict[str, Any] | None = None
+              ) -> dict:
+    """Our model's result on the scenario (``settings``: a baseline's, as the suite's
+    tuning names them)."""
+    doc = to_json(Simulator(model, build(policy, settings), policy).run())
     for d in doc["jobs"]:
         d["gpu_types"] = sorted({a["gpu_type"] for a in d["allocations"]})
     return doc
@@ -646,7 +665,8 @@ def agreement(real: dict, modelled: dict, tolerance_s: float,
 
 
 # ------------------------------------------------------------------ the command
-def run(scenario: Path, system: str, speedup: float, timeout_s: float) -> dict:
+def run(scenario: Path, system: str, speedup: float, timeout_s: float,
+        kueue_settings: KueueSettings | None = None) -> dict:
     sc = Scenario.load(scenario)
     model = sc.model
     with running_control_plane(scheduler_qps=100) as cp:
@@ -666,7 +686,8 @@ def run(scenario: Path, system: str, speedup: float, timeout_s: float) -> dict:
         if system == "gpuq":
             doc = replay_gpuq(s, sc, speedup, timeout_s)
         else:
-            with running_kueue(s, sc) if system == "kueue" else contextlib.nullcontext():
+            with (running_kueue(s, sc, kueue_settings) if system == "kueue"
+                  else contextlib.nullcontext()):
                 doc = replay(s, sc, system, speedup, timeout_s)
         cp.check_alive()
     doc["scenario"] = str(scenario)
@@ -676,6 +697,30 @@ def run(scenario: Path, system: str, speedup: float, timeout_s: float) -> dict:
 def _has_default_sa(s: Session, ns: str) -> bool:
     return any(sa.metadata.name == "default"
                for sa in s.core.list_namespaced_service_account(ns).items)
+
+
+def parse_settings(text: str) -> dict[str, Any]:
+    """``key=value,...`` as KueueSettings' fields (true/false for a flag; a list of
+    fair-sharing strategies joined by ``+``); a wrong key or value says which."""
+    out: dict[str, Any] = {}
+    defaults = {f.name: f.default for f in dataclasses.fields(KueueSettings)}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or key not in defaults:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: write key=value with a key of {sorted(defaults)}")
+        if isinstance(defaults[key], bool):
+            flag = {"true": True, "false": False}.get(value.lower())
+            if flag is None:
+                raise argparse.ArgumentTypeError(f"{part!r}: {key} is true or false")
+            out[key] = flag
+        else:
+            out[key] = tuple(value.split("+")) if key == "strategies" else value
+    try:
+        KueueSettings(**out)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return out
 
 
 def main() -> None:
@@ -689,13 +734,17 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0, help="wall seconds per scenario")
     ap.add_argument("--compare", action="store_true", help="run our model beside, print agreement")
     ap.add_argument("--out", type=Path, help="result JSON (a folder with several scenarios)")
+    ap.add_argument("--kueue-settings", type=parse_settings, default={},
+                    help="the Kueue model's settings, as the tuning names them, e.g. "
+                    "flavor_order=fastest,nominal=cohort,cover_cpu_memory=true (default: "
+                    "its defaults); the real Kueue is configured the same way")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores (shared), "
           f"load {os.getloadavg()[0]:.1f}; speed-up {a.speedup:g}x, tolerance {a.tolerance:g} s")
     rows = []
     for sc in a.scenarios:
         t = time.monotonic()
-        doc = run(sc, a.system, a.speedup, a.timeout)
+        doc = run(sc, a.system, a.speedup, a.timeout, KueueSettings(**a.kueue_settings))
         s = doc["summary"]
         print(f"{sc.name}: {a.system} (real): {s['jobs']} jobs, {s['finished']} finished in "
               f"{time.monotonic() - t:.0f} s wall")
@@ -704,7 +753,8 @@ def main() -> None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(doc, indent=1))
         if a.compare and a.system in MODEL_OF:
-            m = model_doc(Scenario.load(sc).model, MODEL_OF[a.system])
+            m = model_doc(Scenario.load(sc).model, MODEL_OF[a.system],
+                          a.kueue_settings if a.system == "kueue" else None)
             ag = agreement(doc, m, a.tolerance)
             rows.append((sc.stem, s["jobs"], ag))
             for d in ag["differ"]:

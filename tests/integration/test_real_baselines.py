@@ -22,10 +22,13 @@ from bench.realsched import (
     Scenario,
     agreement,
     find_kueue,
+    kueue_config,
     kueue_objects,
     model_doc,
+    parse_settings,
     run,
 )
+from gpuq.simulate.baselines.kueue import KueueSettings
 from tests.realkube.control_plane import MissingBinaries, find_binaries
 
 SCENARIO = """
@@ -63,6 +66,40 @@ def test_kueue_configuration_follows_the_model(tmp_path: Path):
         quota = {fl["name"]: fl["resources"][0]["nominalQuota"]
                  for fl in spec["resourceGroups"][0]["flavors"]}
         assert quota == {"v100-32g": "2000m", "a100-80g": "4000m"}  # half of 4 and of 8
+
+
+def test_kueue_configuration_of_the_tuned_setting(tmp_path: Path):
+    """The setting the tuning chose (fastest flavor first, the cohort holds the quota,
+    CPU and memory covered) is installed as the model has it: flavors fastest first, the
+    capacity per flavor as the Cohort's quota for all three resources in the nodes' and
+    Pods' units, nothing nominal in the ClusterQueues, and nothing excluded in Kueue's
+    Configuration (uncovered, cpu and memory are excluded)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(SCENARIO)
+    kv = parse_settings("flavor_order=fastest,nominal=cohort,cover_cpu_memory=true")
+    assert kv == {"flavor_order": "fastest", "nominal": "cohort", "cover_cpu_memory": True}
+    settings = KueueSettings(**kv)
+    objs = kueue_objects(Scenario.load(f), settings)
+    flavors = [o["metadata"]["name"] for p, o in objs if p == "resourceflavors"]
+    assert flavors == ["a100-80g", "v100-32g"]
+    (cohort,) = [o["spec"] for p, o in objs if p == "cohorts"]
+    (group,) = cohort["resourceGroups"]
+    assert group["coveredResources"] == ["nvidia.com/gpu", "cpu", "memory"]
+    a100 = {r["name"]: r["nominalQuota"] for r in group["flavors"][0]["resources"]}
+    assert a100 == {"nvidia.com/gpu": "8000m", "cpu": "64000m", "memory": f"{512 * 1024}Mi"}
+    for spec in (o["spec"] for p, o in objs if p == "clusterqueues"):
+        assert {r["nominalQuota"] for fl in spec["resourceGroups"][0]["flavors"]
+                for r in fl["resources"]} == {"0m", "0Mi"}
+    assert "excludeResourcePrefixes" not in kueue_config(tmp_path, settings)
+    assert "excludeResourcePrefixes" in kueue_config(tmp_path, KueueSettings())
+
+
+@pytest.mark.parametrize("text", ["flavor_order", "colour=blue", "flavor_order=dearest",
+                                  "cover_cpu_memory=maybe"])
+def test_kueue_settings_text_says_what_is_wrong(text: str):
+    import argparse
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_settings(text)
 
 
 def _binaries(kueue: bool = True) -> None:
