@@ -70,10 +70,11 @@ from gpuq.simulate.baselines.slurm import (
     WEIGHT_AGE,
     WEIGHT_FAIRSHARE,
     WEIGHT_JOB_SIZE,
+    SlurmPolicy,
     SlurmSettings,
     time_limit,
 )
-from gpuq.simulate.replay import SimJob, Simulator
+from gpuq.simulate.replay import SimJob, Simulator, to_json
 
 DAEMONS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
            "sacctmgr", "sbatch", "squeue")
@@ -172,8 +173,8 @@ def slurm_conf(sc: Scenario, settings: SlurmSettings, speedup: float, work: Path
       ``PriorityWeightJobSize`` (nodes and CPUs), so JobSize is 0;
     - usage is billed per card-second at the type's CU weight
       (``TRESBillingWeights=GRES/gpu:<type>=<weight>``; CPUs and memory 0);
-    - ``PriorityCalcPeriod=1`` (minute, the least): usage and the fair-share factors are
-      recomputed once a wall minute."""
+    - ``PriorityCalcPeriod`` the model's (5 minutes: one wall minute at 5x, the least
+      Slurm takes)."""
     m = sc.model.cluster
     mins = lambda s, what: compressed(s, speedup, 60.0, what)  # noqa: E731
     secs = lambda s, what: compressed(s, speedup, 1.0, what)  # noqa: E731
@@ -220,7 +221,7 @@ def slurm_conf(sc: Scenario, settings: SlurmSettings, speedup: float, work: Path
         "PriorityFavorSmall=NO",
         f"PriorityMaxAge={mins(settings.priority_max_age_s, 'PriorityMaxAge')}",
         f"PriorityDecayHalfLife={mins(DECAY_HALF_LIFE_S, 'PriorityDecayHalfLife')}",
-        "PriorityCalcPeriod=1",
+        f"PriorityCalcPeriod={mins(settings.priority_calc_period_s, 'PriorityCalcPeriod')}",
         "PreemptType=preempt/none",
         "SchedulerType=sched/backfill",
         f"SchedulerParameters={sched}",
@@ -510,6 +511,17 @@ def _hostnames(env: dict[str, str], nodes: str) -> list[str]:
     return out.split()
 
 
+def slurm_model_doc(sc: Scenario, settings: SlurmSettings) -> dict:
+    """Our model's result with these settings (realsched's ``model_doc`` for the
+    defaults; a test that shortens ``PriorityCalcPeriod`` for its speed-up needs them)."""
+    if settings == SlurmSettings():
+        return model_doc(sc.model, "slurm")
+    doc = to_json(Simulator(sc.model, SlurmPolicy(settings), "slurm").run())
+    for d in doc["jobs"]:
+        d["gpu_types"] = sorted({a["gpu_type"] for a in d["allocations"]})
+    return doc
+
+
 def run(scenario: Path, speedup: float, timeout_s: float, settings: SlurmSettings | None = None,
         keep: Path | None = None) -> dict:
     """One scenario on real Slurm: the result document (``scenario``, ``speedup`` added)."""
@@ -535,6 +547,9 @@ def main() -> None:
     ap.add_argument("--compare", action="store_true", help="run our model beside, print agreement")
     ap.add_argument("--out", type=Path, help="result JSON (a folder with several scenarios)")
     ap.add_argument("--logs", type=Path, help="keep Slurm's logs and slurm.conf here")
+    ap.add_argument("--saved", type=Path, help="do not run Slurm: compare the model with "
+                    "the result JSON an earlier --out wrote (a file, or a folder of "
+                    "<scenario>-slurm.json)")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores (shared), "
           f"load {os.getloadavg()[0]:.1f}; speed-up {a.speedup:g}x, tolerance {a.tolerance:g} s")
@@ -542,16 +557,20 @@ def main() -> None:
     for sc in a.scenarios:
         t = time.monotonic()
         keep = a.logs / sc.stem if a.logs else None
-        doc = run(sc, a.speedup, a.timeout, keep=keep)
+        if a.saved:
+            f = a.saved / f"{sc.stem}-slurm.json" if a.saved.is_dir() else a.saved
+            doc = json.loads(f.read_text())
+        else:
+            doc = run(sc, a.speedup, a.timeout, keep=keep)
         s = doc["summary"]
         print(f"{sc.name}: slurm (real): {s['jobs']} jobs, {s['finished']} finished in "
-              f"{time.monotonic() - t:.0f} s wall")
-        if a.out:
+              f"{time.monotonic() - t:.0f} s wall" + (f" (saved: {a.saved})" if a.saved else ""))
+        if a.out and not a.saved:
             out = a.out / f"{sc.stem}-slurm.json" if len(a.scenarios) > 1 else a.out
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(doc, indent=1))
         if a.compare:
-            m = model_doc(Scenario.load(sc).model, "slurm")
+            m = slurm_model_doc(Scenario.load(sc), SlurmSettings())
             ag = agreement(doc, m, a.tolerance)
             rows.append((sc.stem, s["jobs"], ag))
             for d in ag["differ"]:

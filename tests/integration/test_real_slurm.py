@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.realsched import Scenario, agreement, model_doc
-from bench.realslurm import MissingSlurm, find_slurm, run
+from bench.realsched import Scenario, agreement
+from bench.realslurm import MissingSlurm, find_slurm, run, slurm_model_doc
+from gpuq.simulate.baselines.slurm import SlurmSettings
 
-# limits are multiples of 1800 s: whole minutes at 30x; bf_interval 30 s = 1 wall second
+# limits are multiples of 1800 s: whole minutes at 30x; bf_interval 30 s = 1 wall second;
+# PriorityCalcPeriod 30 minutes (one wall minute: Slurm's least) in both
+SETTINGS = SlurmSettings(priority_calc_period_s=1800.0)
 SCENARIO = """
 gpu_types:
   - {name: a100-80g, memory_gb: 80, weight: 10, product: NVIDIA-A100-SXM4-80GB}
@@ -52,11 +55,11 @@ def test_real_slurm_backfills_as_the_model_does(tmp_path: Path):
     _slurm()
     f = tmp_path / "s.yaml"
     f.write_text(SCENARIO)
-    real = run(f, speedup=30.0, timeout_s=120.0)
+    real = run(f, speedup=30.0, timeout_s=120.0, settings=SETTINGS)
     starts = {j["name"]: j["first_start_s"] for j in real["jobs"]}
     assert real["summary"]["finished"] == 3, real["jobs"]
     # backfilled: started before the wide job, which waits for the whole node
     assert starts["short"] < starts["wide"], starts
     assert starts["wide"] >= 200, starts  # after first (240 s) and short (60 + 150 s)
-    ag = agreement(real, model_doc(Scenario.load(f).model, "slurm"), tolerance_s=90.0)
+    ag = agreement(real, slurm_model_doc(Scenario.load(f), SETTINGS), tolerance_s=90.0)
     assert ag["order"] == 1.0 and ag["starts"] == 1.0, ag

@@ -71,6 +71,7 @@ def test_priority_is_the_models(sc: Scenario):
     # 7 days (the settings' default) and 14 days over a speed-up of 5, in minutes
     assert c["PriorityMaxAge"] == str(7 * 1440 // 5)
     assert c["PriorityDecayHalfLife"] == str(14 * 1440 // 5)
+    assert c["PriorityCalcPeriod"] == "1"  # 5 minutes at 5x
     assert c["PreemptType"] == "preempt/none"
     # usage billed per card-second at the type's CU weight, CPUs and memory free
     assert 'TRESBillingWeights="GRES/gpu:a100-80g=10,GRES/gpu:v100-32g=4"' in \

@@ -27,12 +27,15 @@ The configuration modelled (``slurm.conf``):
   ``gpu:<type>`` per GPU model; a job asks ``--gres=gpu:N`` per replica with
   ``--constraint`` listing the types its request allows (memory fit
   included); a vGPU share job asks ``shard`` of one card; nodes are chosen
-  best fit (fewest free GPUs left).
+  best fit (fewest free GPUs left); a job of several replicas gets one node
+  when one holds them all (``select/cons_tres`` allocates the fewest nodes).
 * ``PriorityType=priority/multifactor`` with the weights of the
   documentation's configuration example: ``PriorityWeightFairshare=10000``,
-  ``PriorityWeightAge=1000``, ``PriorityWeightJobSize=1000``
-  (``PriorityFavorSmall=NO``: size factor = GPUs asked / GPUs in the
-  cluster), ``PriorityMaxAge=14-0``, ``PriorityDecayHalfLife=14-0``;
+  ``PriorityWeightAge=1000`` and a size factor of weight 1000 that counts GPUs
+  (GPUs asked / GPUs in the cluster: Slurm's TRES factor,
+  ``PriorityWeightTRES=GRES/gpu=1000``, with ``PriorityWeightJobSize=0``, as
+  job size counts nodes and CPUs), ``PriorityMaxAge`` from the settings
+  (default 7-0), ``PriorityDecayHalfLife=14-0``;
   partition, QOS, nice and association factors 0. A team is an account
   with ``Fairshare`` = its weight; usage is charged with
   ``TRESBillingWeights`` = the GPU type's CU weight per card-second and
@@ -41,6 +44,10 @@ The configuration modelled (``slurm.conf``):
   fair-share ``S / U`` (normalised shares over normalised decayed usage;
   no usage ranks first); fair-share factor = rank from the bottom / number
   of accounts. ``PriorityMaxAge`` from the settings.
+* ``PriorityCalcPeriod=5`` (minutes, ``slurm.conf.5``'s default): slurmctld's decay
+  thread charges usage and recomputes the fair-share factors once per period, not at
+  each scheduling pass, so jobs are ordered by the usage of the last recomputation
+  (bench/realslurm.py measured it on real Slurm: eval/fidelity/slurm/calc-period.yaml).
 * **Scheduling**: the main scheduler starts jobs in priority order and stops
   at the first that cannot start (the partition is blocked); every
   ``bf_interval=30`` s the backfill scheduler walks up to
@@ -49,7 +56,10 @@ The configuration modelled (``slurm.conf``):
   ``bf_window`` from the settings, ``bf_resolution=60`` s),
   starts a job now only if it fits now without touching capacity planned for
   a higher-priority job, and otherwise plans the job at its earliest start
-  (which later jobs then may not delay). **Time limit** = the job's
+  (which later jobs then may not delay). A planned job reserves its nodes
+  whole over its planned run (the plan is of nodes, not of GPUs: real Slurm
+  22.05 did not backfill a 1-GPU job onto a node's free GPUs reserved that way,
+  eval/fidelity/gang.yaml in bench/realslurm.py). **Time limit** = the job's
   ``duration_estimate_s``; else, with ``time_limits: predicted`` (the default), the run
   time its account's history predicts (``JobRequest.predicted_s``, the prediction gpuq
   orders by), as a ``job_submit`` plugin would set it, with ``OverTimeLimit=UNLIMITED``
@@ -60,7 +70,8 @@ Left out: jobs are not killed at their time limit (``OverTimeLimit=UNLIMITED``: 
 predicted limit may be short), the
 backfill plan counts GPUs per node only (CPU and memory are checked when the
 job starts), decayed usage of a job that ended between two cycles
-is charged up to the midpoint of the two, a job whose earliest start lies
+is charged up to the midpoint of the two, the age factor is that of the cycle
+(Slurm's, of the last ``PriorityCalcPeriod``), a job whose earliest start lies
 beyond ``bf_window`` gets no planned start, no QOS, no reservations made by
 administrators, no heterogeneous jobs.
 """
@@ -77,6 +88,7 @@ from gpuq.simulate.baselines.common import (
     Placer,
     TypeOption,
     best_fit,
+    free_cards,
     job_cards_by_type,
     replica_counts,
     type_options,
@@ -93,6 +105,7 @@ BF_INTERVAL_S = 30.0
 BF_RESOLUTION_S = 60.0  # bf_resolution: planned start times are rounded to this
 NODE_WEIGHTS = ("speed", "fastest", "none")
 TIME_LIMITS = ("predicted", "default")
+PRIORITY_CALC_PERIOD_S = 300.0  # PriorityCalcPeriod=5 (minutes): slurm.conf.5's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +123,9 @@ class SlurmSettings:
     # plugin, with ``OverTimeLimit=UNLIMITED`` so a job that outruns it is not killed),
     # ``default`` -- ``DefaultTime``
     time_limits: str = "predicted"
+    # PriorityCalcPeriod: the fair-share factors are those of the usage at the last
+    # recomputation, one per period from the first cycle (0: every cycle)
+    priority_calc_period_s: float = PRIORITY_CALC_PERIOD_S
 
     def __post_init__(self) -> None:
         if self.node_weight not in NODE_WEIGHTS:
@@ -158,6 +174,8 @@ class SlurmPolicy:
         self.seen: dict[str, tuple[str, float, float]] = {}  # job id -> (account, start, bill/s)
         self.last_bf: float | None = None
         self.total_cards = 0.0
+        self.calc_at: float | None = None  # the last PriorityCalcPeriod recomputation
+        self.calc_usage: dict[str, float] = {}  # the usage as of then
 
     def time_limit(self, job: JobRequest) -> float:
         return time_limit(job, self.settings.time_limits == "predicted")
@@ -191,15 +209,41 @@ class SlurmPolicy:
         self.seen = billing
         self.last_t = now
 
-    def fairshare_factors(self, snap: Snapshot, accounts: set[str]) -> dict[str, float]:
-        """Fair Tree on a flat tree: rank by S/U, factor = rank from the bottom / count."""
+    def _calc_usage(self, snap: Snapshot) -> dict[str, float]:
+        """The usage the fair-share factors are computed from: as of the last
+        ``PriorityCalcPeriod`` tick (ticks every period from the first cycle; the usage
+        charged since the tick by the jobs running now is taken back out)."""
+        period = self.settings.priority_calc_period_s
+        now = snap.now
+        if period <= 0:
+            return self.usage
+        if self.calc_at is None:
+            tick = now
+        elif now >= self.calc_at + period - EPS:
+            tick = self.calc_at + period * math.floor((now - self.calc_at) / period + EPS)
+        else:
+            return self.calc_usage
+        self.calc_at = tick
+        usage = dict(self.usage)
+        for team, start, bill in self.seen.values():  # running now (set by _charge)
+            ran = now - max(start, tick)
+            if ran > 0:
+                usage[team] = max(0.0, usage.get(team, 0.0) - bill * ran)
+        self.calc_usage = usage
+        return usage
+
+    def fairshare_factors(self, snap: Snapshot, accounts: set[str],
+                          usage: dict[str, float] | None = None) -> dict[str, float]:
+        """Fair Tree on a flat tree: rank by S/U, factor = rank from the bottom / count
+        (``usage``: the decayed usage to rank by; none: the usage charged up to now)."""
+        usage = self.usage if usage is None else usage
         shares = {a: (snap.teams[a].weight if a in snap.teams else 1.0) for a in accounts}
         s_total = sum(shares.values()) or 1.0
-        u_total = sum(self.usage.get(a, 0.0) for a in accounts)
+        u_total = sum(usage.get(a, 0.0) for a in accounts)
         level = {}
         for a in accounts:
             s = shares[a] / s_total
-            u = self.usage.get(a, 0.0) / u_total if u_total > 0 else 0.0
+            u = usage.get(a, 0.0) / u_total if u_total > 0 else 0.0
             level[a] = math.inf if u <= 0 else s / u
         ranked = sorted(accounts, key=lambda a: (-level[a], a))
         n = len(ranked)
@@ -216,7 +260,7 @@ class SlurmPolicy:
 
     def priorities(self, snap: Snapshot) -> dict[str, float]:
         accounts = {j.team for j in snap.pending} | {r.request.team for r in snap.running}
-        fs = self.fairshare_factors(snap, accounts)
+        fs = self.fairshare_factors(snap, accounts, self._calc_usage(snap))
         out = {}
         for j in snap.pending:
             age = min(1.0, max(0.0, snap.now - j.submitted_at)
@@ -282,7 +326,25 @@ class SlurmPolicy:
 
     def _start_any(self, job: JobRequest, opts: list[TypeOption], placer: Placer):
         for opt in opts:
-            placed = placer.place(job, opt)
+            placed = self._one_node(job, opt, placer) or placer.place(job, opt)
+            if placed:
+                return placed
+        return None
+
+    def _one_node(self, job: JobRequest, opt: TypeOption, placer: Placer):
+        """A job of several replicas all on one node when a node holds them all (the
+        fullest such node): ``select/cons_tres`` allocates the fewest nodes. Real Slurm
+        22.05 put eval/fidelity/gang.yaml's 4 x 2-GPU job on the empty node, where
+        best fit replica by replica took the other node's 4 free GPUs and 4 of it."""
+        replicas, _need = replica_counts(job)
+        if replicas < 2 or opt.gpu_type is None:
+            return None
+        want = chosen_cards(opt) * replicas
+        nodes = sorted((free_cards(placer.state.nodes[n]), n)
+                       for n in placer.by_type.get(opt.gpu_type, [])
+                       if free_cards(placer.state.nodes[n]) + EPS >= want)
+        for _f, n in nodes:
+            placed = placer.place(job, opt, only=[n])
             if placed:
                 return placed
         return None
@@ -338,9 +400,11 @@ class SlurmPolicy:
                 # GPUs are free but CPU, memory or the shared cards' packing is not:
                 # plan it a little later, like a job whose resources are busy
                 t = now + BF_INTERVAL_S
-            per = chosen_cards(opt)
-            for n, k in chosen:
-                plans[n].uses.append((t, t + limit, per * k))
+            # the reservation takes its nodes whole: backfill's plan is a map of node
+            # bitmaps over time (sched/backfill's node_space), not of GPUs, so no later
+            # job may use a reserved node over [t, t + limit), even its spare GPUs
+            for n, _k in chosen:
+                plans[n].uses.append((t, t + limit, plans[n].cards))
             result.reasons[j.id] = f"slurm: backfill plans its start at t={t:.0f}s (Resources)"
 
     def _earliest(self, job, opts, plans, by_type, now, limit):
@@ -375,6 +439,9 @@ class SlurmPolicy:
                     if k > 0:
                         fits.append((f, n, k))
                 fits.sort()  # best fit: fewest free GPUs first
+                whole = [(n, k) for _f, n, k in fits if k >= need]
+                if whole:  # the fewest nodes: one, when one holds every replica
+                    return t, o, [(whole[0][0], need)]
                 chosen, got = [], 0
                 for _f, n, k in fits:
                     take = min(k, need - got)
