@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -70,11 +71,10 @@ from gpuq.simulate.baselines.slurm import (
     WEIGHT_AGE,
     WEIGHT_FAIRSHARE,
     WEIGHT_JOB_SIZE,
-    SlurmPolicy,
     SlurmSettings,
     time_limit,
 )
-from gpuq.simulate.replay import SimJob, Simulator, to_json
+from gpuq.simulate.replay import SimJob, Simulator
 
 DAEMONS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
            "sacctmgr", "sbatch", "squeue")
@@ -512,14 +512,9 @@ def _hostnames(env: dict[str, str], nodes: str) -> list[str]:
 
 
 def slurm_model_doc(sc: Scenario, settings: SlurmSettings) -> dict:
-    """Our model's result with these settings (realsched's ``model_doc`` for the
-    defaults; a test that shortens ``PriorityCalcPeriod`` for its speed-up needs them)."""
-    if settings == SlurmSettings():
-        return model_doc(sc.model, "slurm")
-    doc = to_json(Simulator(sc.model, SlurmPolicy(settings), "slurm").run())
-    for d in doc["jobs"]:
-        d["gpu_types"] = sorted({a["gpu_type"] for a in d["allocations"]})
-    return doc
+    """Our model's result with these settings (realsched's ``model_doc``; a test that
+    shortens ``PriorityCalcPeriod`` for its speed-up needs them)."""
+    return model_doc(sc.model, "slurm", dataclasses.asdict(settings))
 
 
 def run(scenario: Path, speedup: float, timeout_s: float, settings: SlurmSettings | None = None,
