@@ -16,6 +16,7 @@ from bench.realslurm import (
     compressed,
     gres_conf,
     node_weights,
+    parse_settings,
     sbatch_args,
     slurm_conf,
 )
@@ -128,3 +129,13 @@ def test_time_settings_must_compress_to_whole_units(sc: Scenario):
         compressed(600, 20, 60, "limit")  # 30 s is not whole minutes
     with pytest.raises(ValueError, match="bf_interval"):
         conf(sc, speedup=20.0)  # 30 s / 20 = 1.5 s
+
+
+def test_settings_from_the_command_line(sc: Scenario):
+    s = parse_settings("node_weight=fastest,priority_max_age_s=86400")
+    assert s == SlurmSettings(node_weight="fastest", priority_max_age_s=86400.0)
+    c = conf(sc, node_weight="fastest", priority_max_age_s=86400.0)
+    assert c["PriorityMaxAge"] == "288"  # one day at 5x, in minutes
+    assert "Weight=1 " in c["NodeName=a100-0"]  # fastest first now
+    with pytest.raises(Exception, match="key=value"):
+        parse_settings("bf_window=3")
