@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-kube bench-kube-large docs clean docs-assets traces kube-bin evaluation kueue-bin fidelity
+.PHONY: run test lint bench bench-kube bench-kube-large docs clean docs-assets traces kube-bin evaluation kueue-bin fidelity fidelity-slurm
 
 # `make run` installs only what the server needs; `make test` adds the test, plot and
 # evaluation extras. pip shows its progress (a first install takes a minute or two).
@@ -101,6 +101,14 @@ fidelity: $(STAMP)
 		--system kube-scheduler --speedup 20 --tolerance 100 --compare --out $(FIDELITY_OUT)
 	nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
 		--system gpuq --speedup 20 --tolerance 100 --compare --out $(FIDELITY_OUT)
+
+# Slurm fidelity (docs/evaluation.md): real Slurm 22.05 on this machine (as root, after
+# apt-get install -y slurmctld slurmd slurm-client slurmdbd munge mariadb-server) on every
+# eval/fidelity scenario and eval/fidelity/slurm, compared with the slurm model; 5-9 min wall
+# per scenario at 5x (mostly sleeping), about 50 min in all.
+fidelity-slurm: $(STAMP)
+	nice -n 10 $(BIN)/python -m bench.realslurm eval/fidelity/*.yaml eval/fidelity/slurm/*.yaml \
+		--speedup 5 --compare --out $(FIDELITY_OUT)
 
 clean:
 	rm -rf $(VENV) .gpuq
