@@ -664,6 +664,21 @@ def agreement(real: dict, modelled: dict, tolerance_s: float,
             "victims_real": sorted(vr), "victims_model": sorted(vm), "differ": differ}
 
 
+def agreement_table(rows: list[tuple[str, int, dict[str, Any]]], tolerance_s: float,
+                    victims: bool = True) -> str:
+    """The Markdown table of docs/evaluation.md's fidelity sections: a row per scenario
+    (name, jobs, :func:`agreement`); ``victims=False`` for a system that never preempts."""
+    head = ["scenario", "jobs", "same start order", f"started within {tolerance_s:g} s",
+            *(["same victims"] if victims else []), "same GPU types", "median lag s"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for name, n, ag in rows:
+        cells = [name, str(n), f"{ag['order']:.0%}", f"{ag['starts']:.0%}",
+                 *([f"{ag['victims']:.0%}"] if victims else []), f"{ag['types']:.0%}",
+                 f"{ag['lag_s']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ the command
 def run(scenario: Path, system: str, speedup: float, timeout_s: float,
         kueue_settings: KueueSettings | None = None) -> dict:
@@ -761,12 +776,7 @@ def main() -> None:
                 print(f"  differs: {d}")
             print(f"  victims real {ag['victims_real']}, model {ag['victims_model']}")
     if rows:
-        print(f"| scenario | jobs | same start order | started within {a.tolerance:g} s | "
-              "same victims | same GPU types | median lag s |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for name, n, ag in rows:
-            print(f"| {name} | {n} | {ag['order']:.0%} | {ag['starts']:.0%} | "
-                  f"{ag['victims']:.0%} | {ag['types']:.0%} | {ag['lag_s']:.0f} |")
+        print(agreement_table(rows, a.tolerance))
 
 
 if __name__ == "__main__":

@@ -60,7 +60,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.realsched import Life, Scenario, _result, _run, _stop, agreement, model_doc
+from bench.realsched import (
+    Life,
+    Scenario,
+    _result,
+    _run,
+    _stop,
+    agreement,
+    agreement_table,
+    model_doc,
+)
 from gpuq.scheduling.filters import allowed_types
 from gpuq.simulate.all_policies import make_policy
 from gpuq.simulate.baselines.slurm import (
@@ -597,13 +606,8 @@ def main() -> None:
             rows.append((sc.stem, s["jobs"], ag))
             for d in ag["differ"]:
                 print(f"  differs: {d}")
-    if rows:
-        print(f"| scenario | jobs | same start order | started within {a.tolerance:g} s | "
-              "same GPU types | median lag s |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for name, n, ag in rows:
-            print(f"| {name} | {n} | {ag['order']:.0%} | {ag['starts']:.0%} | "
-                  f"{ag['types']:.0%} | {ag['lag_s']:.0f} |")
+    if rows:  # Slurm never preempts here (PreemptType=preempt/none): no victims column
+        print(agreement_table(rows, a.tolerance, victims=False))
 
 
 if __name__ == "__main__":
