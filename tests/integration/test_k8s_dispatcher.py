@@ -23,6 +23,7 @@ from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import elector, started_cluster, wait_until
 from tests.fakekube.objects import article_a100, node
 from tests.realkube.both import BOTH, kube
+from tests.realkube.fixtures import job_namespace
 
 CONFIG = A100_TRAINING_CONFIG
 
@@ -70,7 +71,7 @@ def test_two_dispatchers_one_leader_failover(kube, db_url, sf):
         assert len(kube.gpuq_pods()) == 2
 
         for p in pods:
-            kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Running")
+            kube.set_pod_phase(job_namespace(kube), p["metadata"]["name"], "Running")
         wait_until(lambda: d1.run_once() or _status(sf, job_id) == "running")
 
         # the leader dies: its session (and lock) goes with it
@@ -83,7 +84,7 @@ def test_two_dispatchers_one_leader_failover(kube, db_url, sf):
         assert not d1.elector.is_leader
         assert len(kube.gpuq_pods()) == 2  # adopted, not re-created
         for p in pods:
-            kube.set_pod_phase("gpuq-jobs", p["metadata"]["name"], "Succeeded")
+            kube.set_pod_phase(job_namespace(kube), p["metadata"]["name"], "Succeeded")
         wait_until(lambda: d2.run_once() or _status(sf, job_id) == "succeeded")
     finally:
         for d, c in replicas:
@@ -167,7 +168,7 @@ def test_failed_pod_requeues_up_to_the_retry_limit_then_fails(kube, db_url, sf):
         for _attempt in range(2):
             wait_until(lambda: d.run_once() or new_bound_pod())
             names.append(new_bound_pod())
-            kube.set_pod_phase("gpuq-jobs", names[-1], "Failed",
+            kube.set_pod_phase(job_namespace(kube), names[-1], "Failed",
                                terminated={"reason": "Error", "exitCode": 1})
             # first failure: requeued and bound again (a new Pod); second: failed
             wait_until(lambda: d.run_once() or _status(sf, job_id) == "failed"

@@ -3,11 +3,15 @@
 * ``control_plane`` (session): one etcd + kube-apiserver + kube-controller-manager + kwok
   for the whole test session, with gpuq's ServiceAccount, its cluster-wide RBAC from
   k8s/rbac.yaml and the PriorityClasses of k8s/priorityclasses.yaml applied.
-* ``real_kube`` (per test): a :class:`RealKube` with a fresh job namespace ``gpuq-jobs``
-  (gpuq's default, so a test reads the same on the fake and the real cluster), labelled
-  for Pod Security like k8s/namespace.yaml and holding the namespaced Role of
-  k8s/rbac.yaml; its Pods, Nodes and namespaces are removed afterwards, and the next test
-  starts only once they are gone.
+* ``real_kube`` (per test): a :class:`RealKube` with a fresh job namespace of its own,
+  ``gpuq-jobs-N`` (a test reads its name from ``kube.namespace`` / :func:`job_namespace`,
+  gpuq from ``kube.settings``), labelled for Pod Security like k8s/namespace.yaml and
+  holding the namespaced Role of k8s/rbac.yaml. Afterwards its namespaces are deleted,
+  its Pods force-deleted and its Nodes removed; the next test starts once the Pods and
+  Nodes are gone, not the namespaces: kube-controller-manager's namespace controller
+  waits a fixed 5 s before it empties a deleted namespace (namespaceDeletionGracePeriod),
+  and a Terminating namespace takes no new objects. The session ends by checking that
+  every test's namespace did go.
 
 :class:`RealKube` offers the world-editing verbs of tests/fakekube's FakeKube that a
 real cluster can do (``add_node``, ``update_node``, ``delete_node``, ``add_pod``,
@@ -99,6 +103,9 @@ class Session:
             elif doc["metadata"].get("namespace") == "default":  # Node events' Role
                 (rbac.create_namespaced_role if doc["kind"] == "Role"
                  else rbac.create_namespaced_role_binding)("default", doc)
+        #: job namespaces of finished tests, deleted, their deletion not awaited
+        self.deleted_namespaces: list[str] = []
+        self._namespaces_made = 0
         sched = client.SchedulingV1Api(self.admin)
         for doc in _docs("k8s/priorityclasses.yaml"):
             sched.create_priority_class(doc)
@@ -111,6 +118,19 @@ class Session:
     def gpuq_client(self) -> client.ApiClient:
         return api_client(self.cp.url, self.gpuq_token, self.cp.ca_file)
 
+    def next_job_namespace(self) -> str:
+        """A job namespace name no earlier test of the session used (an earlier test's
+        may still be Terminating)."""
+        self._namespaces_made += 1
+        return f"gpuq-jobs-{self._namespaces_made}"
+
+    def check_namespaces_gone(self, timeout_s: float = 60.0) -> None:
+        """Every finished test's namespace was removed by the namespace controller
+        (nothing in one kept it: a finalizer, content it could not delete)."""
+        gone = set(self.deleted_namespaces)
+        wait_for(lambda: not ({n.metadata.name for n in self.core.list_namespace().items}
+                              & gone), timeout_s, f"namespaces {sorted(gone)} deleted")
+
 
 class RealKube:
     """One test's view of the real cluster (see the module docstring)."""
@@ -121,7 +141,7 @@ class RealKube:
         self.s = session
         self.core = session.core
         self.url = session.cp.url
-        self.namespace = namespace or "gpuq-jobs"
+        self.namespace = namespace or session.next_job_namespace()
         self.node_names: set[str] = set()
         self.extra_namespaces: list[str] = []
         self.make_namespace(self.namespace)
@@ -261,9 +281,16 @@ class RealKube:
 
     # ------------------------------------------------------------ teardown
     def cleanup(self) -> None:
-        """Force-delete the test's Pods (so the next test's informers never see them),
-        then its Nodes and namespaces."""
-        for ns in (self.namespace, *self.extra_namespaces):
+        """Delete the test's namespaces (from then on nothing new is made in them, a Job's
+        replacement Pod included), force-delete their Pods and Services so that the next
+        test's informers never see them, remove the Nodes, and wait for the Pods and
+        Nodes to be gone. The namespaces' deletion is not awaited (see the module
+        docstring): :meth:`Session.check_namespaces_gone` checks it at session end."""
+        spaces = (self.namespace, *self.extra_namespaces)
+        for ns in spaces:
+            self.core.delete_namespace(ns)
+            self.s.deleted_namespaces.append(ns)
+        for ns in spaces:
             self.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
             for pod in self.core.list_namespaced_pod(ns).items:  # gpuq's outcome finalizer
                 if pod.metadata.finalizers:
@@ -282,11 +309,10 @@ class RealKube:
             except ApiException as e:
                 if e.status != 404:
                     raise
-        spaces = (self.namespace, *self.extra_namespaces)
-        for ns in spaces:
-            self.core.delete_namespace(ns)
-        wait_for(lambda: not ({n.metadata.name for n in self.core.list_namespace().items}
-                              & set(spaces)), 60, f"namespaces {spaces} deleted")
+        wait_for(lambda: not any(self.core.list_namespaced_pod(ns, limit=1).items
+                                 for ns in spaces), 30, f"Pods of {spaces} deleted")
+        wait_for(lambda: not any(self.core.list_namespaced_service(ns, limit=1).items
+                                 for ns in spaces), 30, f"Services of {spaces} deleted")
         wait_for(lambda: not ({n.metadata.name for n in self.core.list_node().items}
                               & self.node_names), 30, "nodes deleted")
         self.s.cp.check_alive()
@@ -305,7 +331,9 @@ def control_plane() -> Iterator[Session]:
             pytest.fail(f"GPUQ_REQUIRE_REAL_KUBE is set but {e}", pytrace=False)
         pytest.skip(f"REAL CONTROL PLANE NOT RUN: {e}")
     with running_control_plane() as cp:
-        yield Session(cp)
+        session = Session(cp)
+        yield session
+        session.check_namespaces_gone()
 
 
 @pytest.fixture
