@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpuq.domain.config import load_config_text
-from gpuq.store import migrate
 from gpuq.store.config_loader import apply_config, ensure_priority_classes
 from gpuq.store.db import make_engine, make_session_factory
 from tests.pg_server import own_database
@@ -22,11 +21,11 @@ teams:
 
 
 def fresh_database(config_yaml: str) -> Iterator[str]:
-    """A database of the test's own on the test server (tests/pg_server.py), migrated and
-    configured with ``config_yaml``; dropped afterwards."""
-    with own_database("gpuq_k8s") as url:
+    """A database of the test's own on the test server (tests/pg_server.py), migrated (a
+    copy of the migrated template) and configured with ``config_yaml``; dropped
+    afterwards."""
+    with own_database("gpuq_k8s", migrated=True) as url:
         engine = make_engine(url, null_pool=True)
-        migrate.upgrade(engine)
         with make_session_factory(engine)() as s:
             ensure_priority_classes(s)
             apply_config(s, load_config_text(config_yaml))

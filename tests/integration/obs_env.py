@@ -24,7 +24,6 @@ from gpuq.main import create_app
 from gpuq.metrics import GpuqMetrics
 from gpuq.runtime import Services
 from gpuq.settings import Settings
-from gpuq.store import migrate
 from gpuq.store.config_loader import apply_config, ensure_priority_classes
 from gpuq.store.convert import node_info
 from gpuq.store.db import make_engine, make_session_factory
@@ -87,7 +86,8 @@ def serving(app) -> Iterator[str]:
 
 @contextmanager
 def fresh_database() -> Iterator[str]:
-    with own_database("gpuq_obs") as url:
+    """A database of the caller's own, migrated to head (tests/pg_server.py's template)."""
+    with own_database("gpuq_obs", migrated=True) as url:
         yield url
 
 
@@ -121,7 +121,6 @@ def seeded_env(config_text: str = CONFIG, prometheus_url: str | None = None) -> 
     with fresh_database() as url:
         engine = make_engine(url, pool_size=4)
         try:
-            migrate.upgrade(engine)
             sf = make_session_factory(engine)
             with sf() as s:
                 ensure_priority_classes(s)
