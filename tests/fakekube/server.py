@@ -169,7 +169,10 @@ class FakeKube:
 
         self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # stop()'s shutdown waits for the serving loop to look again: at socketserver's
+        # default of every 0.5 s, each test's fake cost a quarter second on average
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
+                                        daemon=True)
         self._thread.start()
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         return self.url
