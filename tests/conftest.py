@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gpuq.store.db import make_engine, make_session_factory
-from gpuq.store.orm import ALL_TABLES
+from gpuq.store.orm import ALL_TABLES, Base
 from tests.pg_server import own_database
 
 # The fake Kubernetes API server (``kube``) and a database of a test's own (``db_url``,
@@ -44,9 +44,28 @@ def session_factory(engine: Engine):
     return make_session_factory(engine)
 
 
+#: ALL_TABLES, those that reference others first (the order their rows can be deleted in)
+_DELETE_ORDER = [t.name for t in reversed(Base.metadata.sorted_tables) if t.name in ALL_TABLES]
+assert set(_DELETE_ORDER) == set(ALL_TABLES), "ALL_TABLES names a table the ORM does not map"
+
+
 def truncate_all(engine: Engine) -> None:
+    """Every table of ALL_TABLES emptied and its id sequences restarted: what ``TRUNCATE
+    ... RESTART IDENTITY`` does, as DELETEs in one transaction, because a TRUNCATE makes
+    new files for each table and index (0.15-0.25 s for these 14 tables, after each of
+    several hundred tests) where deleting the few rows a test left takes ~15 ms. A table
+    outside ALL_TABLES still referencing a row fails the DELETE instead of being emptied
+    along (TRUNCATE's CASCADE): none does."""
     with engine.begin() as conn:
-        conn.execute(text(f"TRUNCATE {', '.join(ALL_TABLES)} RESTART IDENTITY CASCADE"))
+        for table in _DELETE_ORDER:
+            conn.execute(text(f"DELETE FROM {table}"))
+        conn.execute(text(
+            "SELECT setval(s, 1, false) FROM (SELECT pg_get_serial_sequence("
+            "quote_ident(c.relname), a.attname) AS s FROM pg_class c JOIN pg_attribute a"
+            " ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+            " WHERE c.relname = ANY(:tables) AND c.relkind = 'r'"
+            " AND c.relnamespace = 'public'::regnamespace) q WHERE s IS NOT NULL"),
+            {"tables": _DELETE_ORDER})
 
 
 def skipped_groups(reports: list) -> dict[tuple[str, str], int]:
