@@ -199,6 +199,14 @@ class BindWatch:
     def stop(self) -> None:
         self._stop.set()
 
+    def pod_bytes(self) -> int:
+        """The size of one bound Pod as the API server stores and serves it (JSON, with
+        its defaults, status and managedFields): every component that reads or writes a
+        Pod (etcd, the watch fan-out, kwok's stages, the informers) pays per byte."""
+        name = next(iter(self.bound))
+        return len(self.core.read_namespaced_pod(name, self.namespace,
+                                                 _preload_content=False).data)
+
 
 def settle(cpu: Callable[[], dict[str, float]], *, idle_cores: float = 0.15,
            busy_cores: float = 0.6, step_s: float = 2.0, max_s: float = 120.0) -> float:
@@ -252,6 +260,7 @@ def bench_kube_scheduler(s: Session, kube: RealKube, n: int, round_: int = 1
     rate = n / (max(watch.bound.values()) - t0)
     cost = cpu_delta(cpu0, s.cp.cpu_seconds())
     watch.stop()
+    cost += f" (Pod {watch.pod_bytes():,} B)"
     print(f"kube-scheduler: {rate:.1f} Pods/s; {cost} (settled {waited:.0f} s)",
           flush=True)  # before the cleanup
     delete_pods(s.core, ns)
@@ -361,6 +370,7 @@ def gpuq_phase(p: dict) -> dict:
         own1 = resource.getrusage(resource.RUSAGE_SELF)
         # gpuq's own process (every thread: the pass, the binds, the informers)
         cpu1["gpuq"] = own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime
+        pod_bytes = watch.pod_bytes()
     finally:
         watch.stop()
         d.elector.release()
@@ -374,6 +384,7 @@ def gpuq_phase(p: dict) -> dict:
             admin.delete_namespaced_service(svc.metadata.name, p["namespace"])
         db.close()
     out: dict[str, Any] = {"rate": n / took, "passes": passes, "settled_s": waited,
+                           "pod_bytes": pod_bytes,
                            "cpu": {k: cpu1[k] - cpu0.get(k, 0) for k in cpu1}}
     if prof is not None:
         buf = io.StringIO()
@@ -398,7 +409,8 @@ def bench_gpuq(s: Session, kube: RealKube, tree: Path, **phase: Any) -> tuple[fl
     if out.get("profile"):
         print(out["profile"])
     cost = ", ".join(f"{k} {v:.1f}" for k, v in out["cpu"].items())
-    return out["rate"], f"{cost} ({out['passes']} passes; settled {out['settled_s']:.0f} s)"
+    return out["rate"], (f"{cost} ({out['passes']} passes; settled {out['settled_s']:.0f} s; "
+                         f"Pod {out['pod_bytes']:,} B)")
 
 
 def tree_name(tree: Path) -> str:

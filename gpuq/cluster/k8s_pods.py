@@ -208,10 +208,21 @@ def build_pod(
     ks: KubeSettings,
     policy: PodPolicy | None = None,
     layer: DeviceLayer | None = None,
+    bound: bool = False,
 ) -> dict:
     """The Pod of one replica. ``layer``: the node's device layer (how its device
     plugin names what the placement holds); :class:`UnsupportedDevice` when it has no
-    exact name for it."""
+    exact name for it. ``bound``: created on its node (``spec.nodeName``), not bound
+    after.
+
+    Every byte of a Pod is paid many times over: the API server decodes, admits and
+    stores it (with a managedFields entry per field), and sends it to every watcher
+    (kwok or the kubelet, the controllers, gpuq's informer) at each change. So gpuq
+    writes nothing the object already says: the job id annotation only when the label
+    cannot hold the exact id, the node annotation only on a Pod bound after its create
+    (a gang's, until the Binding), the node name as a value (gpuq chose the node), no
+    share variable (shares are refused on Kubernetes). bench/throughput_kube.py prints
+    the stored size."""
     meta, spec = _split_template(req.pod_template)
     namespace = meta.pop("namespace", None) or (
         policy.default_namespace if policy is not None else ks.namespace)
@@ -222,6 +233,10 @@ def build_pod(
     labels[L.REPLICA] = str(p.replica)
     annotations = dict(meta.get("annotations") or {})
     annotations.update(placement_annotations(req, p))
+    if labels[L.JOB_ID] == req.job_id:  # the label holds it exactly (k8s_labels.job_id_of)
+        del annotations[L.ANN_JOB_ID]
+    if bound:  # spec.nodeName says it (pod_placement_key)
+        del annotations[L.ANN_NODE]
 
     containers = spec.get("containers") or []
     if not containers:
@@ -241,10 +256,9 @@ def build_pod(
         {"name": "GPUQ_GPU_TYPE", "value": p.gpu_type or ""},
         {"name": "GPUQ_GPUS", "value": str(len(p.devices) if not p.mig and not p.share else 0)},
         {"name": "GPUQ_MIG_PROFILE", "value": ",".join(sorted({m[2] for m in p.mig}))},
-        {"name": "GPUQ_GPU_SHARE", "value": f"{p.share:g}" if p.share else ""},
         {"name": "GPUQ_WORLD_SIZE", "value": str(req.world_size or len(req.placements))},
         {"name": "GPUQ_RANK", "value": str(p.replica)},
-        {"name": "GPUQ_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "GPUQ_NODE_NAME", "value": p.node},
         *rendezvous_env(req, p, ks, namespace),
     ]
     ours = {e["name"] for e in env}
@@ -276,7 +290,9 @@ def build_pod(
     if is_gang(req):  # a stable DNS name per replica through the job's headless Service
         spec["hostname"] = f"{service_name(req)}-{p.replica}"
         spec["subdomain"] = service_name(req)
-    spec.pop("nodeName", None)  # the bind sets it (KubernetesCluster.bind)
+    spec.pop("nodeName", None)  # only gpuq's placement says where
+    if bound:
+        spec["nodeName"] = p.node
     # gpuq owns restarts (failure_policy, retries): a kubelet restarting an OOMKilled
     # container (OnFailure/Always) would keep the job "running" in CrashLoopBackOff
     spec["restartPolicy"] = "Never"

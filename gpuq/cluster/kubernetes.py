@@ -427,6 +427,8 @@ class KubernetesCluster:
                 raise
             return
         policy = self.pod_policy(req.team)
+        # one Pod: created on its node; a gang's: unbound (nobody else schedules them)
+        bound_on_create = len(req.placements) == 1
         created: list[tuple[str, str]] = []
         try:
             pods = []
@@ -440,7 +442,7 @@ class KubernetesCluster:
                 try:
                     pods.append(build_pod(req, p, bind_id=bind_id, gpu_type=gpu_type,
                                           node_taints=taints, ks=self.ks, policy=policy,
-                                          layer=layer))
+                                          layer=layer, bound=bound_on_create))
                 except UnsupportedDevice as e:  # e.g. a share queued before it was refused
                     raise InvalidPodError(f"node {p.node}: {e}") from None
                 if req.leader_epoch is not None:  # who bound it (fencing token)
@@ -455,10 +457,6 @@ class KubernetesCluster:
             # 0. a gang's headless Service: stable replica hostnames for the rendezvous
             if is_gang(req) and pods:
                 self._ensure_service(build_service(req, self.ks, pods[0]["metadata"]["namespace"]))
-            # one Pod: created on its node; a gang's: unbound (nobody else schedules them)
-            bound_on_create = len(pods) == 1
-            if bound_on_create:
-                pods[0]["spec"]["nodeName"] = req.placements[0].node
             # 1. create every Pod
             for pod in pods:
                 ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]

@@ -68,6 +68,31 @@ def test_whole_gpu_pod_fields():
     assert env(spec["containers"][1])["GPUQ_RANK"] == "1"
 
 
+def test_a_pod_says_nothing_twice():
+    """What the object already says is not written again (build_pod: every byte is
+    decoded, stored, tracked in managedFields and sent to every watcher)."""
+    one = ReplicaPlacement(0, "a100-2", "a100-80g", (0,))
+    pod = build_pod(req([one]), one, bind_id="abcde", gpu_type=TYPES["a100-80g"], ks=KS,
+                    bound=True)
+    ann, spec = pod["metadata"]["annotations"], pod["spec"]
+    assert spec["nodeName"] == "a100-2"
+    # the node is spec.nodeName's, the id the label's (k8s_labels.job_id_of)
+    assert ann == {"gpuq.io/gpu-type": "a100-80g", "gpuq.io/devices": "0"}
+    e = env(spec["containers"][0])
+    assert e["GPUQ_NODE_NAME"] == "a100-2" and "GPUQ_GPU_SHARE" not in e
+    # a gang's Pod is created unbound: its node is on it until the Binding
+    gang = req([one, ReplicaPlacement(1, "a100-3", "a100-80g", (0,))])
+    pod = build_pod(gang, gang.placements[1], bind_id="abcde", gpu_type=TYPES["a100-80g"],
+                    ks=KS)
+    assert "nodeName" not in pod["spec"]
+    assert pod["metadata"]["annotations"]["gpuq.io/node"] == "a100-3"
+    # an id no label value can hold exactly keeps its annotation
+    odd = BindRequest(job_id="team/job#7", name="x", team="nlp", pool="training",
+                      priority="P1", placements=[one])
+    pod = build_pod(odd, one, bind_id="abcde", gpu_type=TYPES["a100-80g"], ks=KS, bound=True)
+    assert pod["metadata"]["annotations"]["gpuq.io/job-id"] == "team/job#7"
+
+
 def test_mig_and_other_vendor_resources_and_no_share_pod():
     mig = ReplicaPlacement(0, "n", "a100-80g", mig=((6, 0, "3g.40gb"), (6, 1, "3g.40gb")))
     assert accelerator_resources(mig, TYPES["a100-80g"]) == {"nvidia.com/mig-3g.40gb": "2"}
