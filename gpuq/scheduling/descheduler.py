@@ -19,7 +19,12 @@ whole, the way a descheduler loop checks node water levels:
    away at most ``fair_preemption_max_lost_gpu_h`` GPU-hours in all (cards x
    time run), the budget of a fair-share preemption: a node of jobs that just
    started is moved, a node of long runs is left to finish (unbounded moves
-   restarted day-long runs on slower cards: docs/evaluation.md).
+   restarted day-long runs on slower cards: docs/evaluation.md). A move stops running
+   jobs, so like any same-priority preemption it only restores entitlement: it is made
+   only for a job whose team is owed it (``Cycle.owed``: within its entitlement with the
+   job, or short of it long enough); a team above its entitlement waits for a node to
+   free, or for its reservation (moves for such teams restarted one-card jobs on
+   slower cards: docs/evaluation.md).
 
 The output is an ordinary :class:`CycleResult` (preemptions, then
 admissions -- a moved job is preempted and admitted at its new place), so
@@ -126,7 +131,7 @@ def defragment(c: Cycle) -> None:
     running = [r for r in c.snap.running if r.request.id not in c.gone]
     budget = 3600.0 * c.snap.config.fair_preemption_max_lost_gpu_h
     for job, nodes in _whole_node_jobs(c):
-        if c.admission(job) is not None:
+        if not c.owed(job) or c.admission(job) is not None:
             continue
         options = []
         for name in nodes:
