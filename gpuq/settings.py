@@ -143,7 +143,8 @@ class Settings(BaseSettings):
     )
     # the dashboard asks for a token unless an operator opens it read-only to everyone
     ui_public: bool = Field(default=False, alias="GPUQ_UI_PUBLIC")
-    # estimated start times are recomputed at most this often (a bounded forward replay)
+    # estimated start times are recomputed when asked for and this old (a bounded forward
+    # replay); a pending job queued since the last replay asks for one once it is 5 s old
     estimate_interval_s: float = Field(default=30.0, gt=0, alias="GPUQ_ESTIMATE_INTERVAL")
 
     @model_validator(mode="after")

@@ -4,7 +4,12 @@
 the core; this module decides when. A request that finds the last result older
 than ``GPUQ_ESTIMATE_INTERVAL`` seconds (default 30) starts ONE background
 refresh and answers from the previous result at once, so no request waits for
-a replay and at most one runs at a time. Running jobs without a
+a replay and at most one runs at a time. A pending job that joined the queue after the
+last replay (submitted, or requeued by a preemption) has no estimate in it: asking for
+that job starts the refresh early, once the last result is ``NEW_JOB_REFRESH_S`` old, so
+a requeued job shows its new start within seconds, not after up to a whole interval,
+while a steady stream of submissions still costs at most one replay per
+``NEW_JOB_REFRESH_S``. Running jobs without a
 ``duration_estimate_s`` are assumed to take their pool's median run time of
 the last week (one aggregate over the jobs that succeeded), or an hour.
 """
@@ -29,6 +34,10 @@ from gpuq.store.snapshot import build_snapshot
 log = logging.getLogger(__name__)
 
 HISTORY = timedelta(days=7)
+#: a job queued after the last replay asks for a new one once that replay is this old (s):
+#: a replay of a 10,000-job backlog costs about 1.5 s (docs/benchmarks.md), so this bounds
+#: the early refreshes to a fraction of one core however many jobs arrive
+NEW_JOB_REFRESH_S = 5.0
 
 
 def pool_default_runtimes(session: Session, now: datetime) -> dict[str, float]:
@@ -86,32 +95,49 @@ class StartEstimator:
 
     def current(self) -> StartEstimates | None:
         last = self.last
-        if not self.background:
-            return last
         if last is None or self.clock().timestamp() - last.computed_at >= self.interval_s:
-            with self._lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name="gpuq-estimates", daemon=True
-                    )
-                    self._thread.start()
+            self._refresh_in_background()
         return last
 
+    def _refresh_in_background(self) -> None:
+        """Start the one background refresh unless it runs already (or loops are off)."""
+        if not self.background:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="gpuq-estimates", daemon=True
+                )
+                self._thread.start()
+
     def starts(self, now: datetime) -> Callable[..., datetime | None]:
-        """A lookup ``(job id, the start its reason names) -> estimated start``.
+        """A lookup ``(job id, the start its reason names, when it joined the queue) ->
+        estimated start``.
 
         The start the job's pending reason names (``jobs.reason_start_at``: a reservation's
         expected start, a preemption the preemptor would make) comes first: it is the last
         cycle's own verdict and what the reason beside it says, so the queue never shows
         "-" next to "expected start in 52s". Else the current replay's estimate. A start
-        in the past (the estimates are up to ``interval_s`` old) reads "now"."""
+        in the past (the estimates are up to ``interval_s`` old) reads "now". A job without
+        an estimate that joined the queue (``queued_at``) after the replay asks for an early
+        refresh (``NEW_JOB_REFRESH_S``): the replay could not know it."""
         est = self.current()
 
-        def start_of(job_id: str, reason_start: datetime | None = None) -> datetime | None:
+        def start_of(
+            job_id: str,
+            reason_start: datetime | None = None,
+            queued_at: datetime | None = None,
+        ) -> datetime | None:
             if reason_start is not None:
                 return max(reason_start.replace(microsecond=0), now)
             t = est.get(job_id) if est is not None else None
-            return None if t is None else max(datetime.fromtimestamp(round(t), UTC), now)
+            if t is None:
+                if (est is not None and queued_at is not None
+                        and queued_at.timestamp() > est.computed_at
+                        and self.clock().timestamp() - est.computed_at >= NEW_JOB_REFRESH_S):
+                    self._refresh_in_background()
+                return None
+            return max(datetime.fromtimestamp(round(t), UTC), now)
 
         return start_of
 

@@ -178,7 +178,7 @@ def queue(
             "wait_seconds": wait_seconds(j, now),
             "reason": j.reason,
             "reason_code": j.reason_code,
-            "estimated_start": start_of(str(j.id), j.reason_start_at),
+            "estimated_start": start_of(str(j.id), j.reason_start_at, j.queued_at),
         }
         for i, j in enumerate(rows)
     ]
@@ -368,7 +368,7 @@ def _job_page(
     released = job_store.released_placements(session, row)
     out = job_out(row, now, lease, released)
     if row.status == "pending" and estimator is not None:
-        out.estimated_start = estimator.starts(now)(out.id, row.reason_start_at)
+        out.estimated_start = estimator.starts(now)(out.id, row.reason_start_at, row.queued_at)
     body = jsonable_encoder(out)
     events = [jsonable_encoder(event_out(e)) for e in job_store.job_events(session, row)]
     can_cancel = viewer.may_cancel(row.team) and row.status in CANCELLABLE

@@ -4,7 +4,7 @@ The ```bash blocks under "## Walkthrough" are run as written by bash in a folder
 as a checkout after `make run`: `.venv` (this interpreter's environment) and `.gpuq`
 (the data folder the server writes the admin token to). The only change is the port:
 `127.0.0.1:8000` becomes a free port. The server runs at normal speed (the walkthrough's
-sleeps are real), so this test takes about 90 s. What the README's comments promise is
+sleeps are real), so this test takes about 35 s. What the README's comments promise is
 then checked in the output, in order.
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta
 
-from gpuq.api.estimates import StartEstimator, pool_default_runtimes
+from gpuq.api.estimates import NEW_JOB_REFRESH_S, StartEstimator, pool_default_runtimes
 from tests.integration.obs_env import AUTH, job, seeded_env, serving
 from tests.integration.test_cli_client import gpuq
 
@@ -73,6 +73,45 @@ def test_estimates_match_the_real_start_and_show_everywhere():
                 break
             time.sleep(0.05)
         assert est.last is not before and est.last.computed_at == env.clock().timestamp()
+
+
+def _refreshed(est: StartEstimator, before) -> bool:
+    """Whether the background refresh replaced ``before`` (waits up to 10 s for it)."""
+    for _ in range(200):
+        if est.last is not before:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_job_queued_after_the_replay_asks_for_an_early_one():
+    """A job submitted (or requeued) after the last replay has no estimate in it; asking for
+    that job refreshes early, once the replay is NEW_JOB_REFRESH_S old, instead of showing
+    no start for up to the whole interval. A job the replay saw does not (fails on the
+    code that refreshed only after the interval)."""
+    with seeded_env() as env:
+        env.submit(job("hold", "nlp", 2, "a100", duration=600))
+        env.dispatch()
+        seen = env.submit(job("seen", "nlp", 3, "a100", duration=60))
+        est = StartEstimator(env.services.session_factory, env.clock, 30, background=True)
+        env.client.app.state.estimator = est
+        est.refresh()
+        assert env.get(f"/v1/jobs/{seen['id']}")["estimated_start"] is not None
+
+        env.advance(NEW_JOB_REFRESH_S / 2)
+        late = env.submit(job("late", "nlp", 3, "a100", duration=60))
+        before = est.last
+        assert env.get(f"/v1/jobs/{late['id']}")["estimated_start"] is None
+        time.sleep(0.3)
+        assert est.last is before  # too soon: no refresh
+
+        env.advance(NEW_JOB_REFRESH_S)  # older than the floor, far from the 30 s interval
+        env.get(f"/v1/jobs/{seen['id']}")  # a job the replay saw asks for nothing
+        time.sleep(0.3)
+        assert est.last is before
+        env.get("/v1/queue")  # lists late: the replay predates it
+        assert _refreshed(est, before)
+        assert env.get(f"/v1/jobs/{late['id']}")["estimated_start"] is not None
 
 
 def test_pool_default_runtime_is_the_median_of_last_weeks_runs():

@@ -253,7 +253,7 @@ def list_jobs(
         start = estimator.starts(now)  # as on GET /v1/jobs/{id}: one estimate per page
         for r, o in zip(rows, items, strict=True):
             if o.status == "pending":
-                o.estimated_start = start(o.id, r.reason_start_at)
+                o.estimated_start = start(o.id, r.reason_start_at, r.queued_at)
     return JobPage(items=items, next_cursor=next_cursor)
 
 
@@ -273,7 +273,8 @@ def get_job(
         released=job_store.released_placements(session, job),
     )
     if job.status == "pending":
-        out.estimated_start = estimator.starts(now)(out.id, job.reason_start_at)
+        out.estimated_start = estimator.starts(now)(out.id, job.reason_start_at,
+                                                         job.queued_at)
     return out
 
 

@@ -82,7 +82,7 @@ def get_queue(
             reason=j.reason,
             reason_code=j.reason_code,
             preemption_count=j.preemption_count,
-            estimated_start=start_of(str(j.id), j.reason_start_at),
+            estimated_start=start_of(str(j.id), j.reason_start_at, j.queued_at),
         )
         for i, j in enumerate(rows)
     ]
