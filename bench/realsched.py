@@ -89,7 +89,13 @@ from gpuq.store.node_rows import gpu_type_configs
 from gpuq.store.orm import JobRow
 from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import elector, make_cluster
-from tests.realkube.control_plane import KWOK_NODE_LABEL, REPO, free_port, running_control_plane
+from tests.realkube.control_plane import (
+    KWOK_NODE_LABEL,
+    REPO,
+    dies_with_parent,
+    free_port,
+    running_control_plane,
+)
 from tests.realkube.fixtures import RealKube, Session, wait_for
 
 SYSTEMS = ("kueue", "kube-scheduler", "gpuq")
@@ -318,7 +324,8 @@ def running_kueue(s: Session, sc: Scenario, settings: KueueSettings | None = Non
     self_signed(Path("/etc/kueue/metrics/certs"))
     (w / "kueue.yaml").write_text(kueue_config(w, settings))
     log = open(w / "kueue.log", "wb")  # noqa: SIM115 (lives with the process)
-    proc = subprocess.Popen([str(d / "kueue"), f"--config={w / 'kueue.yaml'}", "--zap-log-level=2"],
+    proc = subprocess.Popen(dies_with_parent([str(d / "kueue"), f"--config={w / 'kueue.yaml'}",
+                                              "--zap-log-level=2"]),
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env={**os.environ, "KUBECONFIG": str(s.cp.kubeconfig)},
                             start_new_session=True)

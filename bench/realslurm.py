@@ -84,6 +84,7 @@ from gpuq.simulate.baselines.slurm import (
     time_limit,
 )
 from gpuq.simulate.replay import SimJob, Simulator
+from tests.realkube.control_plane import dies_with_parent
 
 DAEMONS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
            "sacctmgr", "sbatch", "squeue")
@@ -309,7 +310,7 @@ class Daemons:
 
     def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = open(self.work / "log" / f"{name}.out", "wb")  # noqa: SIM115 (lives with it)
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+        p = subprocess.Popen(dies_with_parent(argv), stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         self.procs.append((name, p))
         return p

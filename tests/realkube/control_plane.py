@@ -110,7 +110,7 @@ class ControlPlane:
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (lives with the process)
         self.procs[name] = subprocess.Popen(
-            [str(self.bins[name]), *args], stdout=log, stderr=subprocess.STDOUT,
+            dies_with_parent([str(self.bins[name]), *args]), stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
 
@@ -248,6 +248,19 @@ class ControlPlane:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited {proc.returncode}:\n{self.log_tail(name)}")
+
+
+#: util-linux's setpriv (Debian's util-linux, an essential package), for dies_with_parent
+SETPRIV = shutil.which("setpriv")
+
+
+def dies_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` started through ``setpriv --pdeathsig KILL``: the kernel kills the process
+    when the one that started it dies, even by SIGKILL, where ``atexit`` does not run
+    (a pytest or benchmark killed from outside left etcd, the API server, the controllers
+    and kwok running). The signal follows the starting *thread*, so these are started from
+    the main thread. Without setpriv, ``argv`` unchanged (then only ``atexit`` stops them)."""
+    return [SETPRIV, "--pdeathsig", "KILL", "--", *argv] if SETPRIV else argv
 
 
 @contextlib.contextmanager
