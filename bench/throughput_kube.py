@@ -125,7 +125,7 @@ class BindWatch:
         self.rv: str | None = None  # None: list first (at the start, after a 410)
         self.relists = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run, name="bench-watch", daemon=True)
         if start:
             self._thread.start()
 
@@ -295,6 +295,26 @@ def delete_pods(core: Any, ns: str) -> None:
     wait_for(gone, 900, "pods deleted")
 
 
+#: gpuq's threads, by name prefix, as :func:`thread_cpu` groups them
+THREAD_GROUPS = (("pass", "MainThread"), ("binds", "gpuq-bind"), ("informers", "informer-"),
+                 ("bench watch", "bench-watch"))
+
+
+def thread_cpu() -> dict[str, float]:
+    """User + system CPU seconds of this process's live threads so far, summed per
+    :data:`THREAD_GROUPS` entry (``other`` for the rest): where gpuq's CPU goes, and the
+    bench's own Pod watch, which runs in gpuq's process, set apart."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        group = next((g for g, prefix in THREAD_GROUPS if t.name.startswith(prefix)), "other")
+        with contextlib.suppress(OSError, TypeError):
+            fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")", 1)[1]
+            f = fields.split()
+            out[group] = out.get(group, 0.0) + (int(f[11]) + int(f[12])) / tick
+    return out
+
+
 def cpu_of(pids: dict[str, int]) -> dict[str, float]:
     """User + system CPU seconds of each process so far (/proc/PID/stat)."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -358,7 +378,7 @@ def gpuq_phase(p: dict) -> dict:
 
     waited = settle(lambda: cpu_of(p["pids"]))
     cpu0, t0 = cpu_of(p["pids"]), time.monotonic()
-    own0 = resource.getrusage(resource.RUSAGE_SELF)
+    own0, threads0 = resource.getrusage(resource.RUSAGE_SELF), thread_cpu()
     try:
         if prof is not None:
             prof.enable()
@@ -367,7 +387,7 @@ def gpuq_phase(p: dict) -> dict:
             prof.disable()
         took = max(watch.bound.values()) - t0
         cpu1 = cpu_of(p["pids"])
-        own1 = resource.getrusage(resource.RUSAGE_SELF)
+        own1, threads1 = resource.getrusage(resource.RUSAGE_SELF), thread_cpu()
         # gpuq's own process (every thread: the pass, the binds, the informers)
         cpu1["gpuq"] = own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime
         pod_bytes = watch.pod_bytes()
@@ -385,7 +405,8 @@ def gpuq_phase(p: dict) -> dict:
         db.close()
     out: dict[str, Any] = {"rate": n / took, "passes": passes, "settled_s": waited,
                            "pod_bytes": pod_bytes,
-                           "cpu": {k: cpu1[k] - cpu0.get(k, 0) for k in cpu1}}
+                           "cpu": {k: cpu1[k] - cpu0.get(k, 0) for k in cpu1},
+                           "threads": {k: v - threads0.get(k, 0) for k, v in threads1.items()}}
     if prof is not None:
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(p["profile"])
@@ -409,6 +430,8 @@ def bench_gpuq(s: Session, kube: RealKube, tree: Path, **phase: Any) -> tuple[fl
     if out.get("profile"):
         print(out["profile"])
     cost = ", ".join(f"{k} {v:.1f}" for k, v in out["cpu"].items())
+    if out.get("threads"):  # gpuq's process by thread (the bench's own watch included)
+        cost += " [" + ", ".join(f"{k} {v:.1f}" for k, v in out["threads"].items()) + "]"
     return out["rate"], (f"{cost} ({out['passes']} passes; settled {out['settled_s']:.0f} s; "
                          f"Pod {out['pod_bytes']:,} B)")
 
