@@ -32,6 +32,7 @@ from typing import Any
 
 import urllib3
 from kubernetes import client as kclient
+from kubernetes.client.exceptions import ApiException
 
 _BOUND = "_gpuq_bounded_timeout"
 
@@ -73,6 +74,36 @@ def pool_for(api_client: kclient.ApiClient, connections: int) -> kclient.ApiClie
         pm.connection_pool_kw["maxsize"] = connections
         pm.clear()
     return api_client
+
+
+#: what gpuq sends and reads: JSON (the client asks for it too, but sends no Content-Type)
+JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
+
+
+def post_json(api_client: kclient.ApiClient, path: str, body: dict,
+              query: list[tuple[str, str]] | None = None, **path_params: str) -> Any:
+    """POST ``body`` (a dict) to ``path`` (``/api/v1/namespaces/{namespace}/pods``, its
+    ``{names}`` filled from ``path_params``; ``query``: its query parameters) as JSON,
+    and return the raw answer, read; a non-2xx answer raises :class:`ApiException` as
+    the client's own methods do.
+
+    The client's generated methods (``CoreV1Api.create_namespaced_pod`` ...) validate a
+    dict body into their model classes (pydantic) and serialize the model back into the
+    same dict before encoding it: for a bind's Pod that was a third of the create's CPU
+    in gpuq's process (0.5 of 1.6 ms per create in one thread, measured against the real
+    API server; ``bench/throughput_kube.py`` binds 10,000). This sends the dict as it is,
+    through the same ``ApiClient`` (its host, TLS, credentials and refresh hook, headers,
+    connection pool) and :func:`bound_calls`' timeout; the API server validates the
+    object, as it does anyway (ask it for ``fieldValidation=Strict`` to be refused a
+    field it does not know, as the client's models refused one)."""
+    method, url, headers, _, _ = api_client.param_serialize(
+        "POST", path, path_params=path_params, query_params=query,
+        header_params=dict(JSON_HEADERS), auth_settings=["BearerToken"])
+    resp = api_client.call_api(method, url, headers, body=body)
+    if not 200 <= resp.status <= 299:
+        resp.read()
+        raise ApiException.from_response(http_resp=resp, body=None, data=None)
+    return resp.response
 
 
 def is_timeout(e: BaseException) -> bool:

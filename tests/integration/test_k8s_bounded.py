@@ -85,7 +85,7 @@ def test_a_bound_create_answered_after_its_timeout_is_deleted(kube, bounded):
     """A job of one Pod is created bound. Its create gets no answer in time, so the bind
     is undone, but the API server makes the Pod after all (it held the request): the
     next pass deletes it, it would run beside the job's next attempt otherwise."""
-    kube.hang(r"^POST /api/v1/namespaces/[^/]+/pods$")
+    kube.hang(r"^POST /api/v1/namespaces/[^/]+/pods(\?|$)")
     t, out = _in_thread(lambda: bounded.bind(_req()))
     t.join(HANG_S)
     assert isinstance(out[0], BindError), out
@@ -108,7 +108,7 @@ def test_every_call_is_bounded(kube, bounded, call):
         kube.hang(r"^(POST .*/eviction|DELETE |GET /api/v1/services)")
         t, _ = _in_thread(lambda: bounded.stop("7", "preempted", grace_seconds=30))
     else:
-        kube.hang(r"^POST /api/v1/namespaces/[^/]+/pods$")
+        kube.hang(r"^POST /api/v1/namespaces/[^/]+/pods(\?|$)")
         t, _ = _in_thread(lambda: bounded.bind(_req()))
     t.join(HANG_S)
     assert not t.is_alive(), f"{call} still blocked on a hung apiserver"

@@ -323,7 +323,7 @@ def test_slow_answers_under_the_timeout_bind_and_hung_ones_cost_a_pass_its_timeo
         a = submit_a100_job(sf, 4, "a")
         _until(d, kube, lambda: _status(sf, a) == "running")
         kube.unhang()
-        kube.hang(r"^POST /api/v1/namespaces/[^/]+/pods$")
+        kube.hang(r"^POST /api/v1/namespaces/[^/]+/pods(\?|$)")
         b = submit_a100_job(sf, 4, "b")
         done = threading.Event()
 

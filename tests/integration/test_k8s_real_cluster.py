@@ -200,6 +200,18 @@ def test_apiserver_validation_422_is_a_permanent_invalid_pod(kube, cluster):
     assert kube.gpuq_pods() == []
 
 
+def test_a_field_the_apiserver_does_not_know_is_refused_not_dropped(kube, cluster):
+    """gpuq sends its Pod as the JSON it built, no client model in between, asking for
+    ``fieldValidation=Strict``: a field the apiserver does not know is the job's own
+    refusal (400) and nothing is left, as when the client's model refused it; by
+    default the apiserver would drop the field and run the Pod without it."""
+    template = {"spec": {"containers": [
+        {"name": "main", "image": "trainer:1", "securityContext": SC, "colour": "red"}]}}
+    with pytest.raises(InvalidPodError, match=r"400 .*colour"):
+        cluster.bind(_req(job_id="odd", template=template))
+    assert kube.gpuq_pods() == []
+
+
 BASELINE_ONLY = {"spec": {"containers": [{"name": "main", "image": "trainer:1"}]}}
 
 
