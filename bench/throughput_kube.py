@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import gc
 import io
 import json
 import os
@@ -59,6 +60,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from gpuq import runtime
 from gpuq.clock import utcnow
 from gpuq.cluster.k8s_client import bound_calls
 from gpuq.cluster.k8s_watch import check_status
@@ -315,6 +317,26 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+class GcTime:
+    """CPU seconds the garbage collector took in this process (every thread, every
+    generation), from ``gc.callbacks``: a collection's cost lands on whatever code
+    allocated when it ran, so a profile shows it nowhere of its own."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._t0: float = 0.0
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.thread_time()
+        else:
+            g = info["generation"]
+            self.seconds[g] += time.thread_time() - self._t0
+            self.count[g] += 1
+
+
 def cpu_of(pids: dict[str, int]) -> dict[str, float]:
     """User + system CPU seconds of each process so far (/proc/PID/stat)."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -356,6 +378,8 @@ def gpuq_phase(p: dict) -> dict:
             submit_jobs(ses, specs[i:i + 500], now=utcnow())
         ses.commit()
         types = gpu_type_configs(ses)
+    # the collector as a dispatcher's process sets it (gpuq/runtime.py), where the tree has it
+    getattr(runtime, "tune_collector", lambda: None)()
     kube = _Kube(p)
     c = make_cluster(kube)
     # binds in flight at once (GPUQ_K8S_BIND_WORKERS; 1: the dispatcher before parallel binds)
@@ -379,6 +403,7 @@ def gpuq_phase(p: dict) -> dict:
     waited = settle(lambda: cpu_of(p["pids"]))
     cpu0, t0 = cpu_of(p["pids"]), time.monotonic()
     own0, threads0 = resource.getrusage(resource.RUSAGE_SELF), thread_cpu()
+    gct = GcTime()
     try:
         if prof is not None:
             prof.enable()
@@ -406,7 +431,8 @@ def gpuq_phase(p: dict) -> dict:
     out: dict[str, Any] = {"rate": n / took, "passes": passes, "settled_s": waited,
                            "pod_bytes": pod_bytes,
                            "cpu": {k: cpu1[k] - cpu0.get(k, 0) for k in cpu1},
-                           "threads": {k: v - threads0.get(k, 0) for k, v in threads1.items()}}
+                           "threads": {k: v - threads0.get(k, 0) for k, v in threads1.items()},
+                           "gc": {"seconds": gct.seconds, "count": gct.count}}
     if prof is not None:
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(p["profile"])
@@ -432,6 +458,11 @@ def bench_gpuq(s: Session, kube: RealKube, tree: Path, **phase: Any) -> tuple[fl
     cost = ", ".join(f"{k} {v:.1f}" for k, v in out["cpu"].items())
     if out.get("threads"):  # gpuq's process by thread (the bench's own watch included)
         cost += " [" + ", ".join(f"{k} {v:.1f}" for k, v in out["threads"].items()) + "]"
+    if out.get("gc"):
+        g = out["gc"]
+        cost += (" (garbage collector " + ", ".join(
+            f"gen{i} {n}x {t:.2f} s" for i, (n, t) in enumerate(zip(g["count"], g["seconds"],
+                                                                     strict=True))) + ")")
     return out["rate"], (f"{cost} ({out['passes']} passes; settled {out['settled_s']:.0f} s; "
                          f"Pod {out['pod_bytes']:,} B)")
 
