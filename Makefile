@@ -25,8 +25,11 @@ $(STAMP): $(RUN_STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/gpuq serve
 
+# two pytest-xdist workers, a test file to one worker (its module fixtures set up once):
+# most tests wait on PostgreSQL, a server or a control plane, so the two cores are mostly
+# idle with one; a single test or file: .venv/bin/pytest PATH (no workers)
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check gpuq tests bench

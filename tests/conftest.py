@@ -80,12 +80,45 @@ def skipped_groups(reports: list) -> dict[tuple[str, str], int]:
     return groups
 
 
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
+    """Each item's node id carries its parameters. Schemathesis names its items
+    ``test[GET /v1/jobs]`` but leaves the node id without the operation, so all of a
+    test's operations share one id: pytest-xdist (``make test`` runs two workers) keys
+    items by id and ran one operation of each such test instead of every one."""
+    for item in items:
+        suffix = item.name[len(getattr(item, "originalname", item.name)):]
+        if suffix and not item.nodeid.endswith(suffix):
+            if hasattr(item, "_id") and item.parent is not None:
+                item._id = item.parent.id.child(item.name)  # pytest 9: a structured id
+            else:
+                item._nodeid = item.nodeid + suffix  # pytest 8 keeps the id as a string
+
+
+def pytest_deselected(items) -> None:
+    """A pytest-xdist worker deselects, its controller does not: each worker hands its
+    count to the controller (``workeroutput``) for the summary below."""
+    config = items[0].config if items else None
+    out = getattr(config, "workeroutput", None)
+    if out is not None:
+        out["deselected"] = out.get("deselected", 0) + len(items)
+
+
+_WORKERS_DESELECTED: list[int] = []
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_testnodedown(node, error) -> None:  # noqa: ARG001
+    """The controller's record of one worker's deselected count (every worker collects
+    the whole suite, so each reports the same number)."""
+    _WORKERS_DESELECTED.append(getattr(node, "workeroutput", {}).get("deselected", 0))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
     """No silent skips: one line per skipped test group (module and reason), and the
     deselected count with the marker expression that left them out."""
     tr = terminalreporter
     groups = skipped_groups(tr.stats.get("skipped", []))
-    deselected = len(tr.stats.get("deselected", []))
+    deselected = max([len(tr.stats.get("deselected", [])), *_WORKERS_DESELECTED])
     if not groups and not deselected:
         return
     tr.section("skipped test groups")

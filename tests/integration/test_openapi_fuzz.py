@@ -207,3 +207,26 @@ def test_every_operation_answers_a_team_as_documented(case, base_url):
         base_url=base_url, headers={"Authorization": f"Bearer {team_token(base_url)}"},
         checks=ALL_CHECKS,
     )
+
+
+def test_every_operation_has_an_id_of_its_own(request):
+    """Schemathesis' items (one per operation) carry the operation in their node id
+    (tests/conftest.py): with one shared id, pytest-xdist's workers ran 1 of the 110."""
+    from tests.conftest import pytest_collection_modifyitems
+
+    def flat(nodes: list) -> list:
+        return [i for n in nodes
+                for i in ([n] if isinstance(n, pytest.Item) else flat(n.collect()))]
+
+    def fuzz(nodes: list) -> list:
+        return [i for i in nodes if i.path == request.node.path
+                and i.name.startswith("test_every_operation_answers")]
+
+    items = fuzz(request.session.items)  # as collected for this run (make test: all)
+    if len(items) < 100:  # a selection (-k, one test): collect the module again (~6 s)
+        items = fuzz(flat(request.node.parent.collect()))
+        pytest_collection_modifyitems(request.config, items)
+    ids = [i.nodeid for i in items]
+    assert len(ids) >= 100 and len(set(ids)) == len(ids), ids[:3]
+    assert any(i.endswith("test_every_operation_answers_as_documented[GET /healthz]")
+               for i in ids)

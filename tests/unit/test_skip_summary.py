@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +32,30 @@ def test_a_skipped_group_is_named_with_its_reason(tmp_path: Path) -> None:
     assert "1 passed, 2 skipped" in r.stdout, r.stdout + r.stderr
     assert "skipped test groups" in r.stdout
     assert "SKIPPED test_probe.py: 2 test(s): no chromium here" in r.stdout
+
+
+def test_the_workers_deselected_count_reaches_the_summary() -> None:
+    """``make test`` runs two pytest-xdist workers. They deselect, the controller prints
+    the summary: each worker's count travels in ``workeroutput`` (pytest_deselected ->
+    pytest_testnodedown), and the summary names it (the hooks called as xdist calls them).
+    Without this the 11 long fault runs left out were not named under ``make test``."""
+    import tests.conftest as c
+
+    worker = SimpleNamespace(workeroutput={})
+    c.pytest_deselected([SimpleNamespace(config=worker)] * 11)
+    c._WORKERS_DESELECTED.clear()
+    c.pytest_testnodedown(SimpleNamespace(workeroutput=worker.workeroutput), None)
+    c.pytest_testnodedown(SimpleNamespace(workeroutput=worker.workeroutput), None)
+    lines: list[str] = []
+    tr = SimpleNamespace(stats={}, section=lines.append, write_line=lines.append)
+    config = SimpleNamespace(getoption=lambda name, default="": "not long_faults"
+                             if name == "markexpr" else default)
+    try:
+        c.pytest_terminal_summary(tr, 0, config)
+    finally:
+        c._WORKERS_DESELECTED.clear()
+    assert any(line.startswith("DESELECTED 11 test(s) by -m/-k 'not long_faults'")
+               for line in lines), lines
 
 
 def test_kubernetes_backend_tests_do_not_skip_without_a_database_url() -> None:
