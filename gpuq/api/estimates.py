@@ -134,7 +134,7 @@ class StartEstimator:
             if t is None:
                 if (est is not None and queued_at is not None
                         and queued_at.timestamp() > est.computed_at
-                        and self.clock().timestamp() - est.computed_at >= NEW_JOB_REFRESH_S):
+                        and now.timestamp() - est.computed_at >= NEW_JOB_REFRESH_S):
                     self._refresh_in_background()
                 return None
             return max(datetime.fromtimestamp(round(t), UTC), now)
