@@ -83,7 +83,7 @@ def skipped_groups(reports: list) -> dict[tuple[str, str], int]:
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
     """Each item's node id carries its parameters. Schemathesis names its items
     ``test[GET /v1/jobs]`` but leaves the node id without the operation, so all of a
-    test's operations share one id: pytest-xdist (``make test`` runs two workers) keys
+    test's operations share one id: pytest-xdist (``make test-parallel`` runs two workers) keys
     items by id and ran one operation of each such test instead of every one."""
     for item in items:
         suffix = item.name[len(getattr(item, "originalname", item.name)):]
