@@ -42,6 +42,7 @@ def gpu_type_configs(session: Session) -> list[GpuTypeConfig]:
                     k: MigProfileConfig(**v) for k, v in (r.mig_profiles or {}).items()
                 },
                 shareable=r.shareable,
+                speed=r.speed,
             )
         )
     return out

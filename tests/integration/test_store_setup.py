@@ -19,6 +19,7 @@ from gpuq.settings import Settings
 from gpuq.store import migrate
 from gpuq.store.config_loader import apply_config
 from gpuq.store.db import make_engine, normalize_url, psycopg_conninfo
+from gpuq.store.node_rows import gpu_type_configs
 from gpuq.store.orm import ALL_TABLES, GpuTypeRow, NodeRow, PoolRow, TeamRow
 from tests.integration.conftest import job_body
 
@@ -88,6 +89,18 @@ def test_demo_config_loads_idempotently(session_factory):
         assert apply_config(s, edited) == 1
         s.commit()
         assert s.get(GpuTypeRow, "v100-16g").weight == 5
+
+
+def test_gpu_types_read_back_as_configured(session_factory):
+    """The GPU types the dispatcher and the Kubernetes backend read back from the table
+    are the ones configured, every field included (speed was once dropped here)."""
+    cfg = load_config_text(demo_config_text())
+    cfg.gpu_types = [t.model_copy(update={"speed": 1.0 + i}) for i, t in enumerate(cfg.gpu_types)]
+    with session_factory() as s:
+        apply_config(s, cfg)
+        s.commit()
+    with session_factory() as s:
+        assert gpu_type_configs(s) == sorted(cfg.gpu_types, key=lambda t: t.name)
 
 
 def test_admin_token_generated_once_and_kept(tmp_path):
