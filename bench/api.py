@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,17 +44,12 @@ from bench.api_jobs import nlp_job, team_token  # noqa: E402
 from bench.dispatch import database  # noqa: E402
 from bench.history import load  # noqa: E402
 from gpuq.domain.percentiles import percentile  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 BIN = Path(sys.executable).parent
 # `gpuq api` refuses an admin token shorter than 32 characters
 ADMIN = "bench-api-admin-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

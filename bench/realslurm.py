@@ -84,6 +84,7 @@ from gpuq.simulate.baselines.slurm import (
     time_limit,
 )
 from gpuq.simulate.replay import SimJob, Simulator
+from tests.ports import free_port
 from tests.realkube.control_plane import dies_with_parent
 
 DAEMONS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
@@ -146,15 +147,9 @@ class Ports:
     nodes: dict[str, int] = field(default_factory=dict)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def free_ports(sc: Scenario) -> Ports:
-    return Ports(_free_port(), _free_port(), _free_port(),
-                 {n.name: _free_port() for n in sc.model.cluster.nodes})
+    return Ports(free_port(), free_port(), free_port(),
+                 {n.name: free_port() for n in sc.model.cluster.nodes})
 
 
 def longest_limit_s(sc: Scenario, settings: SlurmSettings) -> float:

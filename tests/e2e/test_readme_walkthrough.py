@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from tests.conftest import truncate_all
-from tests.e2e.test_serve import _free_port, _wait_for
+from tests.e2e.test_serve import _wait_for
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,7 @@ def walkthrough_script() -> str:
 def checkout(engine, database_url, tmp_path):
     """A folder like a checkout after `make run`, with `gpuq serve` running from it."""
     (tmp_path / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url, "GPUQ_PORT": str(port)}
     for name in ("GPUQ_ADMIN_TOKEN", "GPUQ_DATA_DIR", "GPUQ_CONFIG", "GPUQ_SIM_SPEED"):
         env.pop(name, None)

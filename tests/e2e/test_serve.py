@@ -9,7 +9,6 @@ long a step took.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,14 +18,9 @@ import httpx
 import pytest
 
 from tests.conftest import truncate_all
+from tests.ports import free_port
 
 GPUQ = Path(sys.executable).with_name("gpuq")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for(fn, timeout: float = 60.0, step: float = 0.2):
@@ -42,7 +36,7 @@ def _wait_for(fn, timeout: float = 60.0, step: float = 0.2):
 
 @pytest.fixture
 def server(engine, database_url, tmp_path):
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": database_url,

@@ -19,10 +19,11 @@ import yaml
 
 from gpuq.dispatch.leader import lock_key
 from tests.conftest import truncate_all
-from tests.e2e.test_serve import GPUQ, _free_port, _wait_for
+from tests.e2e.test_serve import GPUQ, _wait_for
 from tests.fakekube.fixtures import kube  # noqa: F401 - a fixture
 from tests.fakekube.objects import article_a100
 from tests.faults import admin_conninfo
+from tests.ports import free_port
 
 EXIT_WITHIN_S = 10.0
 
@@ -55,7 +56,7 @@ def _terminate_and_time(proc: subprocess.Popen) -> float:
 
 @pytest.mark.parametrize("command", ["serve", "api"])
 def test_sigterm_stops_the_http_processes(command, engine, database_url, tmp_path):
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": database_url,

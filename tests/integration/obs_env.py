@@ -8,7 +8,6 @@ API, the dispatcher, the store and the simulated cluster are the real ones.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from gpuq.store.convert import node_info
 from gpuq.store.db import make_engine, make_session_factory
 from gpuq.store.orm import NodeRow
 from tests.pg_server import own_database
+from tests.ports import free_port
 
 ADMIN = "admin-test-token"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -51,12 +51,6 @@ teams:
 scheduler:
   alerts: {hol_min_samples: 5, hol_min_p99_s: 60}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

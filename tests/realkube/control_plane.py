@@ -28,7 +28,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -38,6 +37,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = Path(__file__).with_name("kwok-stages.yaml")
@@ -72,12 +73,6 @@ def find_binaries(names: tuple[str, ...] = REQUIRED, need: bool = True) -> dict[
             "KUBEBUILDER_ASSETS at a folder holding them)"
         )
     return {n: d / n for n in names if n not in missing}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _kubeconfig(url: str, token: str) -> str:
