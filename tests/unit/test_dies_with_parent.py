@@ -34,13 +34,27 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def test_a_daemon_dies_when_its_starter_is_killed() -> None:
     if SETPRIV is None:
         pytest.skip("setpriv (util-linux) is not installed: daemons rely on atexit alone")
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE,
                               text=True, cwd=Path(__file__).resolve().parents[2])
     child = int(parent.stdout.readline())
-    assert _alive(child)
+    # setpriv asks for the signal, then execs the daemon: before the exec the request
+    # may not be made yet (a harness waits for its daemon to answer before going on)
+    for _ in range(200):
+        if _comm(child) == "sleep":
+            break
+        time.sleep(0.05)
+    assert _comm(child) == "sleep"
     parent.send_signal(signal.SIGKILL)  # no atexit, no finally
     parent.wait(10)
     for _ in range(100):
