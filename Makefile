@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-parallel lint bench bench-kube bench-kube-large docs clean docs-assets traces kube-bin evaluation kueue-bin fidelity fidelity-slurm
+.PHONY: run test test-serial lint bench bench-kube bench-kube-large docs clean docs-assets traces kube-bin evaluation kueue-bin fidelity fidelity-slurm
 
 # `make run` installs only what the server needs; `make test` adds the test, plot and
 # evaluation extras. pip shows its progress (a first install takes a minute or two).
@@ -25,14 +25,15 @@ $(STAMP): $(RUN_STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/gpuq serve
 
+# two pytest-xdist workers, a test file to each (most tests wait on PostgreSQL, a server or
+# a control plane), with every real-control-plane file on one worker, so one control plane
+# runs at a time (tests/conftest.py); about half the one-process time on 2 cores
 test: $(STAMP)
-	$(BIN)/pytest
-
-# the same tests in two pytest-xdist workers, a test file to one worker: most tests wait
-# on PostgreSQL, a server or a control plane (about 500 s instead of 950 on 2 quiet cores);
-# not yet `make test`: one real-control-plane fault test stalled once in five such runs
-test-parallel: $(STAMP)
 	$(BIN)/pytest -n 2 --dist loadfile
+
+# the same tests in one process (a failure's output in collection order)
+test-serial: $(STAMP)
+	$(BIN)/pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check gpuq tests bench

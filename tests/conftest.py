@@ -8,6 +8,7 @@ group that was skipped or deselected, and why.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +17,7 @@ from sqlalchemy import Engine, text
 from gpuq.store.db import make_engine, make_session_factory
 from gpuq.store.orm import ALL_TABLES, Base
 from tests.pg_server import own_database
+from tests.realkube.control_plane import REPO
 
 # The fake Kubernetes API server (``kube``) and a database of a test's own (``db_url``,
 # ``sf``) from tests/fakekube/fixtures.py, for every Kubernetes test to ask for by name.
@@ -83,7 +85,7 @@ def skipped_groups(reports: list) -> dict[tuple[str, str], int]:
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
     """Each item's node id carries its parameters. Schemathesis names its items
     ``test[GET /v1/jobs]`` but leaves the node id without the operation, so all of a
-    test's operations share one id: pytest-xdist (``make test-parallel`` runs two workers) keys
+    test's operations share one id: pytest-xdist (``make test`` runs two workers) keys
     items by id and ran one operation of each such test instead of every one."""
     for item in items:
         suffix = item.name[len(getattr(item, "originalname", item.name)):]
@@ -92,6 +94,42 @@ def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
                 item._id = item.parent.id.child(item.name)  # pytest 9: a structured id
             else:
                 item._nodeid = item.nodeid + suffix  # pytest 8 keeps the id as a string
+
+
+#: the pytest-xdist scope of every test of a module that uses the real control plane
+REAL_CONTROL_PLANE_SCOPE = "tests/realkube (one control plane at a time)"
+
+
+@functools.cache
+def uses_real_control_plane(path: str) -> bool:
+    """Whether a test module (a path relative to the repository) imports tests/realkube:
+    it starts the real control plane (etcd, the API server, the controllers, kwok), or
+    runs on the session's."""
+    try:
+        return "tests.realkube" in (REPO / path).read_text()
+    except OSError:
+        return False
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (``make test``'s two workers) with every module of the real
+    control plane in one unit: one worker runs them all, one after another, so the
+    machine runs one control plane at a time instead of one per worker (each costs CPU
+    to start and to keep its leases). Two at once on two cores, beside both workers'
+    tests, is the load under which a lost node's Pods once went un-evicted for minutes
+    (the cause was not found; test_k8s_fault_suite now says what the node showed).
+    Every other module stays a unit of its own, as loadfile has it."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneControlPlane(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return REAL_CONTROL_PLANE_SCOPE if uses_real_control_plane(path) else path
+
+    return OneControlPlane(config, log)
 
 
 def pytest_deselected(items) -> None:

@@ -35,7 +35,7 @@ def test_a_skipped_group_is_named_with_its_reason(tmp_path: Path) -> None:
 
 
 def test_the_workers_deselected_count_reaches_the_summary() -> None:
-    """``make test-parallel`` runs two pytest-xdist workers. They deselect, the controller prints
+    """``make test`` runs two pytest-xdist workers. They deselect, the controller prints
     the summary: each worker's count travels in ``workeroutput`` (pytest_deselected ->
     pytest_testnodedown), and the summary names it (the hooks called as xdist calls them).
     Without this the 11 long fault runs left out were not named under two workers."""
