@@ -14,6 +14,10 @@
 3. Order: priority, pools below guarantee, team key (held less credit, per
    unit of entitlement), age (ordering.FairOrder, re-read after every
    admission); within a team promoted jobs first, then shortest predicted.
+3b. Reservation slots: the cycle's ``max_reservations`` go first to the jobs
+   at the hard cap (the oldest of each request shape, oldest first), whatever
+   their place in the order; promoted jobs get the rest (``Cycle.capped_first``).
+   Only who gets a slot: each reservation is still made at its job's turn.
 4. Admit each job in order: a loop over the gates of
    :mod:`gpuq.scheduling.gates` (never fits -> cordoned -> admission cap ->
    team quota -> placement -> pool charge); a ``Preempt`` verdict from any of
@@ -39,6 +43,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from operator import attrgetter
 
 from gpuq.scheduling.books import Books, Statement, holding
 from gpuq.scheduling.context import PlacementContext
@@ -63,7 +68,7 @@ from gpuq.scheduling.model import (
     Snapshot,
 )
 from gpuq.scheduling.modes import mode_of
-from gpuq.scheduling.ordering import PROMOTE, FairOrder
+from gpuq.scheduling.ordering import PROMOTE, FairOrder, in_age_order
 from gpuq.scheduling.placement import place_job, try_place
 from gpuq.scheduling.pool_steps import (
     charge,
@@ -86,6 +91,9 @@ from gpuq.scheduling.state import ClusterState
 from gpuq.scheduling.verdicts import FIT, Fit, NoFit, Reason, ReasonCode, code_of
 
 EPS = 1e-9
+# The jobs at the hard cap (pending at least ``reservation_after_s``) whose admission gates
+# the reservation-slot pass asks in a cycle, at most (:meth:`Cycle.capped_first`)
+CAPPED_LOOKS = 64
 
 
 class Cycle:
@@ -117,6 +125,9 @@ class Cycle:
         )
         self.memo = Memo()  # the cycle's one memo, keyed by job signature (gates.py)
         self.reservations = 0
+        # jobs at the hard cap given a reservation slot before the order (capped_first);
+        # max_reservations then counts the slots left for promoted jobs
+        self.capped_slots: set[str] = set()
         self.max_reservations = snap.config.max_reservations
         self.admitted = 0
         self.max_admissions = snap.config.max_cycle_admissions
@@ -273,10 +284,12 @@ class Cycle:
         return out
 
     # -- step 3 -------------------------------------------------------------
-    def order(self) -> FairOrder:
+    def order(self, aged: list[JobRequest] | None = None) -> FairOrder:
+        """The fair order (``aged``: the pending jobs already in age order, if known)."""
         cfg = self.snap.config
-        return FairOrder(self.snap.pending, self.ledger, self.snap.now, self.team_key,
-                         cfg.shortest_first, cfg.unknown_duration_s, cfg.reservation_after_s)
+        return FairOrder(self.snap.pending if aged is None else aged, self.ledger,
+                         self.snap.now, self.team_key, cfg.shortest_first,
+                         cfg.unknown_duration_s, cfg.reservation_after_s, aged=aged is not None)
 
     # -- step 4 -------------------------------------------------------------
     def admit(self, job: JobRequest) -> None:
@@ -617,10 +630,17 @@ class Cycle:
         return got
 
     def _maybe_reserve(self, job: JobRequest, sig: int | None = None) -> None:
+        if self.capped_slots and job.id in self.capped_slots:  # a slot of its own (3b)
+            self.capped_slots.discard(job.id)  # one reservation a cycle
+            self._reserve(job, self.memo.number(job) if sig is None else sig)
+            return
         if self.reservations >= self.max_reservations or not self.may_reserve(job):
             return
         if sig is None:
             sig = self.memo.number(job)
+        self._reserve(job, sig)
+
+    def _reserve(self, job: JobRequest, sig: int) -> None:
         epoch = self.state.release_epoch
         if self.memo.get("no_reservation", sig, (), epoch):
             return  # this signature could not be given a reservation this cycle
@@ -644,14 +664,58 @@ class Cycle:
              "meanwhile": code_of(before)},
         )
 
+    # -- step 3b ------------------------------------------------------------
+    def capped_first(self, aged: list[JobRequest]) -> None:
+        """The cycle's reservation slots (``max_reservations``) go first to the jobs at the
+        hard cap: to the oldest capped job of each request shape (job signature), shapes in
+        the order of their oldest capped job; promoted jobs get the slots left, in the fair
+        order (:meth:`_maybe_reserve`). Only who gets a slot is decided here: each
+        reservation is still made at its job's turn in the order, so placement is unchanged.
+        One slot per shape: a younger job of the shape would hold capacity behind the older
+        one's anyway, and older capped jobs of one shape (a backlog of identical jobs on
+        other cards) no longer keep every other shape from a slot.
+
+        ``aged``: the pending jobs in age order, so the capped ones are its prefix. A slot
+        goes to a job of the highest pending priority that the gates before placement let
+        through (one blocked by its team's quota or that never fits is not owed capacity).
+        Cost: the capped jobs are read oldest first until the slots are filled -- a job
+        whose shape has a slot costs one signature -- and the gates are asked for at most
+        ``CAPPED_LOOKS`` jobs; the reservations a cycle makes stay at ``max_reservations``.
+        """
+        rb = self.reserve_before
+        k = self.max_reservations
+        if not aged or aged[0].submitted_at > rb or k <= 0:
+            return
+        top = max(map(attrgetter("priority_value"), self.snap.pending))
+        lead = self.gates[:self.gates.index(self.placement_gate)]
+        shapes: set[tuple] = set()
+        slots = self.capped_slots
+        asked = 0
+        for job in aged:
+            if job.submitted_at > rb or len(slots) >= k or asked >= CAPPED_LOOKS:
+                break
+            if job.priority_value < top:
+                continue
+            shape = job_signature(job)
+            if shape in shapes:  # an older job of its shape has the slot
+                continue
+            asked += 1
+            sig = self.memo.number(job)
+            if all(g.check(self, job, sig, FIT) is FIT for g in lead):
+                slots.add(job.id)
+                shapes.add(shape)
+        self.max_reservations = k - len(self.capped_slots)
+
     # -- the cycle ----------------------------------------------------------
     def run(self) -> CycleResult:
         self.build()  # 1
         self.return_leases()  # 1b
         self.result.preemptions.extend(self.reclaim_leases())  # 2
+        aged = in_age_order(self.snap.pending)
+        self.capped_first(aged)  # 3b
         order = self.result.order
         admit = self.admit
-        for job in self.order():  # 3
+        for job in self.order(aged):  # 3
             order.append(job.id)
             admit(job)  # 4 (5: reasons are written as jobs are passed over)
         return self.result

@@ -331,7 +331,11 @@ class SchedulerConfig:
     # stay off them among types of equal speed (a job's fastest type with room comes first
     # whatever its pressure: placement.speed_tiers)
     w_type_pressure: float = 1.0
-    max_reservations: int = 4  # jobs that may hold capacity in one cycle
+    # reservations one cycle makes at most (each a search over the running jobs): jobs at
+    # the hard cap get them first (the oldest of each request shape, oldest first), whatever
+    # their place in the fair order; promoted jobs get the rest, in the order
+    # (gpuq/scheduling/engine.py, capped_first)
+    max_reservations: int = 4
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
     # jobs without GPUs may run on GPU nodes: off by default, they run on CPU-only nodes.
     # A container the device plugin gave no card still sees every card of its node when

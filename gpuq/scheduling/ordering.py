@@ -135,12 +135,14 @@ class FairOrder:
         self, pending: Iterable[JobRequest], ledger: QuotaLedger, now: float,
         team_key: Callable[[str], object] | None = None, shortest_first: bool = True,
         unknown_duration_s: float = 3600.0, cap_s: float = float("inf"),
+        aged: bool = False,
     ) -> None:
+        """``aged``: ``pending`` is a list already in age order (:func:`in_age_order`)."""
         self.ledger = ledger
         self.now = now
         self.team_key = team_key or ledger.dominant_share
         queues: dict[str, list[JobRequest]] = {}
-        for j in in_age_order(pending):
+        for j in pending if aged else in_age_order(pending):
             queues.setdefault(j.team, []).append(j)
         for team, q in queues.items():
             queues[team] = team_queue(q, now, shortest_first, unknown_duration_s, cap_s)

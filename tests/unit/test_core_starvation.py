@@ -9,18 +9,25 @@ its team's credit reaches ``min(n p, E H / 2)`` (E: its entitlement, at least
 predicted run ``W`` of the jobs holding the capacity it needs (backfill only ends before
 its start), plus a cycle. Once started it is never a fair-share victim: its team would
 fall below its entitlement without it.
+
+The cycle's ``max_reservations`` reservation slots go to the jobs at the hard cap
+``reservation_after_s`` before any promoted job -- the oldest capped job of each request
+shape, oldest first -- whatever their place in the fair order (``Cycle.capped_first``):
+the tests at the end.
 """
 
 from __future__ import annotations
 
 import math
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from gpuq.domain.config import load_config_text
 from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import SchedulerConfig
+from gpuq.scheduling.model import SchedulerConfig, TeamInfo
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from tests.unit.core_fixtures import job, node, running, snap, whole
 from tests.unit.stream_fixtures import Stream, Waiting, stream_model, two_team_stream
 
 
@@ -101,3 +108,68 @@ def test_any_job_that_fits_starts_within_the_bound_under_the_defaults(sc) -> Non
     assert target["status"] == "succeeded"
     assert target["preemptions"] == 0  # not stopped by the stream that blocked it
     assert target["wait_s"] <= bound, (target["wait_s"], bound)
+
+
+def rivals_model(rivals: int = 8, size: int = 8, rival_run_s: int = 100,
+                 jobs_each: int = 10, cap_s: float = 1800) -> ScenarioModel:
+    """An A100 node and a V100 node. Team c: a ``size``-GPU A100 job ``target`` at 300 s (no
+    estimate, so it waits for the cap), and a 1-GPU 240 s A100 job every 30 s for 2.5 h,
+    which keep the A100 node busy; ``rivals`` teams with ``jobs_each`` 8-GPU V100 jobs of
+    ``rival_run_s`` each at 0: promoted after twice that, owed once their credit covers
+    8 x that in card-s, and ahead of c in the fair order (they hold nothing, c holds the
+    A100 node) -- more jobs wanting a reservation each cycle than ``max_reservations`` (4)."""
+    lines = ["  - {name: target, team: c, submit_at_s: 300, runtime_s: 600,"
+             f" resources: {{gpus: {size}, gpu_types: [a100-80g]}}}}"]
+    lines += [f"  - {{name: c{i}, team: c, submit_at_s: {i * 30}, runtime_s: 240,"
+              " duration_estimate_s: 240, resources: {gpus: 1, gpu_types: [a100-80g]}}"
+              for i in range(300)]
+    lines += [f"  - {{name: p{k}-{i}, team: p{k}, submit_at_s: {k}, runtime_s: {rival_run_s},"
+              f" duration_estimate_s: {rival_run_s},"
+              " resources: {gpus: 8, gpu_types: [v100-16g]}}"
+              for k in range(rivals) for i in range(jobs_each)]
+    teams = ", ".join(f"{{name: {t}, pool: p}}" for t in ["c", *(f"p{k}" for k in range(rivals))])
+    jobs = "\n".join(lines)
+    return ScenarioModel.from_config(load_config_text(f"""
+gpu_types: [{{name: a100-80g, memory_gb: 80, weight: 10}},
+            {{name: v100-16g, memory_gb: 16, weight: 4}}]
+nodes: [{{name: a, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}},
+        {{name: v, gpu_type: v100-16g, gpus: 8, cpu: 64, memory_gb: 512}}]
+pools: [{{name: p}}]
+teams: [{teams}]
+scheduler: {{reservation_after_s: {cap_s}}}
+jobs:
+{jobs}
+"""))
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(5, 8), st.integers(1, 8), st.sampled_from([100, 200]))
+@example(8, 8, 100)  # before: started at 7,710 s (waited 7,410 s)
+def test_a_job_at_the_cap_is_reserved_for_though_more_jobs_ahead_want_reservations(
+        rivals: int, size: int, rival_run_s: int) -> None:
+    # Before, the rivals' jobs (ahead in the order, on the other node; promoted, then at the
+    # cap themselves and older) took the cycle's 4 reservations until fewer than 4 of them
+    # were left, while target's A100 node was kept busy by its own team's stream. Now the
+    # oldest capped job of each request shape has a slot: target holds a reservation from
+    # its cap on, the stream's jobs cannot take the cards that free, and it starts within
+    # the cap + one stream job's run + two cycles
+    doc = to_json(Simulator(rivals_model(rivals, size, rival_run_s), schedule).run())
+    big = next(j for j in doc["jobs"] if j["name"] == "target")
+    assert big["status"] == "succeeded"
+    assert big["preemptions"] == 0
+    assert big["wait_s"] <= 1800 + 240 + 2 * 60, big["wait_s"]
+
+
+def test_reservation_slots_go_to_the_oldest_capped_job_first() -> None:
+    # one slot, two jobs at the cap that do not fit: team x's (younger) is first in the
+    # fair order (x holds nothing, y half the node), team y's is older: y's gets the slot
+    teams = {"x": TeamInfo("x", "p"), "y": TeamInfo("y", "p")}
+    busy = running(job("r", team="y", gpus=4, duration_estimate_s=100),
+                   whole("a", "a100-80g", (0, 1, 2, 3)), started_at=49_950)
+    old = job("old", team="y", gpus=8, submitted_at=0)
+    young = job("young", team="x", gpus=8, submitted_at=100)
+    res = schedule(snap([node("a", "a100-80g", 8)], [old, young], running=[busy],
+                        teams=teams, now=50_000, config=SchedulerConfig(max_reservations=1)))
+    assert res.order == ["young", "old"]
+    assert res.reasons["old"].startswith("waiting for reservation")
+    assert not res.reasons["young"].startswith("waiting for reservation")
