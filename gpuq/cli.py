@@ -33,6 +33,9 @@ def simulate(
                                    help="scenario YAML (config + jobs or trace)"),
     policy: str = typer.Option("gpuq", metavar="POLICY", help=f"one of: {SIM_POLICIES}; "
                                f"with --protocol fill: {FILL_POLICIES}"),
+    settings: str | None = typer.Option(
+        None, metavar="K=V,...", help="a baseline's operator settings, as the evaluation "
+        "reports them, e.g. --policy kueue --settings 'flavor_order=fastest, nominal=cohort'"),
     seed: int = typer.Option(42, metavar="N", help="random seed"),
     out: str | None = typer.Option(None, metavar="FILE", help="write the result JSON here"),
     report: str | None = typer.Option(None, metavar="DIR",
@@ -62,6 +65,7 @@ def simulate(
         run_simulate(
             scenario,
             policy=policy,
+            settings=settings,
             seed=seed,
             out=out,
             report=report,

@@ -25,7 +25,9 @@ predicts (``JobRequest.predicted_s``; Slurm's time limit).
 
 from __future__ import annotations
 
+import inspect
 import time
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -100,6 +102,73 @@ def build(policy: str, settings: Settings | None = None) -> Policy:
     return make_policy(policy)
 
 
+def _setting_types(policy: str) -> dict[str, Any]:
+    """The settings a baseline takes and their types: its settings dataclass's fields,
+    or the factory's keyword arguments (``fifo-typed``)."""
+    import dataclasses
+
+    from gpuq.simulate.baselines.kueue import KueueSettings
+    from gpuq.simulate.baselines.slurm import SlurmSettings
+    from gpuq.simulate.baselines.volcano import VolcanoSettings
+
+    holder: Any = {"kueue": KueueSettings, "volcano": VolcanoSettings,
+                   "slurm": SlurmSettings}.get(policy, FACTORIES[policy])
+    hints = typing.get_type_hints(holder)
+    names = ([f.name for f in dataclasses.fields(holder)] if dataclasses.is_dataclass(holder)
+             else [n for n in inspect.signature(holder).parameters])
+    return {n: hints[n] for n in names}
+
+
+def _value(key: str, text: str, kind: Any) -> Any:
+    """One setting's text as its type: ``True``/``False``; a number; a ``_s`` key also
+    in days as :func:`label` prints it (``1.5d``); ``None``; a list joined by ``+``."""
+    t = text.strip()
+    args = typing.get_args(kind)
+    if t.lower() == "none" and type(None) in args:
+        return None
+    if kind is bool:
+        if t.lower() not in ("true", "false"):
+            raise ValueError(f"{key} is true or false, not {t!r}")
+        return t.lower() == "true"
+    if kind is int:
+        return int(t)
+    if kind is float or float in args:
+        if key.endswith("_s") and t.endswith("d"):
+            return float(t[:-1]) * DAY
+        return float(t)
+    if typing.get_origin(kind) is tuple:
+        return tuple(x.strip() for x in t.split("+"))
+    return t
+
+
+def parse_settings(policy: str, text: str) -> Settings:
+    """A baseline's settings from ``key=value, key=value`` -- the text :func:`label`
+    prints, as the README and the suite's report show each chosen setting -- so one
+    tuned baseline can be run alone (``gpuq simulate --policy kueue --settings ...``).
+    ValueError says what is wrong: a policy without settings, an unknown key (and the
+    known ones), a value that is not of the key's type; the model's own checks follow
+    when the policy is built."""
+    if policy not in FACTORIES:
+        raise ValueError(f"{policy} has no settings; these do: {', '.join(FACTORIES)}")
+    types = _setting_types(policy)
+    out: Settings = {}
+    if text.strip() in ("", "defaults"):
+        return out
+    for part in text.split(","):
+        key, eq, val = part.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ValueError(f"setting {part.strip()!r} is not key=value")
+        if key not in types:
+            raise ValueError(f"{policy} has no setting {key!r}; its settings: "
+                             f"{', '.join(types)}")
+        try:
+            out[key] = _value(key, val, types[key])
+        except ValueError as e:
+            raise ValueError(f"{key}={val.strip()}: {e}") from None
+    return out
+
+
 def label(settings: Settings | None) -> str:
     """A short text of the settings that differ from the model's defaults."""
     if not settings:
@@ -108,6 +177,8 @@ def label(settings: Settings | None) -> str:
     for k, v in settings.items():
         if k.endswith("_s") and isinstance(v, (int, float)):
             v = f"{v / DAY:g}d"
+        elif isinstance(v, (tuple, list)):
+            v = "+".join(map(str, v))
         parts.append(f"{k}={v}")
     return ", ".join(parts)
 

@@ -17,6 +17,7 @@ from gpuq.domain.config import load_config, validation_problems
 from gpuq.domain.errors import error_block, error_line, unknown
 from gpuq.domain.yaml_input import YamlInputError, read_yaml_file
 from gpuq.simulate.all_policies import POLICY_NAMES, make_policy
+from gpuq.simulate.baseline_tuning import build, label, parse_settings
 from gpuq.simulate.fill_command import run_fill_command
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
 from gpuq.simulate.report import write_report
@@ -78,6 +79,7 @@ def run_simulate(
     scenario: str,
     *,
     policy: str = "gpuq",
+    settings: str | None = None,
     seed: int = 42,
     out: str | None = None,
     report: str | None = None,
@@ -88,6 +90,10 @@ def run_simulate(
 ) -> int:
     """Exit code: 0 ok, 2 bad input (message on stderr)."""
     if protocol not in (None, "replay"):
+        if settings is not None:
+            print(error_line("--settings is for a baseline's replay, not the fill protocol"),
+                  file=sys.stderr)
+            return 2
         if protocol != "fill":
             print(error_line(f"unknown protocol {protocol!r}; known: replay, fill"),
                   file=sys.stderr)
@@ -100,20 +106,33 @@ def run_simulate(
         print(error_line(unknown("policy", policy, POLICY_NAMES)),
               file=sys.stderr)
         return 2
+    chosen = None
+    if settings is not None:
+        try:  # the model's own checks (a value it does not know) run when it is built
+            chosen = parse_settings(policy, settings)
+            made = build(policy, chosen)
+        except (ValueError, TypeError) as e:
+            print(error_line(f"--settings: {e}"), file=sys.stderr)
+            return 2
+    else:
+        made = make_policy(policy)
     try:
         model = load_scenario(scenario, trace_dir)
     except ScenarioInputError as e:
         print(error_line(e), file=sys.stderr)
         return 2
-    sim = Simulator(model, make_policy(policy), policy, seed)
+    sim = Simulator(model, made, policy, seed)
     doc = to_json(sim.run())
     doc["scenario"] = describe(model, load_config(Path(scenario)), scenario)
+    if chosen is not None:
+        doc["settings"] = label(chosen)
     text = json.dumps(doc, indent=1)
     if out:
         Path(out).write_text(text)
     s = doc["summary"]
+    name = f"{policy} ({label(chosen)})" if chosen is not None else policy
     print(
-        f"{policy}: {s['jobs']} jobs, {s['finished']} finished, {s['not_started']} not started, "
+        f"{name}: {s['jobs']} jobs, {s['finished']} finished, {s['not_started']} not started, "
         f"makespan {s['makespan_s']:.0f}s, "
         f"wait p50 {s['wait_p50_s']:.0f}s p99 {s['wait_p99_s']:.0f}s, "
         f"jct p50 {s['jct_p50_s']:.0f}s"

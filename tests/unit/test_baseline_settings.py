@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from gpuq.domain.config import load_config_text
-from gpuq.simulate.baseline_tuning import GRIDS, build
+from gpuq.simulate.baseline_tuning import GRIDS, build, label, parse_settings
 from gpuq.simulate.baselines.kueue import S2A, KueuePolicy, KueueSettings
 from gpuq.simulate.baselines.slurm import DEFAULT_TIME_S, SlurmSettings
+from gpuq.simulate.command import load_scenario, run_simulate
 from gpuq.simulate.replay import ScenarioModel, Simulator
+from gpuq.simulate.suite import run_one
 from tests.unit.baseline_fixtures import ONE_FLAVOR, jobs_by_name, run_policy
 
 
@@ -20,6 +25,46 @@ def test_every_grid_setting_builds():
         build("gpuq", {"x": 1})
     with pytest.raises(ValueError):
         KueueSettings(strategies=("LessThanInitialShare", S2A))  # Kueue refuses this order
+
+
+def test_every_grid_setting_reads_back_from_its_label():
+    """``gpuq simulate --settings`` takes the text the README and the report show."""
+    for p, grid in GRIDS.items():
+        for s in grid:
+            assert parse_settings(p, label(s)) == s
+    assert parse_settings("kueue", f"strategies={S2A}") == {"strategies": (S2A,)}
+    assert parse_settings("slurm", "bf_window_s=none, priority_max_age_s=1.5d") == {
+        "bf_window_s": None, "priority_max_age_s": 1.5 * 86400}
+
+
+@pytest.mark.parametrize(("policy", "text", "says"), [
+    ("gpuq", "x=1", "gpuq has no settings; these do: kueue"),
+    ("kueue", "flavour_order=fastest", "its settings: flavor_order, when_can_borrow"),
+    ("kueue", "cover_cpu_memory=yes", "cover_cpu_memory is true or false, not 'yes'"),
+    ("slurm", "bf_max_job_test=lots", "bf_max_job_test=lots"),
+    ("volcano", "reclaim", "setting 'reclaim' is not key=value"),
+])
+def test_a_settings_text_that_is_wrong_says_why(policy, text, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_settings(policy, text)
+
+
+def test_simulate_runs_a_baseline_with_settings_and_refuses_bad_ones(tmp_path, capsys):
+    sc = tmp_path / "w.yaml"
+    sc.write_text(WINDOW)
+    out = tmp_path / "r.json"
+    assert run_simulate(str(sc), policy="slurm", settings="bf_window_s=0.5d",
+                        out=str(out)) == 0
+    doc = json.loads(out.read_text())
+    assert doc["settings"] == "bf_window_s=0.5d"
+    # the same run as the suite's (gpuq.simulate.suite.run_one) with the same settings
+    direct = run_one(load_scenario(sc), "slurm", {"bf_window_s": 43200.0})
+    assert doc["summary"] == direct["summary"]
+    assert "slurm (bf_window_s=0.5d):" in capsys.readouterr().out
+    for policy, text, says in [("slurm", "node_weight=heaviest", "node_weight must be one of"),
+                               ("gpuq", "a=1", "gpuq has no settings")]:
+        assert run_simulate(str(sc), policy=policy, settings=text, out=str(out)) == 2
+        assert says in capsys.readouterr().err
 
 
 # -- Slurm ------------------------------------------------------------------------------
