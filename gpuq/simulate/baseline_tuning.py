@@ -85,6 +85,7 @@ GRIDS: dict[str, list[Settings]] = {
         {"priority_max_age_s": 1 * DAY},
         {"node_weight": "fastest", "priority_max_age_s": 1 * DAY},
         {"time_limits": "default"},
+        {"node_weight": "fastest", "time_limits": "default"},
     ],
     "fifo-typed": [
         {},
