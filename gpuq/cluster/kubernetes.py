@@ -1001,6 +1001,7 @@ class KubernetesCluster:
             if not whole:
                 if pods:
                     self.stop(job_id, "incomplete gang after restart; requeued", 0)
+                    self._void_running(job_id)
                 report.missing.add(job_id)
                 continue
             want = (placements or {}).get(job_id)
@@ -1008,6 +1009,7 @@ class KubernetesCluster:
                 placement_key(x) for x in want
             }:
                 self.stop(job_id, "pods of an earlier placement (moved); rebinding", grace_seconds)
+                self._void_running(job_id)
                 report.missing.add(job_id)
                 continue
             report.adopted.add(job_id)
@@ -1034,6 +1036,16 @@ class KubernetesCluster:
                     self._events.append(JobStatusEvent(job_id, phase, message,
                                                        pods_gone=not holding))
         return report
+
+    def _void_running(self, job_id: str) -> None:
+        """Drop the queued "running" reports of a job whose Pods :meth:`reconcile` has
+        just stopped as not its current attempt. The watch adopts Pods it finds before
+        reconcile judges them and reports them running; an event carries only the job,
+        so applied after a move it marked the new, unbound admission running, and the
+        reconcile step then requeued it as lost. How such Pods ended is still reported."""
+        with self._lock:
+            self._events = [e for e in self._events
+                            if not (e.job_id == job_id and e.phase == "running")]
 
     def __enter__(self) -> KubernetesCluster:
         return self

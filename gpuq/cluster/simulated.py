@@ -214,11 +214,12 @@ class SimulatedCluster:
             return set(self.stopping)
 
     def live_job_ids(self) -> set[str]:
-        """Jobs whose current attempt has pods: a moved job's old pods drain
-        apart, so every job with a pod that is not draining."""
+        """Jobs whose current attempt has pods. A stop moves a job's pods from
+        ``pods`` to ``stopping``, so ``pods`` holds current attempts only: a moved job
+        whose old pods still drain is live once its new pods run (subtracting the
+        draining jobs made the reconcile step requeue such a job as lost)."""
         with self._lock:
-            self._expire_stopping()
-            return set(self.pods) - set(self.stopping)
+            return set(self.pods)
 
     def set_gpu_types(self, gpu_types: Sequence[GpuTypeConfig]) -> None:
         """Nodes carry their GPU type already; nothing to match."""

@@ -101,15 +101,24 @@ class Reconcile(Part):
                 else:
                     locked = lock_job(session, job_id)
                     if locked is not None and locked.status == "running":
+                        # Pods of the job the cluster still shows (an attempt this
+                        # process does not follow as current, Pods stopping or on a lost
+                        # node) hold their cards: they are stopped, and the capacity is
+                        # released only once they are gone, never handed on meanwhile
+                        held = job_id in view.running or job_id in view.draining
                         change_state(
                             session,
                             locked,
                             "pending",
                             now=now,
                             event_type="requeued",
-                            reason="pods lost on the cluster (restart or node failure)",
-                            pods_gone=True,
+                            reason="pods lost on the cluster (restart or node failure)"
+                            + ("; its Pods left are stopped and keep its capacity until "
+                               "they end" if held else ""),
+                            pods_gone=not held,
                         )
+                        if held:
+                            plan.stops.append((job_id, "requeued: Pods of another attempt"))
                         changed = True
             if changed:
                 if self.elector is not None:

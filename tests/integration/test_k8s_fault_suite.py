@@ -190,16 +190,27 @@ def _holding_pods(kube) -> list[dict]:
 def cards_double_booked(pods: list[dict]) -> list[str]:
     """A card two jobs' Pods hold at once, Terminating Pods included: the invariant as
     the nodes see it (the database's own is tests/invariants.py)."""
-    owner: dict[tuple[str, str], str] = {}
+    owner: dict[tuple[str, str], tuple[str, str]] = {}
     out = []
     for p in pods:
         ann = p["metadata"].get("annotations") or {}
         job = p["metadata"]["labels"]["gpuq.io/job-id"]
+        what = _pod_state(p)
         for d in filter(None, ann.get("gpuq.io/devices", "").split(",")):
             key = (p["spec"]["nodeName"], d)
-            if owner.setdefault(key, job) != job:
-                out.append(f"card {key} held by jobs {owner[key]} and {job}")
+            first = owner.setdefault(key, (job, what))
+            if first[0] != job:
+                out.append(f"card {key} held by jobs {first[0]} ({first[1]}) and {job} ({what})")
     return out
+
+
+def _pod_state(p: dict) -> str:
+    """A Pod's name, phase, and Terminating since when (a double-booking's evidence)."""
+    meta = p["metadata"]
+    gone = meta.get("deletionTimestamp")
+    return (f"{meta['name']} {p['status'].get('phase')}"
+            + (f", Terminating since {gone}" if gone else "")
+            + f", created {meta.get('creationTimestamp')}")
 
 
 #: the sequences the fake API server produces on demand

@@ -218,6 +218,12 @@ def test_crash_after_a_move_before_the_old_pods_stop(kube, db_url, sf):  # noqa:
         assert set(by_node) == {src, dst}
         assert by_node[src]["metadata"].get("deletionTimestamp")
         assert not by_node[dst]["metadata"].get("deletionTimestamp")
+        # the old Pod's "running" (reported when the new leader's watch found it) does not
+        # count for the new admission: the job was not requeued as lost
+        with sf() as s:
+            types = [e.type for e in s.scalars(select(JobEventRow).where(
+                JobEventRow.job_id == j).order_by(JobEventRow.id))]
+        assert types[types.index("preempted"):] == ["preempted", "admitted"], types
         # the old cards stay held while the old Pod terminates
         other = _submit(sf, clock, "other")
         wait_until(lambda: str(j) in c2.draining_job_ids())

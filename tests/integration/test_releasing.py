@@ -248,3 +248,33 @@ def test_requeued_job_is_not_readmitted_onto_its_own_releasing_cards(
     assert _job(client, admin, a)["status"] == "running"
     assert [(r[0], r[3]) for r in _rows(session_factory)] == [(a, False)]
     assert "bind_failed" not in _types(client, admin, a)
+
+
+def test_a_job_requeued_while_its_pods_still_stop_keeps_their_cards(
+    client, admin, dispatcher, cluster, clock, session_factory
+):
+    """A running job whose current Pods the cluster no longer shows is requeued by the
+    reconcile step; Pods of the job it still shows (stopping, or of an attempt this
+    process does not follow, as after a failover on the real control plane) keep the
+    cards until they end. Before, the rows were deleted at once and another job was
+    bound onto cards those Pods still held (the long real-control-plane fault run:
+    'card held by jobs 13 and 27')."""
+    cluster.stop_delay_s = 30
+    a = _submit(client, admin, "first")
+    dispatcher.run_once()
+    assert _job(client, admin, a)["status"] == "running"
+    node = _job(client, admin, a)["allocations"][0]["node"]
+    cluster.stop(a, "stopped by someone else", 30)  # its Pods stop; gpuq was not told
+    b = _submit(client, admin, "second", priority="P0")
+    dispatcher.run_once()
+    assert _job(client, admin, a)["status"] == "pending"
+    assert [(r[0], r[1], r[3]) for r in _rows(session_factory)] == [(a, node, True)]
+    clock.advance(20)
+    dispatcher.run_once()  # the Pods still stop: nobody is bound onto their cards
+    assert "bind_failed" not in _types(client, admin, a) + _types(client, admin, b)
+    assert all(_job(client, admin, j)["status"] != "running" for j in (a, b))
+    clock.advance(15)  # gone now
+    dispatcher.run_once()
+    dispatcher.run_once()
+    assert _job(client, admin, b)["status"] == "running"
+    assert "bind_failed" not in _types(client, admin, a) + _types(client, admin, b)
