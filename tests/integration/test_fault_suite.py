@@ -30,6 +30,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import DBAPIError
 
 from gpuq.dispatch.dispatcher import Dispatcher
+from gpuq.domain.errors import InputError
 from gpuq.domain.spec import JobSpec
 from gpuq.domain.states import TERMINAL
 from gpuq.store import jobs as job_store
@@ -53,13 +54,15 @@ class Run:
     seed: int
     faults: int = 0
     jobs: int = 0
+    refused: int = 0  # submissions the store refused (the API's 4xx): never accepted
     passes: int = 0
     violations: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         return (
             f"fault={self.kind} seed={self.seed}: {self.faults} faults injected, "
-            f"{self.jobs} jobs, {self.passes} passes, {len(self.violations)} invariant violations"
+            f"{self.jobs} jobs ({self.refused} refused at submit), {self.passes} passes, "
+            f"{len(self.violations)} invariant violations"
         )
 
 
@@ -112,9 +115,18 @@ def run_faults(
         return Dispatcher(make_session_factory(eng), cluster, clock=clock), eng
 
     def submit(n: int) -> None:
+        """``n`` jobs accepted; a spec the store refuses (as the API would, 4xx) is
+        counted and replaced by the next one."""
         with session_factory() as s:
-            for _ in range(n):
-                sub = job_store.submit_job(s, _spec(rng, run.jobs), now=clock())
+            target = run.jobs + n
+            while run.jobs < target:
+                try:
+                    sub = job_store.submit_job(s, _spec(rng, run.jobs + run.refused),
+                                               now=clock())
+                except InputError:  # e.g. a P0 job its pool's guarantee can never hold
+                    s.rollback()
+                    run.refused += 1
+                    continue
                 s.commit()  # a 2xx: from here on the job must never be lost
                 accepted.append(str(sub.job.id))
                 run.jobs += 1
