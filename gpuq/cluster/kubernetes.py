@@ -164,6 +164,29 @@ def _holds_or_will_hold(pod: dict) -> bool:
     return phase not in ("Succeeded", "Failed")
 
 
+def _current_attempt(pods: list[dict]) -> list[dict]:
+    """The Pods of a job's current attempt, for :meth:`KubernetesCluster.reconcile`.
+
+    An earlier attempt's Pods stay on the cluster after they ended (an evicted Pod is
+    Failed and kept for its logs) beside the requeued attempt's: those are history, not
+    half of a gang. When exactly one attempt has Pods that hold (or will hold)
+    resources, it is the current one; when none has, the newest attempt is; when
+    several have, all are returned and reconcile judges them an incomplete gang."""
+    by_attempt: dict[str, list[dict]] = {}
+    for p in pods:
+        by_attempt.setdefault(p["metadata"]["labels"].get(L.BIND_ID, ""), []).append(p)
+    if len(by_attempt) < 2:
+        return pods
+    holding = [b for b, ps in by_attempt.items() if any(_holds_or_will_hold(p) for p in ps)]
+    if len(holding) == 1:
+        return by_attempt[holding[0]]
+    if not holding:
+        newest = max(by_attempt, key=lambda b: max(
+            str(p["metadata"].get("creationTimestamp") or "") for p in by_attempt[b]))
+        return by_attempt[newest]
+    return pods
+
+
 def load_api_client(kubeconfig: str | None = None) -> kclient.ApiClient:
     """In-cluster config (the ServiceAccount) when running in a Pod, else KUBECONFIG."""
     try:
@@ -988,7 +1011,7 @@ class KubernetesCluster:
                 report.orphans.add(jid)
                 self.stop(jid, "orphan: gpuq's database does not run this job", 0)
         for job_id in active_job_ids:
-            pods = by_job.get(job_id, [])
+            pods = _current_attempt(by_job.get(job_id, []))
             bind_ids = {p["metadata"]["labels"].get(L.BIND_ID, "") for p in pods}
             expected = max((int(p["metadata"]["labels"].get(L.REPLICAS, "1")) for p in pods),
                            default=0)

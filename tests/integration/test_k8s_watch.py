@@ -129,6 +129,35 @@ def test_reconcile_after_restart(kube):
     second.close()
 
 
+def test_reconcile_adopts_the_running_attempt_beside_an_ended_one(kube):
+    """A job whose earlier attempt's Pod ended (evicted: Failed, kept for its logs) and
+    whose requeued attempt runs: a new leader adopts the running attempt. It used to call
+    the two attempts an incomplete gang and stop the running Pod (the long
+    real-control-plane fault run: that job was then requeued as lost)."""
+    kube.watch_timeout_s = 0.3
+    kube.add_node(article_a100("a100-0"))
+    first = make_cluster(kube)
+    first.sync()
+    first.bind(req("retried", nodes=("a100-0",)))
+    (old,) = kube.gpuq_pods()
+    kube.set_pod_phase("gpuq-jobs", old["metadata"]["name"], "Running")
+    kube.set_pod_phase("gpuq-jobs", old["metadata"]["name"], "Failed")
+    first.bind(req("retried", nodes=("a100-0",)))  # the requeued attempt
+    (new,) = [p for p in kube.gpuq_pods() if p["metadata"]["name"] != old["metadata"]["name"]]
+    kube.set_pod_phase("gpuq-jobs", new["metadata"]["name"], "Running")
+    first.close()  # the leader dies
+
+    second = make_cluster(kube)
+    second.sync()
+    report = second.reconcile({"retried"})
+    assert report.adopted == {"retried"} and report.missing == set()
+    running = [p for p in kube.gpuq_pods() if p["metadata"]["name"] == new["metadata"]["name"]]
+    assert running and not running[0]["metadata"].get("deletionTimestamp")
+    assert "retried" in second.live_job_ids()
+    assert [(e.job_id, e.phase) for e in second.poll_events()] == [("retried", "running")]
+    second.close()
+
+
 def test_a_job_just_bound_counts_as_on_the_cluster_before_the_watch_shows_it(kube, manual):
     manual.bind(req("fresh"))
     assert "fresh" in manual.running_job_ids()  # so the dispatcher never binds it twice
