@@ -630,7 +630,7 @@ class Cycle:
         return got
 
     def _maybe_reserve(self, job: JobRequest, sig: int | None = None) -> None:
-        if self.capped_slots and job.id in self.capped_slots:  # a slot of its own (3b)
+        if job.id in self.capped_slots:  # a slot of its own (3b)
             self.capped_slots.discard(job.id)  # one reservation a cycle
             self._reserve(job, self.memo.number(job) if sig is None else sig)
             return

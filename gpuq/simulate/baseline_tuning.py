@@ -25,6 +25,7 @@ predicts (``JobRequest.predicted_s``; Slurm's time limit).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 import typing
@@ -34,9 +35,9 @@ from typing import Any
 from gpuq.scheduling.model import Policy
 from gpuq.simulate.all_policies import make_policy
 from gpuq.simulate.baselines.fifo import fifo_typed_with
-from gpuq.simulate.baselines.kueue import kueue
-from gpuq.simulate.baselines.slurm import DAY, slurm
-from gpuq.simulate.baselines.volcano import volcano
+from gpuq.simulate.baselines.kueue import KueueSettings, kueue
+from gpuq.simulate.baselines.slurm import DAY, SlurmSettings, slurm
+from gpuq.simulate.baselines.volcano import VolcanoSettings, volcano
 
 Settings = dict[str, Any]
 P99_FLOOR_S = 600.0  # added to both sides of the P99 ratio (module docstring)
@@ -47,6 +48,10 @@ FACTORIES: dict[str, Callable[..., Policy]] = {
     "slurm": slurm,
     "fifo-typed": fifo_typed_with,
 }
+
+#: the settings dataclass of each baseline that has one (fifo-typed: its factory's arguments)
+SETTINGS_CLASSES: dict[str, type] = {
+    "kueue": KueueSettings, "volcano": VolcanoSettings, "slurm": SlurmSettings}
 
 GRIDS: dict[str, list[Settings]] = {
     # flavor order (cheapest first keeps big cards for the jobs that need them; fastest
@@ -106,14 +111,7 @@ def build(policy: str, settings: Settings | None = None) -> Policy:
 def _setting_types(policy: str) -> dict[str, Any]:
     """The settings a baseline takes and their types: its settings dataclass's fields,
     or the factory's keyword arguments (``fifo-typed``)."""
-    import dataclasses
-
-    from gpuq.simulate.baselines.kueue import KueueSettings
-    from gpuq.simulate.baselines.slurm import SlurmSettings
-    from gpuq.simulate.baselines.volcano import VolcanoSettings
-
-    holder: Any = {"kueue": KueueSettings, "volcano": VolcanoSettings,
-                   "slurm": SlurmSettings}.get(policy, FACTORIES[policy])
+    holder: Any = SETTINGS_CLASSES.get(policy, FACTORIES[policy])
     hints = typing.get_type_hints(holder)
     names = ([f.name for f in dataclasses.fields(holder)] if dataclasses.is_dataclass(holder)
              else [n for n in inspect.signature(holder).parameters])
