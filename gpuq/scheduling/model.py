@@ -283,9 +283,9 @@ class SchedulerConfig:
     w_fragmentation: float = 1.0
     # the hard cap: a job pending this long gets a reservation whatever its team is owed
     # (the capacity it needs at its earliest expected start is held, used only by jobs
-    # expected to end before then). Before the cap, a job promoted within its team gets
-    # one when its team is owed it (gpuq/scheduling/engine.py): the cap is the wait bound
-    # for a job its own team's work keeps out (docs/scheduling.md)
+    # expected to end before then), made before the fair order on planned capacity.
+    # Before the cap, a job promoted within its team gets one when its team is owed it
+    # (gpuq/scheduling/engine.py): the cap is the wait bound (docs/scheduling.md)
     reservation_after_s: float = 43200.0
     # the deficit's time constant: how long a team's credit for being short of its
     # entitlement lasts (its decay, and its cap: H x entitlement). Long enough that a team
@@ -333,8 +333,9 @@ class SchedulerConfig:
     w_type_pressure: float = 1.0
     # reservations one cycle makes at most (each a search over the running jobs): jobs at
     # the hard cap get them first (the oldest of each request shape, oldest first), whatever
-    # their place in the fair order; promoted jobs get the rest, in the order
-    # (gpuq/scheduling/engine.py, capped_first)
+    # their place in the fair order, and are admitted or reserved for before the order on
+    # planned capacity; promoted jobs get the rest, in the order (gpuq/scheduling/engine.py,
+    # capped_first, capped_before_order)
     max_reservations: int = 4
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
     # jobs without GPUs may run on GPU nodes: off by default, they run on CPU-only nodes.

@@ -12,8 +12,10 @@ fall below its entitlement without it.
 
 The cycle's ``max_reservations`` reservation slots go to the jobs at the hard cap
 ``reservation_after_s`` before any promoted job -- the oldest capped job of each request
-shape, oldest first -- whatever their place in the fair order (``Cycle.capped_first``):
-the tests at the end.
+shape, oldest first -- whatever their place in the fair order (``Cycle.capped_first``),
+and a slot holder whose capacity is planned (every running job on its GPU types has an
+estimate it has not run past) is admitted or reserved for before the order, so no team
+ahead of it takes what frees (``Cycle.capped_before_order``): the tests at the end.
 """
 
 from __future__ import annotations
@@ -160,16 +162,93 @@ def test_a_job_at_the_cap_is_reserved_for_though_more_jobs_ahead_want_reservatio
     assert big["wait_s"] <= 1800 + 240 + 2 * 60, big["wait_s"]
 
 
-def test_reservation_slots_go_to_the_oldest_capped_job_first() -> None:
-    # one slot, two jobs at the cap that do not fit: team x's (younger) is first in the
-    # fair order (x holds nothing, y half the node), team y's is older: y's gets the slot
+def slot_case(busy_started_at: float):
+    """One slot, two jobs at the cap that do not fit: team x's (younger) is first in the
+    fair order (x holds nothing, y half the node), team y's is older; the node's other half
+    runs a job of y's estimated at 100 s, started at ``busy_started_at`` (now: 50,000)."""
     teams = {"x": TeamInfo("x", "p"), "y": TeamInfo("y", "p")}
     busy = running(job("r", team="y", gpus=4, duration_estimate_s=100),
-                   whole("a", "a100-80g", (0, 1, 2, 3)), started_at=49_950)
+                   whole("a", "a100-80g", (0, 1, 2, 3)), started_at=busy_started_at)
     old = job("old", team="y", gpus=8, submitted_at=0)
     young = job("young", team="x", gpus=8, submitted_at=100)
-    res = schedule(snap([node("a", "a100-80g", 8)], [old, young], running=[busy],
-                        teams=teams, now=50_000, config=SchedulerConfig(max_reservations=1)))
+    return schedule(snap([node("a", "a100-80g", 8)], [old, young], running=[busy],
+                         teams=teams, now=50_000, config=SchedulerConfig(max_reservations=1)))
+
+
+def test_reservation_slots_go_to_the_oldest_capped_job_first() -> None:
+    # the running job is past its estimate, so the capacity is not planned: old's
+    # reservation is made at its turn in the order, after young's; old still has the slot
+    res = slot_case(49_000)
     assert res.order == ["young", "old"]
     assert res.reasons["old"].startswith("waiting for reservation")
     assert not res.reasons["young"].startswith("waiting for reservation")
+
+
+def test_a_capped_job_on_planned_capacity_is_reserved_for_before_the_order() -> None:
+    # the one running job ends in 50 s as estimated (the capacity is planned): old's
+    # reservation is made before the fair order (its cards held before young is looked at)
+    res = slot_case(49_950)
+    assert res.order == ["old", "young"]
+    assert res.reasons["old"].startswith("waiting for reservation")
+    assert "expected start in 50s" in res.reasons["old"]
+    assert not res.reasons["young"].startswith("waiting for reservation")
+
+
+def ahead_model(rivals: int, size: int, held_nodes: int, every_s: int,
+                cap_s: float = 1800) -> ScenarioModel:
+    """``held_nodes`` + 1 A100 nodes. Team b holds ``held_nodes`` whole nodes with 8-GPU jobs
+    that run all day (from 0; past the lost-work budget before anything else arrives, so
+    nobody's fair share may stop them), and submits ``target``, ``size`` cards for 600 s
+    (estimated), at 4,000 s. ``rivals`` teams send 1-GPU 240 s jobs (estimated exactly), one
+    every ``every_s`` in all from 3,700 s for twice the cap + 1,200 s: more than the free node
+    runs, so they keep a backlog. The rivals hold less per unit of entitlement than b (b
+    holds whole nodes), so they are ahead of ``target`` in the fair order in every cycle."""
+    start = 4000
+    n = int((2 * cap_s + 1200) / every_s)
+    lines = [f"  - {{name: target, team: b, submit_at_s: {start}, runtime_s: 600,"
+             f" duration_estimate_s: 600, resources: {{gpus: {size}}}}}"]
+    lines += [f"  - {{name: hold{i}, team: b, submit_at_s: 0, runtime_s: 100000,"
+              " duration_estimate_s: 100000, resources: {gpus: 8}}"
+              for i in range(held_nodes)]
+    lines += [f"  - {{name: r{i % rivals}-{i}, team: r{i % rivals},"
+              f" submit_at_s: {start - 300 + i * every_s}, runtime_s: 240,"
+              " duration_estimate_s: 240, resources: {gpus: 1}}"
+              for i in range(n)]
+    nodes = ", ".join(f"{{name: n{i}, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512}}"
+                      for i in range(held_nodes + 1))
+    teams = ", ".join(f"{{name: {t}, pool: p}}" for t in ["b", *(f"r{k}" for k in range(rivals))])
+    jobs = "\n".join(lines)
+    return ScenarioModel.from_config(load_config_text(f"""
+gpu_types: [{{name: a100-80g, memory_gb: 80, weight: 10}}]
+nodes: [{nodes}]
+pools: [{{name: p}}]
+teams: [{teams}]
+scheduler: {{reservation_after_s: {cap_s}}}
+jobs:
+{jobs}
+"""))
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 2), st.integers(1, 8), st.integers(1, 2), st.sampled_from([20, 25]))
+@example(1, 8, 2, 25)  # before: waited 5,635 s (until the rivals' backlog ran out); now 2,035
+def test_a_job_at_the_cap_starts_though_teams_ahead_in_the_order_take_what_frees(
+        rivals: int, size: int, held_nodes: int, every_s: int) -> None:
+    # Before, target's reservation was made at its turn in the fair order: every card that
+    # freed on the one node it can use went first to the rivals' backlog (ahead in the
+    # order), so at its turn nothing was free to hold, and it waited until the rivals'
+    # stream ended and their backlog ran out, whatever its size (1 card included). Now a job
+    # at the cap is admitted, or reserved for, before the order (every running job has an
+    # estimate it keeps: the capacity is planned): it holds the cards as they free and starts
+    # within the cap + one rival job's run + two cycles (docs/scheduling.md, "Starvation
+    # freedom")
+    doc = to_json(Simulator(ahead_model(rivals, size, held_nodes, every_s), schedule).run())
+    jobs = {j["name"]: j for j in doc["jobs"]}
+    big = jobs["target"]
+    assert big["status"] == "succeeded"
+    assert big["preemptions"] == 0
+    assert all(jobs[f"hold{i}"]["preemptions"] == 0 for i in range(held_nodes))
+    assert big["wait_s"] <= 1800 + 240 + 2 * 60, big["wait_s"]
+    # it did not start because the rivals ran out of work: their jobs started after it
+    assert any(j["name"].startswith("r") and j["start_s"] > big["start_s"]
+               for j in doc["jobs"])
