@@ -381,8 +381,11 @@ def gpuq_phase(p: dict) -> dict:
     # the collector as a dispatcher's process sets it (gpuq/runtime.py), where the tree has it
     getattr(runtime, "tune_collector", lambda: None)()
     kube = _Kube(p)
-    c = make_cluster(kube)
-    # binds in flight at once (GPUQ_K8S_BIND_WORKERS; 1: the dispatcher before parallel binds)
+    # binds in flight at once (GPUQ_K8S_BIND_WORKERS; 1: the dispatcher before parallel
+    # binds), as the setting gives them: its connection pool is sized from it too (given
+    # only the workers, a pool of the default's size closed and handshook a connection
+    # for each bind beyond it); the capabilities too, for a tree that ignores the setting
+    c = make_cluster(kube, bind_workers=p["workers"])
     c.capabilities = replace(c.capabilities, bind_workers=p["workers"])
     c.set_gpu_types(types)
     c.start(wait_s=300)
@@ -481,9 +484,9 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--gangs", type=int, default=0, help="8-Pod gangs for gpuq (0: none)")
     ap.add_argument("--scheduler-default-qps", action="store_true")
-    ap.add_argument("--bind-workers", default="16",
+    ap.add_argument("--bind-workers", default="32",
                     help="gpuq phases, one per value of GPUQ_K8S_BIND_WORKERS (1: binds in "
-                    "turn, the code before parallel binds; default 16, the default setting)")
+                    "turn, the code before parallel binds; default 32, the default setting)")
     ap.add_argument("--gpus-per-node", type=int, default=GPUS_PER_NODE)
     ap.add_argument("--baseline-tree", type=Path,
                     help="also run the gpuq phases with this checkout's gpuq package, first")

@@ -74,8 +74,10 @@ class KubeSettings(BaseSettings):
     # race, affinity) is not offered to that job again for this long.
     rejected_node_ttl_s: float = Field(default=300.0, ge=0)
     # Jobs bound at once by the dispatcher (each bind creates the job's Pods and binds
-    # them; kube-scheduler binds up to its `parallelism`, 16, at once). 1: in turn.
-    bind_workers: int = Field(default=16, ge=1, le=256)
+    # them; kube-scheduler binds every Pod in a goroutine of its own, bounded only by its
+    # client's QPS). 1: in turn. 32 binds a backlog faster than 16, at less API server
+    # CPU per Pod (docs/benchmarks.md, "Pods/s on a real control plane").
+    bind_workers: int = Field(default=32, ge=1, le=256)
     # A job whose Pod fails is requeued this many times before it ends `failed`.
     max_retries: int = Field(default=0, ge=0, le=100)
     # Kubernetes version whose schemas (kubernetes-validate) check job Pod templates.
