@@ -121,6 +121,9 @@ class _Track:
     # a terminal phase was reported and is not yet committed (acknowledge): the attempt's
     # Pods keep their outcome finalizer, whoever deletes them
     outcome_pending: bool = False
+    # followed from Pods this process found, not bound (the watch's guess of the current
+    # attempt, corrected as more of the job's Pods show: KubernetesCluster._readopt)
+    adopted: bool = False
 
 
 def attempt_id(attempt: str) -> str:
@@ -738,8 +741,10 @@ class KubernetesCluster:
                 if type_ == "DELETED" or (pod["metadata"].get("deletionTimestamp")):
                     return
                 t = _Track(bind_id, int(labels.get(L.REPLICAS, "1") or 1),
-                           workload=job_id in self.workloads.owners)
+                           workload=job_id in self.workloads.owners, adopted=True)
                 self._tracks[job_id] = t
+            elif t.adopted and not t.stopped and bind_id != t.bind_id:
+                t = self._readopt(job_id, t)
             if bind_id == t.bind_id:
                 t.seen = True  # even when stopped: draining_job_ids follows its Pods now
             if t.stopped or bind_id != t.bind_id or t.reported in TERMINAL:
@@ -765,6 +770,26 @@ class KubernetesCluster:
                         if node:
                             self.rejected.add(job_id, node)
                 self._report(job_id, t, phase, message)
+
+    def _readopt(self, job_id: str, t: _Track) -> _Track:
+        """A Pod of another attempt showed for a job followed from Pods found (under the
+        lock): follow the job's current attempt (:func:`_current_attempt`) instead of
+        whichever Pod showed first, and drop what was queued about the other one.
+
+        A restarted gpuq lists a job's Pods in name order: an earlier attempt's Pod (evicted,
+        Failed, kept for its logs) could come before the running attempt's, be adopted, and
+        be reported failed; the first pass records events before reconcile judges the Pods,
+        so the running job was failed (or spent a retry)."""
+        pods = _current_attempt(list(self._by_job.get(job_id, {}).values()))
+        bind_ids = {p["metadata"]["labels"].get(L.BIND_ID, "") for p in pods}
+        if len(bind_ids) != 1 or t.bind_id in bind_ids:
+            return t
+        expected = max(int(p["metadata"]["labels"].get(L.REPLICAS, "1") or 1) for p in pods)
+        t = self._tracks[job_id] = _Track(bind_ids.pop(), expected, workload=t.workload,
+                                           adopted=True)
+        self._events = [e for e in self._events if e.job_id != job_id]
+        self._gangs_ended = [g for g in self._gangs_ended if g[0] != job_id]
+        return t
 
     def _report(self, job_id: str, t: _Track, phase: str, message: str) -> None:
         """Report one change of the job's phase (under the lock). A gang that ended in
