@@ -37,7 +37,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +165,18 @@ def _created_age_s(pod: dict) -> float:
 def _holds_or_will_hold(pod: dict) -> bool:
     phase = (pod.get("status") or {}).get("phase")
     return phase not in ("Succeeded", "Failed")
+
+
+def _told(pod: dict) -> bool:
+    """Has an ended Pod nothing left to tell? A Pod gpuq made carries its outcome finalizer
+    (k8s_labels.OUTCOME_FINALIZER) until its end is in the database (acknowledge) or gpuq
+    stopped it; an ended Pod without it is history, whatever attempt it was. A requeued
+    job's earlier attempt (evicted: Failed, kept for its logs) is the common one: adopted,
+    it was reported failed once more, and a job admitted again and not yet bound spent a
+    retry (or failed) on a run already counted. Not for Pods a workload's controller makes:
+    they never carry the finalizer (``KubernetesCluster._not_told``)."""
+    return ((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            and L.OUTCOME_FINALIZER not in (pod["metadata"].get("finalizers") or ()))
 
 
 def _current_attempt(pods: list[dict]) -> list[dict]:
@@ -740,6 +752,8 @@ class KubernetesCluster:
                 # before a restart. Adopt the attempt; reconcile() judges it.
                 if type_ == "DELETED" or (pod["metadata"].get("deletionTimestamp")):
                     return
+                if _told(pod) and job_id not in self.workloads.owners:
+                    return  # its end is recorded: nothing to follow (_told)
                 t = _Track(bind_id, int(labels.get(L.REPLICAS, "1") or 1),
                            workload=job_id in self.workloads.owners, adopted=True)
                 self._tracks[job_id] = t
@@ -780,7 +794,7 @@ class KubernetesCluster:
         Failed, kept for its logs) could come before the running attempt's, be adopted, and
         be reported failed; the first pass records events before reconcile judges the Pods,
         so the running job was failed (or spent a retry)."""
-        pods = _current_attempt(list(self._by_job.get(job_id, {}).values()))
+        pods = _current_attempt(self._not_told(job_id, self._by_job.get(job_id, {}).values()))
         bind_ids = {p["metadata"]["labels"].get(L.BIND_ID, "") for p in pods}
         if len(bind_ids) != 1 or t.bind_id in bind_ids:
             return t
@@ -790,6 +804,13 @@ class KubernetesCluster:
         self._events = [e for e in self._events if e.job_id != job_id]
         self._gangs_ended = [g for g in self._gangs_ended if g[0] != job_id]
         return t
+
+    def _not_told(self, job_id: str, pods: Iterable[dict]) -> list[dict]:
+        """The Pods of ``job_id`` that may still tell something (:func:`_told`): all of
+        them for a job a workload's controller runs."""
+        if job_id in self.workloads.owners:
+            return list(pods)
+        return [p for p in pods if not _told(p)]
 
     def _report(self, job_id: str, t: _Track, phase: str, message: str) -> None:
         """Report one change of the job's phase (under the lock). A gang that ended in
@@ -1036,7 +1057,7 @@ class KubernetesCluster:
                 report.orphans.add(jid)
                 self.stop(jid, "orphan: gpuq's database does not run this job", 0)
         for job_id in active_job_ids:
-            pods = _current_attempt(by_job.get(job_id, []))
+            pods = _current_attempt(self._not_told(job_id, by_job.get(job_id, [])))
             bind_ids = {p["metadata"]["labels"].get(L.BIND_ID, "") for p in pods}
             expected = max((int(p["metadata"]["labels"].get(L.REPLICAS, "1")) for p in pods),
                            default=0)

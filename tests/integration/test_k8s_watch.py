@@ -9,8 +9,10 @@ import pytest
 
 from gpuq.cluster.interface import BindRequest, JobStatusEvent
 from gpuq.scheduling.model import ReplicaPlacement
-from tests.fakekube.fixtures import kube, make_cluster, wait_until
+from tests.fakekube.fixtures import make_cluster, wait_until
 from tests.fakekube.objects import article_a100
+from tests.realkube.both import BOTH, kube
+from tests.realkube.fixtures import job_namespace
 
 
 def _watch_versions(kube, path):
@@ -166,6 +168,54 @@ def test_reconcile_adopts_the_running_attempt_beside_an_ended_one(kube, old_atte
     assert running and not running[0]["metadata"].get("deletionTimestamp")
     assert "retried" in second.live_job_ids()
     assert [(e.job_id, e.phase) for e in second.poll_events()] == [("retried", "running")]
+    second.close()
+
+
+def _events_until(c, phase: str) -> list[JobStatusEvent]:
+    """Step the Pod informer until ``phase`` is reported (bounded); every event polled."""
+    out: list[JobStatusEvent] = []
+    for _ in range(20):
+        c.pods.step()
+        out += c.poll_events()
+        if any(e.phase == phase for e in out):
+            return out
+    raise AssertionError(f"{phase} never reported: {out}")
+
+
+@BOTH
+def test_an_admitted_attempt_is_not_judged_by_an_earlier_attempts_recorded_end(kube):
+    """A job's run failed (its Pod Failed, kept for its logs); gpuq recorded it (retried)
+    and took its outcome finalizer off; the job was admitted again, and the leader died
+    before binding the new attempt. The only Pod a new leader finds is the earlier one. It
+    used to adopt that attempt and report the job failed, and the first pass applied it to
+    the admitted job: a retry spent (or the job failed) for a run already counted. An ended
+    Pod without the finalizer has nothing left to tell: nothing is reported, and the job is
+    bound anew."""
+    kube.watch_timeout_s = 0.3
+    ns = job_namespace(kube)
+    kube.add_node(article_a100("a100-0"))
+    first = make_cluster(kube)
+    first.sync()
+    first.bind(replace(req("retried", nodes=("a100-0",)), attempt="7"))
+    (old,) = kube.gpuq_pods()
+    kube.set_pod_phase(ns, old["metadata"]["name"], "Running")
+    kube.set_pod_phase(ns, old["metadata"]["name"], "Failed")
+    seen = _events_until(first, "failed")
+    first.acknowledge(seen)  # recorded: the job was retried (then admitted again)
+    assert not kube.gpuq_pods()[0]["metadata"].get("finalizers")
+    first.close()  # the leader dies before binding the new attempt
+
+    second = make_cluster(kube)
+    second.sync()
+    report = second.reconcile({"retried"})
+    assert report.missing == {"retried"} and report.adopted == set()
+    assert second.poll_events() == []  # the earlier run's end is not reported again
+    assert "retried" not in second.live_job_ids()  # so the dispatcher binds it
+    # the old Pod stays (its logs); the new attempt binds beside it and is followed
+    second.bind(replace(req("retried", nodes=("a100-0",)), attempt="8"))
+    (new,) = [p for p in kube.gpuq_pods() if p["metadata"]["name"] != old["metadata"]["name"]]
+    kube.set_pod_phase(ns, new["metadata"]["name"], "Running")
+    assert [e.phase for e in _events_until(second, "running")] == ["running"]
     second.close()
 
 
