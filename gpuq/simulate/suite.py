@@ -566,6 +566,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="take the settings an earlier run chose (its tuning) instead of tuning")
     a = ap.parse_args(argv)
     pols = [p.strip() for p in a.policies.split(",") if p.strip()]
+    if a.scenarios and (a.combine or a.tune or a.evaluate):
+        # they used to be dropped without a word
+        ap.error("scenario files are a suite run of their own: with --tune/--evaluate give "
+                 "them to --evaluate, with --combine run them apart")
+    if a.tune and not a.evaluate and not a.combine and not any(p in BASELINES for p in pols):
+        # it used to write a suite.json with no tuning and no runs
+        ap.error(f"--tune alone chooses the baselines' settings, and --policies names none "
+                 f"({', '.join(pols)}): to run {', '.join(pols)} on windows, give them as "
+                 "scenario files")
     if a.combine:
         doc = combine([json.loads(Path(f).read_text()) for f in a.combine])
     elif a.evaluate:

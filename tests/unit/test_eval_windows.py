@@ -138,3 +138,17 @@ def test_alibaba_windows(tmp_path):
                                    "loads": [1.0], "tuning_every": 2}}, tmp_path)
     assert [w.role for w in ws] == ["tuning", "evaluation"] * 2
     assert [w.jobs for w in ws] == [40, 40, 40, 40]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--tune", "t.yaml", "--policies", "gpuq"],  # wrote an empty suite.json
+    ["s.yaml", "--tune", "t.yaml"],  # the scenario file was dropped
+    ["s.yaml", "--tune", "t.yaml", "--evaluate", "e.yaml"],
+    ["s.yaml", "--combine", "a.json"],
+])
+def test_the_suite_refuses_arguments_it_would_drop(tmp_path, capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--out", str(tmp_path / "out"), "--no-plots"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--tune" in err and not (tmp_path / "out").exists()
