@@ -23,6 +23,12 @@ and statement) the nodes touched are filed in an overlay and hidden from
 their filing at the first ``begin``; at the outermost ``end`` a node whose
 capacity is back where it was keeps its place in the base filing, and only
 a node that really changed is moved. The cost is O(nodes touched).
+
+A type grouped for the first time while a journal is open is grouped as if it had been
+grouped before: the nodes the journal changed are filed in the base grouping under their
+signature from before (kept by ``before_change``), hidden like every touched node. The
+answers then do not depend on when a query first needed the type, and the grouping
+outlives the journal (a reservation's search groups a full type once, not per what-if).
 """
 
 from __future__ import annotations
@@ -196,6 +202,10 @@ class CapacityIndex:
         self._hidden_whole: dict[tuple[str, int], int] = {}
         self._hidden_mig: dict[tuple[str, str], int] = {}
         self._fresh: set[str | None] = set()
+        # the signature a node had before its first change in the journal, kept for a
+        # node whose type was not grouped then (before_change): grouping the type later in
+        # the journal files the node where it was, as if the type had been grouped before
+        self._pre: dict[str, tuple] = {}
 
     # the base filing, which every query sees while no journal is open
     @property
@@ -265,6 +275,15 @@ class CapacityIndex:
             sig = self._sigs[name] = node_signature(self._nodes[name])
         return sig
 
+    def before_change(self, name: str) -> None:
+        """Called before a node's usage changes. Inside a journal, a node about to change
+        for the first time whose type is not grouped yet keeps its signature as it is,
+        so that grouping the type later in the journal can file it where it was
+        (:meth:`_group_in_journal`)."""
+        if (self._depth and name not in self._orig and name not in self._pre
+                and name in self._nodes and self.node_type[name] not in self._base.groups):
+            self._pre[name] = self._signature(name)
+
     def _hide(self, name: str, t: str | None, cap: NodeCapacity) -> None:
         """A node's first change inside the journal: its base filing stays where it is,
         hidden from the queries until the journal ends."""
@@ -286,18 +305,24 @@ class CapacityIndex:
     def end(self) -> None:
         """Close a journal; the outermost files for good only the nodes that changed."""
         self._depth -= 1
-        if self._depth or not self._orig:
+        if self._depth:
+            return
+        if not self._orig:
+            self._fresh = set()  # grouped meanwhile, nothing touched: the grouping stands
             return
         base = self._base
         for t in self._fresh:  # grouped meanwhile: grouped again on next use, as it is
             for members in base.groups.pop(t, {}).values():
                 for n in members:
                     base.sig.pop(n, None)
+        pre = self._pre
         for name, (cap0, sig0) in self._orig.items():
             t = self.node_type[name]
             cap = self.caps[name]
             grouped = t in base.groups
             sig = self._signature(name) if grouped else None
+            if grouped and sig0 is None:  # its type was grouped after it changed
+                sig0 = pre.get(name)
             if same_capacity(cap0, cap) and sig == sig0:
                 continue  # back as it was: same bucket, same place in it
             base.unfile(name, t, cap0)
@@ -311,6 +336,7 @@ class CapacityIndex:
         self._hidden_whole = {}
         self._hidden_mig = {}
         self._fresh = set()
+        self._pre = {}
 
     # -- queries -------------------------------------------------------
     def groups_of(self, t: str | None) -> Iterable[tuple[tuple, Iterable[str]]]:
@@ -326,15 +352,45 @@ class CapacityIndex:
         if got is None:
             got = base.groups[t] = {}
             if self._depth:
-                self._fresh.add(t)
-            node_type = self.node_type
-            signature = self._signature
-            for name in self._nodes:
-                if node_type[name] == t:
-                    (self._ov if name in self._orig else base).group(name, t, signature(name))
+                self._group_in_journal(t)
+            else:
+                node_type = self.node_type
+                signature = self._signature
+                for name in self._nodes:
+                    if node_type[name] == t:
+                        base.group(name, t, signature(name))
         if not self._orig:
             return got.items()
         return self._merged_groups(t, got)
+
+    def _group_in_journal(self, t: str | None) -> None:
+        """Group type ``t`` while a journal is open, as if it had been grouped before the
+        journal: every node in the base filing, in node order, a node the journal changed
+        under the signature it had before (hidden, as every touched node is, and filed in
+        the overlay as it is now). The journal's view, its answers and what its end
+        leaves are then those of a type grouped earlier: the index does not answer
+        differently for when a type was first asked for, and a what-if that groups a
+        type (a reservation's search, on a type whose every card was taken) leaves the
+        grouping for the next instead of each grouping the type's nodes again.
+
+        Should a touched node's earlier signature be unknown (changed without
+        :meth:`before_change`), the type is grouped from the nodes untouched, the touched
+        ones in the overlay, and grouped again after the journal, as it then is."""
+        base, ov, orig, pre = self._base, self._ov, self._orig, self._pre
+        node_type = self.node_type
+        signature = self._signature
+        names = [n for n in self._nodes if node_type[n] == t]
+        if all(n in pre for n in names if n in orig):
+            for name in names:
+                if name in orig:
+                    base.group(name, t, pre[name])
+                    ov.group(name, t, signature(name))
+                else:
+                    base.group(name, t, signature(name))
+            return
+        self._fresh.add(t)
+        for name in names:
+            (ov if name in orig else base).group(name, t, signature(name))
 
     def _merged_groups(self, t: str | None, got: dict[tuple, dict[str, None]]
                        ) -> Iterator[tuple[tuple, Iterable[str]]]:

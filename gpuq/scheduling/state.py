@@ -163,6 +163,8 @@ class ClusterState:
         if not fits:
             self._strand(name)  # never applied, so nothing to take back either
             return
+        if self._index is not None:
+            self._index.before_change(name)
         if name not in self._owned:
             node = _with_devices(node, list(node.devices))
             self.nodes[name] = node
@@ -205,6 +207,8 @@ class ClusterState:
         """A running placement names cards the node no longer has (its cards, MIG
         layout or type changed under it): nothing new goes on the node until the
         job is gone, and the cycle goes on (it used to fail with an IndexError)."""
+        if self._index is not None:
+            self._index.before_change(name)
         node = self._own(name)
         node.schedulable = False
         if self._index is not None:
@@ -238,6 +242,8 @@ class ClusterState:
         if not held_fits(self.nodes[p.node], p):
             self._strand(p.node)  # never applied, so nothing to take back either
             return
+        if self._index is not None:
+            self._index.before_change(p.node)
         node = self._own(p.node)
         node.cpu_used += sign * p.cpu
         node.memory_used_gb += sign * p.memory_gb
