@@ -166,7 +166,7 @@ def allocation_json(p: ReplicaPlacement) -> dict[str, Any]:
 
 
 def to_json(result: SimulationResult) -> dict[str, Any]:
-    """The "Simulation result" document (docs/evaluation.md)."""
+    """The "Simulation result" document (docs/evaluation.md#simulation-result)."""
     jobs = []
     waits, jcts = [], []
     by_team: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
