@@ -192,8 +192,9 @@ def to_json(result: SimulationResult) -> dict[str, Any]:
         })
         team = by_team[j.request.team]
         team["jobs"].append(1)
-        # every job's wait, those that never started included (their wait runs
-        # to the end of the run): leaving them out made a stuck queue look fast
+        # every job's wait, those that never started included (their wait runs to the
+        # end of the run, or to the verdict for an unschedulable one): leaving them out
+        # made a stuck queue look fast
         waits.append(j.wait_s)
         team["wait"].append(j.wait_s)
         if j.first_start_s is None:
@@ -529,6 +530,9 @@ class Simulator:
             if j is not None and j.status == "pending":
                 j.status = "unschedulable"
                 j.reason = why
+                # the time it queued before the verdict was a wait (it was left out)
+                j.wait_s += self.now - j.queued_since
+                j.queued_since = self.now
                 del self.pending[j.index]
                 changed = True
         for job_id, why in res.reasons.items():

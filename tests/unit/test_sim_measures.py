@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from gpuq.domain.config import load_config_text
+from gpuq.scheduling.engine import schedule
+from gpuq.scheduling.model import CycleResult, Snapshot
 from gpuq.simulate.all_policies import make_policy
 from gpuq.simulate.measures import jain
 from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
@@ -86,3 +88,24 @@ def test_worst_team_p99_only_over_teams_with_30_jobs_and_the_maximum_apart():
     s, _ = measures(big + small)
     assert s["worst_team_wait_p99_s"] < TAIL_MIN_JOBS
     assert s["max_wait_s"] == 5000.0
+
+
+def test_a_job_found_unschedulable_after_waiting_counts_its_wait():
+    """``wait_s`` counts every second a job spent pending: also those before a verdict
+    that it can never run (they were left out: a job that queued 500 s and was then
+    judged unschedulable showed 0)."""
+    def policy(snap: Snapshot) -> CycleResult:
+        res = schedule(snap)
+        if snap.now >= 500:  # from t=500 the core judges b never to fit
+            for j in snap.pending:
+                if j.name == "b1":
+                    res.reasons.pop(j.id, None)
+                    res.unschedulable[j.id] = "never fits (judged at t=500)"
+        return res
+
+    model = ScenarioModel.from_config(load_config_text(SPEEDS.replace(
+        "runtime_s: 100, speed", "runtime_s: 1000, speed", 1)))
+    doc = to_json(Simulator(model, policy, "gpuq").run())
+    b = next(j for j in doc["jobs"] if j["name"] == "b1")
+    assert b["status"] == "unschedulable" and b["first_start_s"] is None
+    assert b["wait_s"] >= 500, b["wait_s"]  # queued from 0 until the verdict
