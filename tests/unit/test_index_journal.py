@@ -91,16 +91,9 @@ requests = st.sampled_from([
 def test_tentative_changes_leave_the_index_as_it_was(committed, tried, removed) -> None:
     """Commit some placements, then try others inside a what-if, a statement that is
     discarded and plain trials: afterwards every query sees the index as before."""
-    state = ClusterState(_nodes(), TYPES)
     ctx = _cycle().ctx
     ctx = replace(ctx, gpu_types=TYPES, pools={"p": PoolInfo("p")}, score_cache={})
-    running: list[RunningJob] = []
-    for i, j in enumerate(committed):
-        placed = try_place(replace(j, id=f"c{i}"), state, ctx)
-        if placed is not None:
-            for p in placed.placements:
-                state.apply(p)
-            running.append(RunningJob(replace(j, id=f"c{i}"), tuple(placed.placements), 0.0))
+    state, running = _committed(committed, ctx)
     before = _order(state.index)
     victims = running[:removed]
     with state.simulate_remove(victims):
