@@ -752,8 +752,8 @@ class KubernetesCluster:
                 # before a restart. Adopt the attempt; reconcile() judges it.
                 if type_ == "DELETED" or (pod["metadata"].get("deletionTimestamp")):
                     return
-                if _told(pod) and job_id not in self.workloads.owners:
-                    return  # its end is recorded: nothing to follow (_told)
+                if self._history(job_id, pod):
+                    return  # its end is recorded: nothing to follow
                 t = _Track(bind_id, int(labels.get(L.REPLICAS, "1") or 1),
                            workload=job_id in self.workloads.owners, adopted=True)
                 self._tracks[job_id] = t
@@ -805,12 +805,14 @@ class KubernetesCluster:
         self._gangs_ended = [g for g in self._gangs_ended if g[0] != job_id]
         return t
 
+    def _history(self, job_id: str, pod: dict) -> bool:
+        """Is ``pod`` of ``job_id`` history (:func:`_told`)? Never for a job a workload's
+        controller runs: its Pods never carry the finalizer."""
+        return job_id not in self.workloads.owners and _told(pod)
+
     def _not_told(self, job_id: str, pods: Iterable[dict]) -> list[dict]:
-        """The Pods of ``job_id`` that may still tell something (:func:`_told`): all of
-        them for a job a workload's controller runs."""
-        if job_id in self.workloads.owners:
-            return list(pods)
-        return [p for p in pods if not _told(p)]
+        """The Pods of ``job_id`` that may still tell something (:meth:`_history`)."""
+        return [p for p in pods if not self._history(job_id, p)]
 
     def _report(self, job_id: str, t: _Track, phase: str, message: str) -> None:
         """Report one change of the job's phase (under the lock). A gang that ended in
