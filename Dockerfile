@@ -5,7 +5,7 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 RUN pip install --no-cache-dir --upgrade pip
 COPY pyproject.toml README.md ./
-COPY gpuq ./gpuq
+COPY app ./app
 RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[plots]'
 
 FROM python:3.11-slim

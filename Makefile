@@ -36,7 +36,7 @@ test-serial: $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check gpuq tests bench
+	$(BIN)/ruff check app tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
@@ -63,18 +63,18 @@ bench-kube-large: $(STAMP)
 # Regenerate docs/configuration.md and docs/api.md from the code (tests/unit/test_docs.py
 # fails when they are stale).
 docs: $(STAMP)
-	$(BIN)/python -m gpuq.docgen
+	$(BIN)/python -m app.docgen
 
 # The public traces of the evaluation (eval/traces/README.md): downloaded from their
 # upstream repositories at pinned commits, or copied with TRACES_FROM=DIR; SHA-256 checked.
 traces:
-	$(PY) -m gpuq.simulate.trace_fetch $(if $(TRACES_FROM),--from $(TRACES_FROM))
+	$(PY) -m app.simulate.trace_fetch $(if $(TRACES_FROM),--from $(TRACES_FROM))
 
 # The evaluation (docs/evaluation.md): each baseline's settings chosen on the tuning windows,
 # then every policy on the evaluation windows (eval/windows/, from eval/windows.yaml); needs
 # `make traces`; about 10 CPU minutes
 evaluation: $(STAMP)
-	nice -n 10 $(BIN)/python -m gpuq.simulate.suite --tune eval/windows/tuning/*.yaml \
+	nice -n 10 $(BIN)/python -m app.simulate.suite --tune eval/windows/tuning/*.yaml \
 		--evaluate eval/windows/evaluation/*.yaml --bound-slots 300 --out docs/eval/windows
 
 # The real control plane of tests/realkube (etcd, kube-apiserver, kube-controller-manager,
@@ -127,7 +127,7 @@ clean:
 SWAGGER_UI ?= 5.35.0
 REDOC ?= 2.5.1
 UPLOT ?= 1.6.32
-VENDOR := gpuq/ui/static/vendor
+VENDOR := app/ui/static/vendor
 docs-assets:
 	rm -rf .vendor-tmp && mkdir -p .vendor-tmp $(VENDOR)/swagger-ui $(VENDOR)/redoc $(VENDOR)/uplot
 	cd .vendor-tmp && npm pack -q swagger-ui-dist@$(SWAGGER_UI) redoc@$(REDOC) uplot@$(UPLOT) \

@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from app.domain.percentiles import percentile  # noqa: E402
 from bench.api_jobs import nlp_job, team_token  # noqa: E402
 from bench.dispatch import database  # noqa: E402
 from bench.history import load  # noqa: E402
-from gpuq.domain.percentiles import percentile  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
 BIN = Path(sys.executable).parent

@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
-from gpuq.domain.spec import JobSpec
+from app.domain.spec import JobSpec
 
 app = FastAPI()
 

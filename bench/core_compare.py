@@ -29,7 +29,10 @@ CODE = r'''
 import hashlib, json, statistics, sys, time
 sys.path.insert(0, ".")
 from bench.core import cluster, jobs, snapshot, full_cluster_running
-from gpuq.scheduling.engine import schedule
+try:
+    from app.scheduling.engine import schedule
+except ModuleNotFoundError:  # a tree of the time the package was named gpuq
+    from gpuq.scheduling.engine import schedule
 repeat = int(sys.argv[1])
 nodes = cluster(10000)
 pend = jobs(10_000, seed=20_000)

@@ -44,20 +44,20 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from gpuq.clock import ManualClock
-from gpuq.cluster.simulated import SimulatedCluster
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.picture import QueuePicture
-from gpuq.domain.config import load_config_text
-from gpuq.domain.from_config import cluster_model
-from gpuq.domain.spec import JobSpec
-from gpuq.runtime import demo_config_text
-from gpuq.store import migrate
-from gpuq.store.config_loader import apply_config
-from gpuq.store.db import make_engine, make_session_factory, normalize_url, psycopg_conninfo
-from gpuq.store.jobs import submit_job, submit_jobs
-from gpuq.store.orm import JobRow
-from gpuq.store.snapshot import SnapshotContext, build_snapshot
+from app.clock import ManualClock
+from app.cluster.simulated import SimulatedCluster
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.picture import QueuePicture
+from app.domain.config import load_config_text
+from app.domain.from_config import cluster_model
+from app.domain.spec import JobSpec
+from app.runtime import demo_config_text
+from app.store import migrate
+from app.store.config_loader import apply_config
+from app.store.db import make_engine, make_session_factory, normalize_url, psycopg_conninfo
+from app.store.jobs import submit_job, submit_jobs
+from app.store.orm import JobRow
+from app.store.snapshot import SnapshotContext, build_snapshot
 
 BENCH_ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghijkl"
 
@@ -77,7 +77,7 @@ def database():
             with psycopg.connect(admin, autocommit=True) as c:
                 c.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
     else:
-        from gpuq.store.embedded import start_embedded
+        from app.store.embedded import start_embedded
 
         tmp = Path(tempfile.mkdtemp(prefix="gpuq-bench-"))
         emb = start_embedded(tmp, database=name, delete_on_stop=True)
@@ -149,9 +149,9 @@ def submit_http(url: str, n_single: int, n_batch: int) -> tuple[float, float]:
     import httpx
     import uvicorn
 
-    from gpuq.main import create_app
-    from gpuq.runtime import open_services
-    from gpuq.settings import Settings
+    from app.main import create_app
+    from app.runtime import open_services
+    from app.settings import Settings
 
     settings = Settings(database_url=url, admin_token=BENCH_ADMIN_TOKEN)
     services = open_services(settings, with_loops=False, apply_file_config=False)
@@ -185,7 +185,7 @@ def submit_http(url: str, n_single: int, n_batch: int) -> tuple[float, float]:
 
 class FullReloadPicture(QueuePicture):
     """The baseline: the snapshot rebuilt from every live job each pass
-    (:func:`~gpuq.store.snapshot.build_snapshot`), not from the rows changed
+    (:func:`~app.store.snapshot.build_snapshot`), not from the rows changed
     since the last one."""
 
     def refresh(self, session: Session, now: datetime) -> SnapshotContext:

@@ -32,11 +32,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from core import TYPES, cluster, jobs, snapshot  # noqa: E402
 
-from gpuq.scheduling.engine import schedule  # noqa: E402
-from gpuq.scheduling.model import JobRequest, ReplicaPlacement, RunningJob  # noqa: E402
-from gpuq.simulate.all_policies import get_policy  # noqa: E402
-from gpuq.simulate.estimate import estimate_starts  # noqa: E402
-from gpuq.simulate.replay import ScenarioModel, Simulator  # noqa: E402
+from app.scheduling.engine import schedule  # noqa: E402
+from app.scheduling.model import JobRequest, ReplicaPlacement, RunningJob  # noqa: E402
+from app.simulate.all_policies import get_policy  # noqa: E402
+from app.simulate.estimate import estimate_starts  # noqa: E402
+from app.simulate.replay import ScenarioModel, Simulator  # noqa: E402
 
 
 def busy_cluster(nodes, seed: int = 7) -> list[RunningJob]:
@@ -110,8 +110,8 @@ class Probe(Simulator):
 def accuracy(path: str, every: float, previous: bool) -> None:
     from pathlib import Path
 
-    from gpuq.domain.config import load_config
-    from gpuq.simulate.traces import scenario_from_trace
+    from app.domain.config import load_config
+    from app.simulate.traces import scenario_from_trace
 
     cfg = load_config(Path(path))
     model = (scenario_from_trace(cfg, base=Path(path).parent) if cfg.trace is not None

@@ -34,12 +34,12 @@ import uuid
 import psycopg
 from sqlalchemy.orm import sessionmaker
 
-from gpuq.clock import utcnow
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.leader import CHECK_TIMEOUT_S, SESSION_OPTIONS, libpq_dsn, session_options
-from gpuq.domain.spec import JobSpec
-from gpuq.store.db import make_engine, make_session_factory
-from gpuq.store.jobs import submit_job
+from app.clock import utcnow
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.leader import CHECK_TIMEOUT_S, SESSION_OPTIONS, libpq_dsn, session_options
+from app.domain.spec import JobSpec
+from app.store.db import make_engine, make_session_factory
+from app.store.jobs import submit_job
 from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
 from tests.fakekube.fixtures import elector, started_cluster
 from tests.fakekube.objects import article_a100

@@ -39,18 +39,18 @@ sys.path.insert(0, str(ROOT))
 from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
+from app.clock import ManualClock  # noqa: E402
+from app.cluster.simulated import SimulatedCluster  # noqa: E402
+from app.dispatch.dispatcher import Dispatcher  # noqa: E402
+from app.domain.from_config import cluster_model  # noqa: E402
+from app.domain.percentiles import percentile  # noqa: E402
+from app.main import create_app  # noqa: E402
+from app.runtime import Services  # noqa: E402
+from app.settings import Settings  # noqa: E402
+from app.store.orm import JobRow  # noqa: E402
 from bench.api_jobs import nlp_job, team_token  # noqa: E402
 from bench.dispatch import database, fresh_db, scaled_config  # noqa: E402
 from bench.history import load  # noqa: E402
-from gpuq.clock import ManualClock  # noqa: E402
-from gpuq.cluster.simulated import SimulatedCluster  # noqa: E402
-from gpuq.dispatch.dispatcher import Dispatcher  # noqa: E402
-from gpuq.domain.from_config import cluster_model  # noqa: E402
-from gpuq.domain.percentiles import percentile  # noqa: E402
-from gpuq.main import create_app  # noqa: E402
-from gpuq.runtime import Services  # noqa: E402
-from gpuq.settings import Settings  # noqa: E402
-from gpuq.store.orm import JobRow  # noqa: E402
 
 ADMIN = "bench-flood-admin-token-0123456789abcdef"
 CASES = {

@@ -30,15 +30,15 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import text
 
+from app.clock import ManualClock
+from app.cluster.simulated import SimulatedCluster
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.from_config import cluster_model
+from app.main import create_app
+from app.metrics import GpuqMetrics
+from app.runtime import Services
+from app.settings import Settings
 from bench.dispatch import database, fresh_db, scaled_config
-from gpuq.clock import ManualClock
-from gpuq.cluster.simulated import SimulatedCluster
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.from_config import cluster_model
-from gpuq.main import create_app
-from gpuq.metrics import GpuqMetrics
-from gpuq.runtime import Services
-from gpuq.settings import Settings
 
 ADMIN = "bench-admin-token"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}

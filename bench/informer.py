@@ -8,7 +8,7 @@ is the informer's and nothing else's:
 
 - ``old``: the informer gpuq had before (every Pod in the cluster, unfiltered, unpaged,
   whole objects; a pass's ``node_views`` walks every Pod to sum each node's usage).
-- ``new``: gpuq's informers today (gpuq/cluster/kubernetes.py): its own Pods by label,
+- ``new``: gpuq's informers today (app/cluster/kubernetes.py): its own Pods by label,
   other workloads' only while bound and not finished (field selector), slimmed to what
   node accounting reads and summed per node as events arrive, lists paged.
 
@@ -37,10 +37,10 @@ import time
 
 from kubernetes import client
 
-from gpuq.cluster.k8s_nodes import node_views
-from gpuq.cluster.k8s_settings import KubeSettings
-from gpuq.cluster.k8s_watch import Informer
-from gpuq.cluster.kubernetes import KubernetesCluster
+from app.cluster.k8s_nodes import node_views
+from app.cluster.k8s_settings import KubeSettings
+from app.cluster.k8s_watch import Informer
+from app.cluster.kubernetes import KubernetesCluster
 from tests.fakekube.fixtures import api_client_for
 from tests.fakekube.objects import GPU_TYPES, article_a100
 from tests.fakekube.server import FakeKube

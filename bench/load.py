@@ -47,7 +47,7 @@ from bench.dispatch import database  # noqa: E402
 from bench.history import load  # noqa: E402
 
 # this checkout's gpuq (not whichever one the venv's `gpuq` script was installed from)
-GPUQ = [sys.executable, "-c", "import sys; from gpuq.cli import main; sys.argv[0] = 'gpuq'; main()"]
+GPUQ = [sys.executable, "-c", "import sys; from app.cli import main; sys.argv[0] = 'gpuq'; main()"]
 # the loops' failures (the API's own metrics pass is not a loop of the dispatcher)
 LOOP_FAILED = re.compile(r"gpuq\.loops\.(dispatcher|descheduler|lease-reaper|tuner)\b.* failed;")
 SETUPS = {

@@ -48,12 +48,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import httpx  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
+from app.main import start_metrics_refresh  # noqa: E402
+from app.reports.fairness import fairness_report  # noqa: E402
+from app.reports.queries import job_records  # noqa: E402
+from app.store.db import make_engine, make_session_factory  # noqa: E402
+from app.store.snapshot import build_snapshot  # noqa: E402
 from bench.history import AUTH, job_body, load, with_history  # noqa: E402
-from gpuq.main import start_metrics_refresh  # noqa: E402
-from gpuq.reports.fairness import fairness_report  # noqa: E402
-from gpuq.reports.queries import job_records  # noqa: E402
-from gpuq.store.db import make_engine, make_session_factory  # noqa: E402
-from gpuq.store.snapshot import build_snapshot  # noqa: E402
 
 DAY = 86400.0
 

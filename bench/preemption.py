@@ -25,8 +25,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from gpuq.scheduling.engine import schedule  # noqa: E402
-from gpuq.scheduling.model import (  # noqa: E402
+from app.scheduling.engine import schedule  # noqa: E402
+from app.scheduling.model import (  # noqa: E402
     Device,
     GpuType,
     JobRequest,

@@ -1,6 +1,6 @@
 """Real schedulers on a real control plane, replaying a scenario, beside our model of each.
 
-The baseline models of ``gpuq simulate`` (gpuq/simulate/baselines) are checked against the
+The baseline models of ``gpuq simulate`` (app/simulate/baselines) are checked against the
 systems they model. One run of this command:
 
 1. starts the real control plane of tests/realkube (etcd, kube-apiserver,
@@ -22,8 +22,8 @@ systems they model. One run of this command:
      so each Job is created suspended with ``kueue.x-k8s.io/queue-name`` (what Kueue's
      Job webhook defaults);
    - ``kube-scheduler``: its default profile, no queue (the Jobs are created running);
-   - ``gpuq``: gpuq itself, its dispatcher (gpuq/dispatch) with the Kubernetes backend
-     (gpuq/cluster/kubernetes.py) talking to the same API server with its own
+   - ``gpuq``: gpuq itself, its dispatcher (app/dispatch) with the Kubernetes backend
+     (app/cluster/kubernetes.py) talking to the same API server with its own
      ServiceAccount (k8s/rbac.yaml), its store a fresh PostgreSQL database configured
      with the scenario's GPU types, pools and teams (``TEST_DATABASE_URL``'s server); each
      job is submitted to the store at its submit time (the API's path, ``submit_jobs``)
@@ -72,21 +72,21 @@ import yaml
 from kubernetes import client
 from sqlalchemy import select
 
-from gpuq.clock import utcnow
-from gpuq.dispatch.descheduler_step import Descheduler
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.config import load_config
-from gpuq.domain.spec import JobSpec
-from gpuq.scheduling.filters import allowed_types
-from gpuq.scheduling.model import Snapshot
-from gpuq.simulate.all_policies import make_policy
-from gpuq.simulate.baseline_tuning import build
-from gpuq.simulate.baselines.kueue import KueuePolicy, KueueSettings
-from gpuq.simulate.replay import ScenarioModel, SimJob, SimulationResult, Simulator, to_json
-from gpuq.store.db import make_engine, make_session_factory
-from gpuq.store.jobs import submit_jobs
-from gpuq.store.node_rows import gpu_type_configs
-from gpuq.store.orm import JobRow
+from app.clock import utcnow
+from app.dispatch.descheduler_step import Descheduler
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.config import load_config
+from app.domain.spec import JobSpec
+from app.scheduling.filters import allowed_types
+from app.scheduling.model import Snapshot
+from app.simulate.all_policies import make_policy
+from app.simulate.baseline_tuning import build
+from app.simulate.baselines.kueue import KueuePolicy, KueueSettings
+from app.simulate.replay import ScenarioModel, SimJob, SimulationResult, Simulator, to_json
+from app.store.db import make_engine, make_session_factory
+from app.store.jobs import submit_jobs
+from app.store.node_rows import gpu_type_configs
+from app.store.orm import JobRow
 from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import elector, make_cluster
 from tests.realkube.control_plane import (
@@ -99,7 +99,7 @@ from tests.realkube.control_plane import (
 from tests.realkube.fixtures import RealKube, Session, wait_for
 
 SYSTEMS = ("kueue", "kube-scheduler", "gpuq")
-#: the model of each system in gpuq/simulate/all_policies.py: kube-scheduler's default
+#: the model of each system in app/simulate/all_policies.py: kube-scheduler's default
 #: profile is what ``fifo-typed`` stands for (one queue in submit order, no head-of-line
 #: blocking, only the allowed types; it places a job's replicas all or nothing, which
 #: kube-scheduler does not, and takes nodes by name where kube-scheduler scores them)
@@ -216,7 +216,7 @@ def k8s_job(sc: Scenario, j: SimJob, system: str, speedup: float) -> dict:
 def kueue_objects(sc: Scenario, settings: KueueSettings | None = None
                   ) -> list[tuple[str, dict]]:
     """(plural, object) of the Kueue configuration the model describes
-    (gpuq/simulate/baselines/kueue.py, ``settings``: its defaults): the model's own setup
+    (app/simulate/baselines/kueue.py, ``settings``: its defaults): the model's own setup
     computes the flavor order and the quotas, so the two cannot be configured apart."""
     model = sc.model
     k = KueuePolicy(settings)

@@ -1,6 +1,6 @@
 """Real Slurm on this machine, replaying a scenario, beside our model of it.
 
-The ``slurm`` baseline of ``gpuq simulate`` (gpuq/simulate/baselines/slurm.py) is checked
+The ``slurm`` baseline of ``gpuq simulate`` (app/simulate/baselines/slurm.py) is checked
 against Slurm itself (Debian's ``slurmctld``/``slurmd``/``slurmdbd`` 22.05 packages). One
 run of this command, all under a temporary directory and on free ports:
 
@@ -60,19 +60,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.realsched import (
-    Life,
-    Scenario,
-    _result,
-    _run,
-    _stop,
-    agreement,
-    agreement_table,
-    model_doc,
-)
-from gpuq.scheduling.filters import allowed_types
-from gpuq.simulate.all_policies import make_policy
-from gpuq.simulate.baselines.slurm import (
+from app.scheduling.filters import allowed_types
+from app.simulate.all_policies import make_policy
+from app.simulate.baselines.slurm import (
     BF_INTERVAL_S,
     BF_RESOLUTION_S,
     DECAY_HALF_LIFE_S,
@@ -83,7 +73,17 @@ from gpuq.simulate.baselines.slurm import (
     SlurmSettings,
     time_limit,
 )
-from gpuq.simulate.replay import SimJob, Simulator
+from app.simulate.replay import SimJob, Simulator
+from bench.realsched import (
+    Life,
+    Scenario,
+    _result,
+    _run,
+    _stop,
+    agreement,
+    agreement_table,
+    model_doc,
+)
 from tests.ports import free_port
 from tests.realkube.control_plane import dies_with_parent
 
@@ -168,7 +168,7 @@ def _jobs(sc: Scenario) -> list[SimJob]:
 
 def slurm_conf(sc: Scenario, settings: SlurmSettings, speedup: float, work: Path,
                ports: Ports) -> str:
-    """``slurm.conf`` as the model describes its Slurm (gpuq/simulate/baselines/slurm.py),
+    """``slurm.conf`` as the model describes its Slurm (app/simulate/baselines/slurm.py),
     every time setting divided by ``speedup`` (option names and units: ``slurm.conf.5``,
     ``sched_config.html``, ``priority_multifactor.html``, ``gres.html``):
 

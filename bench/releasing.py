@@ -27,17 +27,17 @@ from sqlalchemy import func, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from app.clock import ManualClock  # noqa: E402
+from app.cluster.simulated import SimulatedCluster  # noqa: E402
+from app.dispatch.dispatcher import Dispatcher  # noqa: E402
+from app.dispatch.releasing_view import cluster_view, hold_releasing_in_context
+from app.domain.from_config import cluster_model  # noqa: E402
+from app.domain.spec import JobSpec  # noqa: E402
+from app.store.jobs import cancel_job, submit_jobs  # noqa: E402
+from app.store.orm import AllocationRow, JobRow  # noqa: E402
+from app.store.releasing_rows import any_releasing, finalise
+from app.store.snapshot import build_snapshot  # noqa: E402
 from bench.dispatch import database, fresh_db, scaled_config  # noqa: E402
-from gpuq.clock import ManualClock  # noqa: E402
-from gpuq.cluster.simulated import SimulatedCluster  # noqa: E402
-from gpuq.dispatch.dispatcher import Dispatcher  # noqa: E402
-from gpuq.dispatch.releasing_view import cluster_view, hold_releasing_in_context
-from gpuq.domain.from_config import cluster_model  # noqa: E402
-from gpuq.domain.spec import JobSpec  # noqa: E402
-from gpuq.store.jobs import cancel_job, submit_jobs  # noqa: E402
-from gpuq.store.orm import AllocationRow, JobRow  # noqa: E402
-from gpuq.store.releasing_rows import any_releasing, finalise
-from gpuq.store.snapshot import build_snapshot  # noqa: E402
 
 
 def specs(n: int) -> list[JobSpec]:

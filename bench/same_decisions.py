@@ -6,8 +6,9 @@ every decision it takes on a fixed set of cases, then compare two such files.
     python bench/same_decisions.py compare old.json new.json
 
 ``--code`` is the root of a checkout (e.g. ``git archive <commit> | tar -x -C
-/tmp/old``); its ``gpuq`` package is imported, so the cases run the old or the
-new core with this one script. The cases (``--quick`` runs the first three):
+/tmp/old``); its ``app`` package is imported (``gpuq`` in a tree of the time it had
+that name: ``package_alias.py``), so the cases run the old or the new core with this one
+script. The cases (``--quick`` runs the first three):
 
 * ``cycles``: 400 random snapshots (several request modes, gangs, teams at
   and under quota, P0/P1/P2, pools with guarantees, cordoned nodes, running
@@ -50,7 +51,7 @@ def _digest(obj: Any) -> str:
 
 
 def _result_doc(res: Any) -> dict[str, Any]:
-    from gpuq.scheduling.model import CycleResult  # noqa: F401  (the tree's own)
+    from app.scheduling.model import CycleResult  # noqa: F401  (the tree's own)
 
     def code(r: Any) -> str | None:
         c = getattr(r, "code", None)
@@ -82,8 +83,8 @@ def _script_module(path: str) -> Any:
 
 
 def _random_snapshot_cycles(seed: int) -> list[dict[str, Any]]:
-    from gpuq.scheduling.engine import schedule
-    from gpuq.scheduling.model import (
+    from app.scheduling.engine import schedule
+    from app.scheduling.model import (
         Device,
         GpuType,
         JobRequest,
@@ -196,9 +197,9 @@ def case_cycles(_args: argparse.Namespace) -> dict[str, Any]:
 
 
 def case_whatif(_args: argparse.Namespace) -> dict[str, Any]:
-    from gpuq.scheduling.engine import schedule
-    from gpuq.scheduling.model import JobRequest, TeamInfo
-    from gpuq.tuning.whatif import Arrival, simulate_forward, with_weights
+    from app.scheduling.engine import schedule
+    from app.scheduling.model import JobRequest, TeamInfo
+    from app.tuning.whatif import Arrival, simulate_forward, with_weights
 
     fx = _script_module("tests/unit/core_fixtures.py")
     PRIOS, TWO_TYPES, job, node, snap = fx.PRIOS, fx.TWO_TYPES, fx.job, fx.node, fx.snap
@@ -234,7 +235,7 @@ def case_preempt(_args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "bench"))
     import preemption as pb  # bench/preemption.py of this script's tree (same build())
 
-    from gpuq.scheduling.engine import schedule
+    from app.scheduling.engine import schedule
 
     res = schedule(pb.build(150, 120, "P0"))
     doc = _result_doc(res)
@@ -243,7 +244,7 @@ def case_preempt(_args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _simulate(args: argparse.Namespace, scenario: str, policy: str, **kw: Any) -> dict[str, Any]:
-    from gpuq.simulate.command import run_simulate
+    from app.simulate.command import run_simulate
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")
@@ -288,9 +289,10 @@ CASES = {"cycles": case_cycles, "whatif": case_whatif, "preempt": case_preempt,
 def run(args: argparse.Namespace) -> None:
     code = Path(args.code).resolve()
     sys.path.insert(0, str(code))
-    import gpuq
+    from package_alias import alias_old_package  # the tree may be of the package's gpuq days
 
-    assert Path(gpuq.__file__).resolve().is_relative_to(code), gpuq.__file__
+    pkg = importlib.import_module(alias_old_package())
+    assert Path(str(pkg.__file__)).resolve().is_relative_to(code), pkg.__file__
     print(f"code: {code}; machine: {platform.machine()}, {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     names = list(CASES)[:3] if args.quick else (args.cases.split(",") if args.cases else CASES)

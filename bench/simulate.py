@@ -20,18 +20,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuq.domain.config import GpuqConfig  # noqa: E402
-from gpuq.simulate.alibaba import (  # noqa: E402
+from app.domain.config import GpuqConfig  # noqa: E402
+from app.simulate.alibaba import (  # noqa: E402
     gpu_type_configs,
     node_configs,
     pod_job_spec,
     read_nodes,
     read_pods,
 )
-from gpuq.simulate.all_policies import POLICIES  # noqa: E402
-from gpuq.simulate.fill import run_fill  # noqa: E402
-from gpuq.simulate.philly import build_scenario, read_jobs  # noqa: E402
-from gpuq.simulate.replay import ScenarioModel, Simulator  # noqa: E402
+from app.simulate.all_policies import POLICIES  # noqa: E402
+from app.simulate.fill import run_fill  # noqa: E402
+from app.simulate.philly import build_scenario, read_jobs  # noqa: E402
+from app.simulate.replay import ScenarioModel, Simulator  # noqa: E402
 
 
 def _replay(model: ScenarioModel, policy: str) -> tuple[int, int, float]:

@@ -11,14 +11,14 @@ A100-80GB node, then measures, on the same Nodes one after the other:
   (``--kube-api-qps``, as an operator tuning for throughput would; the default 50 QPS
   would cap it at 50 binds/s) unless ``--scheduler-default-qps``.
 - ``gpuq``: the same backlog submitted to gpuq's store (4 teams, fair sharing on, as
-  configured below) before the dispatcher starts; the dispatcher (gpuq/dispatch) creates
+  configured below) before the dispatcher starts; the dispatcher (app/dispatch) creates
   each Pod and binds it; Pods/s = backlog / (first pass -> last Pod bound). With
   ``--gangs`` also that many 8-Pod gangs (one GPU per Pod), gangs/s. Once per
   ``--bind-workers`` value (GPUQ_K8S_BIND_WORKERS; 1 binds one job after another, as
   the dispatcher did before parallel binds).
 
 Each gpuq phase runs in a process of its own (``--phase``, this file run with the
-``gpuq`` package of a tree): this tree's, and with ``--baseline-tree PATH`` first that
+``app`` package of a tree): this tree's, and with ``--baseline-tree PATH`` first that
 tree's (a checkout of the old commit, e.g. ``git worktree add /tmp/gpuq-old main``), so
 old and new code run on the same control plane and Nodes in one run. ``--profile N``
 profiles each gpuq phase (cProfile; binds in the pass's own thread only with one bind
@@ -60,15 +60,15 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from gpuq import runtime
-from gpuq.clock import utcnow
-from gpuq.cluster.k8s_client import bound_calls
-from gpuq.cluster.k8s_watch import check_status
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.spec import JobSpec
-from gpuq.store.db import make_engine, make_session_factory
-from gpuq.store.jobs import submit_jobs
-from gpuq.store.node_rows import gpu_type_configs
+from app import runtime
+from app.clock import utcnow
+from app.cluster.k8s_client import bound_calls
+from app.cluster.k8s_watch import check_status
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.spec import JobSpec
+from app.store.db import make_engine, make_session_factory
+from app.store.jobs import submit_jobs
+from app.store.node_rows import gpu_type_configs
 from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import elector, make_cluster
 from tests.realkube.control_plane import KWOK_NODE_LABEL, running_control_plane
@@ -378,7 +378,7 @@ def gpuq_phase(p: dict) -> dict:
             submit_jobs(ses, specs[i:i + 500], now=utcnow())
         ses.commit()
         types = gpu_type_configs(ses)
-    # the collector as a dispatcher's process sets it (gpuq/runtime.py), where the tree has it
+    # the collector as a dispatcher's process sets it (app/runtime.py), where the tree has it
     getattr(runtime, "tune_collector", lambda: None)()
     kube = _Kube(p)
     # binds in flight at once (GPUQ_K8S_BIND_WORKERS; 1: the dispatcher before parallel
@@ -444,12 +444,15 @@ def gpuq_phase(p: dict) -> dict:
 
 
 def bench_gpuq(s: Session, kube: RealKube, tree: Path, **phase: Any) -> tuple[float, str]:
-    """:func:`gpuq_phase` in a process running ``tree``'s gpuq package (this file's own
+    """:func:`gpuq_phase` in a process running ``tree``'s app package (this file's own
     code for the phase, so the phase is the same for every tree)."""
     cp = s.cp
     p = {**phase, "url": cp.url, "token": s.gpuq_token, "admin_token": cp.admin_token,
          "ca_file": str(cp.ca_file), "namespace": kube.namespace,
          "pids": {k: v.pid for k, v in cp.procs.items()}}
+    if not (tree / "app" / "__init__.py").exists():  # this file imports app.*
+        raise SystemExit(f"{tree} has no app package (a tree of the time it was named gpuq): "
+                         "run that tree's own bench/throughput_kube.py")
     env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
     r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--phase", json.dumps(p)],
                        env=env, cwd=tree, capture_output=True, text=True, check=False)
@@ -473,7 +476,7 @@ def bench_gpuq(s: Session, kube: RealKube, tree: Path, **phase: Any) -> tuple[fl
 def tree_name(tree: Path) -> str:
     r = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
                        capture_output=True, text=True, check=False)
-    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "gpuq"],
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "app", "gpuq"],
                            capture_output=True, text=True, check=False).stdout.strip()
     return (r.stdout.strip() or str(tree)) + ("+changes" if dirty else "")
 
@@ -489,7 +492,7 @@ def main() -> None:
                     "turn, the code before parallel binds; default 32, the default setting)")
     ap.add_argument("--gpus-per-node", type=int, default=GPUS_PER_NODE)
     ap.add_argument("--baseline-tree", type=Path,
-                    help="also run the gpuq phases with this checkout's gpuq package, first")
+                    help="also run the gpuq phases with that checkout's app package, first")
     ap.add_argument("--profile", type=int, default=0,
                     help="cProfile each gpuq phase, print its N costliest functions")
     ap.add_argument("--no-kube-scheduler", action="store_true")

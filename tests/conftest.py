@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine, text
 
-from gpuq.store.db import make_engine, make_session_factory
-from gpuq.store.orm import ALL_TABLES, Base
+from app.store.db import make_engine, make_session_factory
+from app.store.orm import ALL_TABLES, Base
 from tests.pg_server import own_database
 from tests.realkube.control_plane import REPO
 
@@ -33,7 +33,7 @@ def database_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def engine(database_url: str) -> Iterator[Engine]:
-    from gpuq.store import migrate
+    from app.store import migrate
 
     eng = make_engine(database_url, pool_size=5)
     migrate.upgrade(eng)

@@ -23,7 +23,7 @@ import psycopg
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 
-from gpuq.store.db import normalize_url
+from app.store.db import normalize_url
 
 
 def admin_conninfo(url: str) -> str:

@@ -22,9 +22,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpuq.domain.states import ACTIVE
-from gpuq.store.live_allocations import held_allocations
-from gpuq.store.orm import AllocationRow, JobEventRow, JobRow, TeamRow
+from app.domain.states import ACTIVE
+from app.store.live_allocations import held_allocations
+from app.store.orm import AllocationRow, JobEventRow, JobRow, TeamRow
 
 EPS = 1e-6
 

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from gpuq.store.db import normalize_url, psycopg_conninfo
+from app.store.db import normalize_url, psycopg_conninfo
 
 _EMBEDDED: list = []
 
@@ -35,7 +35,7 @@ def server_url() -> str:
     if url:
         return normalize_url(url)
     if not _EMBEDDED:
-        from gpuq.store.embedded import start_embedded
+        from app.store.embedded import start_embedded
 
         # not pytest's tmp_path: PostgreSQL runs as another user when tests run as root,
         # and pytest keeps its base folder at mode 0700
@@ -64,8 +64,8 @@ def _migrated_template() -> str:
     on first use and dropped at exit: :func:`own_database` copies it (CREATE DATABASE
     ... TEMPLATE), which costs a fraction of migrating every test's database."""
     if not _TEMPLATE:
-        from gpuq.store import migrate
-        from gpuq.store.db import make_engine
+        from app.store import migrate
+        from app.store.db import make_engine
 
         name = f"gpuq_tmpl_{os.getpid()}_{uuid.uuid4().hex[:10]}"
         admin = psycopg_conninfo(server_url())

@@ -87,8 +87,8 @@ def leader_blackhole_round(database_url: str, options: dict[str, str], check_tim
 
     from sqlalchemy.engine import make_url
 
-    from gpuq.dispatch.leader import LeaderElector
-    from gpuq.store.db import normalize_url
+    from app.dispatch.leader import LeaderElector
+    from app.store.db import normalize_url
 
     url = make_url(normalize_url(database_url))
     proxy = Proxy(url.host or "127.0.0.1", url.port or 5432)

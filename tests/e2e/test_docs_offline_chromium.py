@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from gpuq.main import create_app
-from gpuq.settings import Settings
+from app.main import create_app
+from app.settings import Settings
 from tests.e2e.test_ui_chromium import CHROMIUM, DRIVER, Browser, chromium, errors
 from tests.integration.obs_env import serving
 

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import yaml
 
-from gpuq.dispatch.leader import lock_key
+from app.dispatch.leader import lock_key
 from tests.conftest import truncate_all
 from tests.e2e.test_serve import GPUQ, _wait_for
 from tests.fakekube.fixtures import kube  # noqa: F401 - a fixture

@@ -2,7 +2,7 @@
 
 Each plug-in is a function ``(namespace, pod) -> (code, Status) | None`` a test puts in
 ``FakeKube.admission``; the codes and messages are the upstream ones, so gpuq's
-classification (gpuq/cluster/k8s_refusals.py) meets what a real cluster says. The
+classification (app/cluster/k8s_refusals.py) meets what a real cluster says. The
 real control plane produces the Pod Security and PriorityClass answers itself
 (tests/integration/test_k8s_real_cluster.py); these cover the rest on demand.
 """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpuq.domain.config import load_config_text
-from gpuq.store.config_loader import apply_config, ensure_priority_classes
-from gpuq.store.db import make_engine, make_session_factory
+from app.domain.config import load_config_text
+from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.db import make_engine, make_session_factory
 from tests.pg_server import own_database
 
 #: One A100 type, a training pool guaranteed 16 cards' CU, team nlp (the k8s tests' world).

@@ -12,16 +12,16 @@ import pytest
 from kubernetes import client
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpuq.clock import utcnow
-from gpuq.cluster.k8s_settings import KubeSettings
-from gpuq.cluster.kubernetes import KubernetesCluster
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.leader import LeaderElector
-from gpuq.domain.spec import JobSpec
-from gpuq.store.db import make_engine, make_session_factory
-from gpuq.store.jobs import submit_job
-from gpuq.store.node_rows import gpu_type_configs
-from gpuq.store.orm import JobRow
+from app.clock import utcnow
+from app.cluster.k8s_settings import KubeSettings
+from app.cluster.kubernetes import KubernetesCluster
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.leader import LeaderElector
+from app.domain.spec import JobSpec
+from app.store.db import make_engine, make_session_factory
+from app.store.jobs import submit_job
+from app.store.node_rows import gpu_type_configs
+from app.store.orm import JobRow
 from tests.fakekube.db import A100_TRAINING_CONFIG, fresh_database
 from tests.fakekube.objects import GPU_TYPES, article_a100
 from tests.fakekube.server import FakeKube

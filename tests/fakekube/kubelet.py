@@ -9,7 +9,7 @@ Models kubernetes pkg/kubelet/lifecycle/predicate.go (``predicateAdmitHandler.Ad
   whole card;
 * ``generalFilter`` -> noderesources ``Fits``: the Pod's effective requests
   (component-helpers ``PodRequests``: containers, sidecars, init containers, overhead;
-  gpuq/domain/pod_resources.py, the one implementation) plus those of every other
+  app/domain/pod_resources.py, the one implementation) plus those of every other
   non-terminal Pod bound to the node must fit allocatable, else the Pod fails with
   ``OutOf<resource>`` ("Node didn't have enough resource: ...");
 * node affinity (nodeSelector and required node affinity ``In``/``NotIn``/``Exists``/
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from gpuq.domain.pod_resources import effective_requests, quantity
+from app.domain.pod_resources import effective_requests, quantity
 
 STANDARD = ("cpu", "memory", "ephemeral-storage", "pods")
 

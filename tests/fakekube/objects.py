@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuq.domain.config import GpuTypeConfig, MigProfileConfig
+from app.domain.config import GpuTypeConfig, MigProfileConfig
 
 GPU_TYPES = [
     GpuTypeConfig(

@@ -21,7 +21,7 @@ import re
 
 import kubernetes_validate
 
-from gpuq.domain.pod_resources import quantity
+from app.domain.pod_resources import quantity
 
 VERSION = kubernetes_validate.utils.latest_version()
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -10,15 +10,15 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 
-from gpuq.clock import ManualClock
-from gpuq.cluster.simulated import SimulatedCluster
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.main import create_app
-from gpuq.runtime import Services, load_settings_config
-from gpuq.settings import Settings
-from gpuq.store.config_loader import apply_config, ensure_priority_classes
-from gpuq.store.convert import node_info
-from gpuq.store.orm import NodeRow
+from app.clock import ManualClock
+from app.cluster.simulated import SimulatedCluster
+from app.dispatch.dispatcher import Dispatcher
+from app.main import create_app
+from app.runtime import Services, load_settings_config
+from app.settings import Settings
+from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.convert import node_info
+from app.store.orm import NodeRow
 from tests.conftest import truncate_all
 
 ADMIN_TOKEN = "admin-test-token"

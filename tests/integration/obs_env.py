@@ -15,18 +15,18 @@ from datetime import timedelta
 
 from fastapi.testclient import TestClient
 
-from gpuq.clock import ManualClock
-from gpuq.cluster.simulated import SimulatedCluster
-from gpuq.dispatch.metrics_loop import MeteredDispatcher
-from gpuq.domain.config import load_config_text
-from gpuq.main import create_app
-from gpuq.metrics import GpuqMetrics
-from gpuq.runtime import Services
-from gpuq.settings import Settings
-from gpuq.store.config_loader import apply_config, ensure_priority_classes
-from gpuq.store.convert import node_info
-from gpuq.store.db import make_engine, make_session_factory
-from gpuq.store.orm import NodeRow
+from app.clock import ManualClock
+from app.cluster.simulated import SimulatedCluster
+from app.dispatch.metrics_loop import MeteredDispatcher
+from app.domain.config import load_config_text
+from app.main import create_app
+from app.metrics import GpuqMetrics
+from app.runtime import Services
+from app.settings import Settings
+from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.convert import node_info
+from app.store.db import make_engine, make_session_factory
+from app.store.orm import NodeRow
 from tests.pg_server import own_database
 from tests.ports import free_port
 

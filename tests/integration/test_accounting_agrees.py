@@ -1,4 +1,4 @@
-"""One live-allocation definition (gpuq/store/live_allocations.py): pool usage, team usage,
+"""One live-allocation definition (app/store/live_allocations.py): pool usage, team usage,
 the core's pool ledger and /metrics give the same numbers on a cluster with
 running, releasing and borrowed allocations.
 
@@ -15,10 +15,10 @@ from collections import defaultdict
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuq.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement
-from gpuq.scheduling.pools import PoolLedger
-from gpuq.store.pool_ledger import ledger_from_db
-from gpuq.store.snapshot import build_snapshot
+from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement
+from app.scheduling.pools import PoolLedger
+from app.store.pool_ledger import ledger_from_db
+from app.store.snapshot import build_snapshot
 from tests.integration.conftest import job_body
 
 A100 = "a100-80g"

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import select
 
-from gpuq.domain.config import GpuqConfig
-from gpuq.domain.errors import Conflict
-from gpuq.store.config_loader import apply_managed_config
-from gpuq.store.orm import JobRow
+from app.domain.config import GpuqConfig
+from app.domain.errors import Conflict
+from app.store.config_loader import apply_managed_config
+from app.store.orm import JobRow
 from tests.integration.conftest import job_body
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 from sqlalchemy import text
 
-from gpuq.store.embedded import ensure_autovacuum, start_embedded
+from app.store.embedded import ensure_autovacuum, start_embedded
 
 
 def test_embedded_server_runs_with_autovacuum_on():

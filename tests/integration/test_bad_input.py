@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from gpuq.store.orm import JobEventRow, JobRow
+from app.store.orm import JobEventRow, JobRow
 from tests.integration.conftest import job_body
 
 

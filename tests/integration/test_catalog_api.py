@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gpuq.store.orm import JobRow, LeaseRow
+from app.store.orm import JobRow, LeaseRow
 from tests.integration.conftest import job_body
 
 
@@ -260,7 +260,7 @@ def test_get_and_delete_unused_objects(client, admin):
 def test_readyz_reports_a_schema_that_is_not_current(services, engine):
     from fastapi.testclient import TestClient
 
-    from gpuq.main import create_app
+    from app.main import create_app
 
     with engine.begin() as conn:
         current = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one()

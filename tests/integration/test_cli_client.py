@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.obs_env import ADMIN, seeded_env, serving
 
-GPUQ = [sys.executable, "-m", "gpuq.cli"]
+GPUQ = [sys.executable, "-m", "app.cli"]
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from gpuq.main import create_app
-from gpuq.runtime import open_services
-from gpuq.server import config_apply
-from gpuq.settings import Settings
-from gpuq.store.orm import AuditRow, TeamRow
+from app.main import create_app
+from app.runtime import open_services
+from app.server import config_apply
+from app.settings import Settings
+from app.store.orm import AuditRow, TeamRow
 
 ADMIN = "config-rule-admin-token-0123456789abcdef"
 H = {"Authorization": f"Bearer {ADMIN}"}

@@ -1,17 +1,17 @@
 """One conversion of a catalog to the core's types: a config file read directly
-(gpuq/domain/from_config.py: ``gpuq simulate``, the simulated cluster) and the same
-file applied to the database and read back as rows (gpuq/store/convert.py: the
+(app/domain/from_config.py: ``gpuq simulate``, the simulated cluster) and the same
+file applied to the database and read back as rows (app/store/convert.py: the
 dispatcher's snapshot) give equal GPU types, nodes, pools and teams."""
 
 from __future__ import annotations
 
 from sqlalchemy import select
 
-from gpuq.domain.config import load_config_text
-from gpuq.domain.from_config import cluster_model
-from gpuq.store.config_loader import apply_config, ensure_priority_classes
-from gpuq.store.convert import gpu_type_info, node_info, pool_info, team_info
-from gpuq.store.orm import GpuTypeRow, NodeRow, PoolRow, TeamRow
+from app.domain.config import load_config_text
+from app.domain.from_config import cluster_model
+from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.convert import gpu_type_info, node_info, pool_info, team_info
+from app.store.orm import GpuTypeRow, NodeRow, PoolRow, TeamRow
 
 # every field a conversion reads, with the forms a config file allows: MIG profiles,
 # a MIG layout as a list (card 0) and as {card: [profiles]}, a CPU-only node, a node

@@ -23,11 +23,11 @@ import time
 import httpx
 from sqlalchemy import func, select
 
-from gpuq.clock import utcnow
-from gpuq.main import create_app
-from gpuq.runtime import Services
-from gpuq.store.db import make_engine, make_session_factory
-from gpuq.store.orm import JobRow
+from app.clock import utcnow
+from app.main import create_app
+from app.runtime import Services
+from app.store.db import make_engine, make_session_factory
+from app.store.orm import JobRow
 from tests.faults import TcpProxy
 from tests.integration.conftest import ADMIN_TOKEN, job_body
 from tests.live_server import live_server

@@ -19,13 +19,13 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from gpuq.dispatch.descheduler_step import Descheduler
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.lease_reaper import LeaseReaper
-from gpuq.dispatch.picture import QueuePicture
-from gpuq.domain.spec import JobSpec
-from gpuq.store.jobs import submit_jobs
-from gpuq.store.snapshot import SnapshotContext
+from app.dispatch.descheduler_step import Descheduler
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.lease_reaper import LeaseReaper
+from app.dispatch.picture import QueuePicture
+from app.domain.spec import JobSpec
+from app.store.jobs import submit_jobs
+from app.store.snapshot import SnapshotContext
 from tests.integration.conftest import job_body
 
 

@@ -12,18 +12,18 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select, text
 
-from gpuq.clock import to_epoch
-from gpuq.cluster.simulated import SimulatedCluster
-from gpuq.dispatch.dispatcher import ADVISORY_LOCK_KEY, Dispatcher
-from gpuq.scheduling.model import (
+from app.clock import to_epoch
+from app.cluster.simulated import SimulatedCluster
+from app.dispatch.dispatcher import ADVISORY_LOCK_KEY, Dispatcher
+from app.scheduling.model import (
     Admission,
     CycleResult,
     LeaseGrant,
     Preemption,
     ReplicaPlacement,
 )
-from gpuq.simulate import all_policies
-from gpuq.store.orm import AllocationRow, JobRow, LeaseRow
+from app.simulate import all_policies
+from app.store.orm import AllocationRow, JobRow, LeaseRow
 from tests.integration.conftest import job_body, submit_before_shrink
 
 

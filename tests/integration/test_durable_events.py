@@ -13,7 +13,7 @@ import random
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from gpuq.dispatch.dispatcher import Dispatcher
+from app.dispatch.dispatcher import Dispatcher
 from tests.faults import kill_connection_on
 from tests.integration.conftest import job_body
 

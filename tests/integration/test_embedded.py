@@ -10,12 +10,12 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from gpuq.clock import utcnow
-from gpuq.domain.spec import JobSpec
-from gpuq.runtime import open_services
-from gpuq.settings import Settings
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import JobRow, NodeRow
+from app.clock import utcnow
+from app.domain.spec import JobSpec
+from app.runtime import open_services
+from app.settings import Settings
+from app.store.jobs import submit_job
+from app.store.orm import JobRow, NodeRow
 
 
 def test_embedded_server_migrates_itself_and_keeps_state():

@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlalchemy import create_engine, exc, text
 
-from gpuq.store.db import normalize_url, ping_when_idle
+from app.store.db import normalize_url, ping_when_idle
 
 
 def backend_pid(engine) -> int:

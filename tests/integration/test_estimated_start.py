@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta
 
-from gpuq.api.estimates import NEW_JOB_REFRESH_S, StartEstimator, pool_default_runtimes
+from app.api.estimates import NEW_JOB_REFRESH_S, StartEstimator, pool_default_runtimes
 from tests.integration.obs_env import AUTH, job, seeded_env, serving
 from tests.integration.test_cli_client import gpuq
 

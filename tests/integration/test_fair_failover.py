@@ -1,6 +1,6 @@
 """A team's deficit survives a leader change.
 
-The deficit (what a team short of its entitlement is owed, gpuq/scheduling/deficit.py)
+The deficit (what a team short of its entitlement is owed, app/scheduling/deficit.py)
 builds up over hours; a new leader that started from zero made a team that had waited
 hours wait for its credit again. Two dispatchers on one database stand for the old and
 the new leader.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.store.fair_state import read_fair
+from app.dispatch.dispatcher import Dispatcher
+from app.store.fair_state import read_fair
 from tests.integration.conftest import job_body
 
 

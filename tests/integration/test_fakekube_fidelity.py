@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpuq.cluster.interface import BindRequest
-from gpuq.scheduling.model import ReplicaPlacement
+from app.cluster.interface import BindRequest
+from app.scheduling.model import ReplicaPlacement
 from tests.fakekube.fixtures import api_client_for, make_cluster, wait_until
 from tests.fakekube.objects import article_a100
 

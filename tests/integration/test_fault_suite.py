@@ -29,20 +29,20 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import DBAPIError
 
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.errors import InputError
-from gpuq.domain.spec import JobSpec
-from gpuq.domain.states import TERMINAL
-from gpuq.store import jobs as job_store
-from gpuq.store.db import make_engine, make_session_factory
-from gpuq.store.orm import JobRow
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.errors import InputError
+from app.domain.spec import JobSpec
+from app.domain.states import TERMINAL
+from app.store import jobs as job_store
+from app.store.db import make_engine, make_session_factory
+from app.store.orm import JobRow
 from tests.faults import Crash, TcpProxy, crash_on, kill_connection_on
 from tests.invariants import check_cluster, check_database, sim_pods
 
 DONE = (*TERMINAL, "unschedulable")  # nothing left to do for the dispatcher
 TEAMS = [("nlp", "training"), ("recsys", "inference"), ("research", "mixed")]
 # the GPU types of each pool in the demo config: a job names only types its pool has
-# (anything else is a 422 at submit, gpuq/store/catalog_feasibility.py)
+# (anything else is a 422 at submit, app/store/catalog_feasibility.py)
 POOL_TYPES = {"training": ["a100-80g", "v100-16g"],
               "inference": ["a100-80g", "v100-16g", "rtx4090-24g"],
               "mixed": ["a100-80g", "v100-16g", "rtx4090-24g"]}

@@ -8,7 +8,7 @@ import time
 
 from fastapi.testclient import TestClient
 
-from gpuq.main import create_app
+from app.main import create_app
 from tests.fakekube.fixtures import make_cluster
 
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from gpuq.reports.history import history_rows, series, spans
-from gpuq.store.orm import JobRow
+from app.reports.history import history_rows, series, spans
+from app.store.orm import JobRow
 from tests.integration.conftest import job_body
 
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.picture import QueuePicture
-from gpuq.domain.spec import JobSpec
-from gpuq.scheduling.model import Admission, ReplicaPlacement
-from gpuq.simulate.all_policies import get_policy
-from gpuq.store import batch_states
-from gpuq.store.jobs import submit_job, submit_jobs
-from gpuq.store.orm import AllocationRow, JobEventRow, JobRow
-from gpuq.store.snapshot import build_snapshot
-from gpuq.store.state_changes import Change, apply_changes, change_state
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.picture import QueuePicture
+from app.domain.spec import JobSpec
+from app.scheduling.model import Admission, ReplicaPlacement
+from app.simulate.all_policies import get_policy
+from app.store import batch_states
+from app.store.jobs import submit_job, submit_jobs
+from app.store.orm import AllocationRow, JobEventRow, JobRow
+from app.store.snapshot import build_snapshot
+from app.store.state_changes import Change, apply_changes, change_state
 from tests.integration.conftest import job_body
 
 
@@ -348,8 +348,8 @@ def test_a_pass_by_another_dispatcher_makes_the_picture_reload(
 def test_reasons_that_change_only_in_numbers_are_rewritten_at_most_every_few_seconds(
     client, admin, session_factory, cluster, clock, monkeypatch
 ):
-    from gpuq.scheduling.model import CycleResult
-    from gpuq.simulate import all_policies
+    from app.scheduling.model import CycleResult
+    from app.simulate import all_policies
 
     said: dict[str, str] = {}
 

@@ -22,15 +22,15 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, text
 
-from gpuq.dispatch.metrics_loop import MetricsLoop
-from gpuq.metrics import JCT_BUCKETS, WAIT_BUCKETS, GpuqMetrics
-from gpuq.reports.event_feed import EventFeed
-from gpuq.reports.fairness import fairness_report
-from gpuq.reports.queries import job_records
-from gpuq.reports.records import JobRecord
-from gpuq.reports.window import WindowRecords
-from gpuq.scheduling.verdicts import from_stored
-from gpuq.store.orm import JobEventRow, JobRow
+from app.dispatch.metrics_loop import MetricsLoop
+from app.metrics import JCT_BUCKETS, WAIT_BUCKETS, GpuqMetrics
+from app.reports.event_feed import EventFeed
+from app.reports.fairness import fairness_report
+from app.reports.queries import job_records
+from app.reports.records import JobRecord
+from app.reports.window import WindowRecords
+from app.scheduling.verdicts import from_stored
+from app.store.orm import JobEventRow, JobRow
 from tests.integration.obs_env import job, seeded_env
 
 CONFIG = """

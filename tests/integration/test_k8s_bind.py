@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.cluster.interface import BindError, BindRequest, JobStatusEvent
-from gpuq.scheduling.model import ReplicaPlacement
+from app.cluster.interface import BindError, BindRequest, JobStatusEvent
+from app.scheduling.model import ReplicaPlacement
 from tests.fakekube.fixtures import cluster, make_cluster, wait_until
 from tests.fakekube.objects import article_a100, gfd_v100
 from tests.realkube.both import BOTH, kube

@@ -13,13 +13,13 @@ import threading
 
 import pytest
 
-from gpuq.cluster.interface import BindError, BindRequest
-from gpuq.cluster.kubernetes import StaleCache
-from gpuq.cluster.simulated import SimulatedCluster
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.loops import Step
-from gpuq.domain.backoff import Backoff
-from gpuq.scheduling.model import ReplicaPlacement
+from app.cluster.interface import BindError, BindRequest
+from app.cluster.kubernetes import StaleCache
+from app.cluster.simulated import SimulatedCluster
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.loops import Step
+from app.domain.backoff import Backoff
+from app.scheduling.model import ReplicaPlacement
 from tests.fakekube.fixtures import elector, make_cluster, wait_until
 from tests.fakekube.objects import article_a100
 

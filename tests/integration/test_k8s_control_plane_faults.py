@@ -17,13 +17,13 @@ import threading
 
 from sqlalchemy import select
 
-from gpuq.clock import utcnow
-from gpuq.cluster.interface import BindRequest
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.spec import JobSpec
-from gpuq.scheduling.model import ReplicaPlacement
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import AllocationRow, JobEventRow, JobRow
+from app.clock import utcnow
+from app.cluster.interface import BindRequest
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.spec import JobSpec
+from app.scheduling.model import ReplicaPlacement
+from app.store.jobs import submit_job
+from app.store.orm import AllocationRow, JobEventRow, JobRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import (
     job_row,
@@ -312,7 +312,7 @@ def test_slow_answers_under_the_timeout_bind_and_hung_ones_cost_a_pass_its_timeo
     held create (that Pod of the undone attempt is deleted)."""
     kube.add_node(article_a100("a100-0"))
     with sf() as s:
-        from gpuq.store.node_rows import gpu_type_configs
+        from app.store.node_rows import gpu_type_configs
         types = gpu_type_configs(s)
     c = make_cluster(kube, request_timeout_s=1.0)
     c.set_gpu_types(types)

@@ -5,11 +5,11 @@ through the API server, the node syncs back and the job is bound."""
 
 from __future__ import annotations
 
-from gpuq.clock import utcnow
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.spec import JobSpec
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import JobRow
+from app.clock import utcnow
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.spec import JobSpec
+from app.store.jobs import submit_job
+from app.store.orm import JobRow
 from tests.fakekube.fixtures import elector, started_cluster, wait_until
 from tests.fakekube.objects import article_a100
 from tests.realkube.both import BOTH, kube
@@ -55,9 +55,9 @@ def test_gpuq_cordon_holds_on_a_kubernetes_node_across_syncs(kube, db_url, sf): 
     once it is lifted."""
     from datetime import UTC, datetime
 
-    from gpuq.store.audit import WriteBy
-    from gpuq.store.cordon import cordon_node, uncordon_node
-    from gpuq.store.orm import NodeRow
+    from app.store.audit import WriteBy
+    from app.store.cordon import cordon_node, uncordon_node
+    from app.store.orm import NodeRow
 
     kube.add_node(article_a100("a100-0"))
     c = started_cluster(kube, sf)
@@ -88,7 +88,7 @@ def test_gpuq_cordon_holds_on_a_kubernetes_node_across_syncs(kube, db_url, sf): 
 
 
 def _node_row(sf, name):
-    from gpuq.store.orm import NodeRow
+    from app.store.orm import NodeRow
 
     with sf() as s:
         return s.get(NodeRow, name)

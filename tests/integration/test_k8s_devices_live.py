@@ -9,13 +9,13 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import select
 
-from gpuq.api.routes.nodes import _view
-from gpuq.clock import utcnow
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.errors import InputError
-from gpuq.domain.spec import JobSpec
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import NodeRow
+from app.api.routes.nodes import _view
+from app.clock import utcnow
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.errors import InputError
+from app.domain.spec import JobSpec
+from app.store.jobs import submit_job
+from app.store.orm import NodeRow
 from tests.fakekube.fixtures import started_cluster
 from tests.fakekube.objects import node
 

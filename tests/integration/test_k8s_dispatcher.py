@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
-from gpuq.clock import utcnow
-from gpuq.cluster import k8s_labels as L
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.leader import libpq_dsn
-from gpuq.domain.spec import JobSpec
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import JobEventRow, JobRow, NodeRow
+from app.clock import utcnow
+from app.cluster import k8s_labels as L
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.leader import libpq_dsn
+from app.domain.spec import JobSpec
+from app.store.jobs import submit_job
+from app.store.orm import JobEventRow, JobRow, NodeRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import elector, started_cluster, wait_until
 from tests.fakekube.objects import article_a100, node

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from gpuq.dispatch.leader import libpq_dsn
+from app.dispatch.leader import libpq_dsn
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import job_row, submit_a100_job, wait_until
 from tests.faults import kill_connection_on

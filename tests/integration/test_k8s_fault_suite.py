@@ -26,14 +26,14 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import select
 
-from gpuq.clock import utcnow
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.leader import libpq_dsn
-from gpuq.domain.spec import JobSpec
-from gpuq.domain.states import TERMINAL
-from gpuq.store.jobs import submit_job
-from gpuq.store.node_rows import gpu_type_configs
-from gpuq.store.orm import JobRow
+from app.clock import utcnow
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.leader import libpq_dsn
+from app.domain.spec import JobSpec
+from app.domain.states import TERMINAL
+from app.store.jobs import submit_job
+from app.store.node_rows import gpu_type_configs
+from app.store.orm import JobRow
 from tests.fakekube import controllers
 from tests.fakekube.fixtures import elector, make_cluster, started_cluster
 from tests.fakekube.objects import article_a100

@@ -11,10 +11,10 @@ import uuid
 import psycopg
 import pytest
 
-from gpuq.cluster import k8s_labels as L
-from gpuq.cluster.k8s_pods import stuck_reason
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.leader import SESSION_OPTIONS, NotLeader, libpq_dsn
+from app.cluster import k8s_labels as L
+from app.cluster.k8s_pods import stuck_reason
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.leader import SESSION_OPTIONS, NotLeader, libpq_dsn
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import (
     elector,

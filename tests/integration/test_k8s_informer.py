@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpuq.cluster.k8s_usage import FOREIGN_PODS_FIELDS, FOREIGN_PODS_LABELS, REQUESTS
+from app.cluster.k8s_usage import FOREIGN_PODS_FIELDS, FOREIGN_PODS_LABELS, REQUESTS
 from tests.fakekube.fixtures import api_client_for, make_cluster, wait_until
 from tests.fakekube.objects import article_a100, pod
 from tests.realkube.both import BOTH, kube

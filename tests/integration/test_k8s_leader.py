@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from gpuq.dispatch.leader import LeaderElector, fence, libpq_dsn, lock_key
+from app.dispatch.leader import LeaderElector, fence, libpq_dsn, lock_key
 from tests.pg_server import own_database
 
 

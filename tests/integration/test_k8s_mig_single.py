@@ -5,10 +5,10 @@ plugin advertises there), and the kubelet admits it (fake API server + PostgreSQ
 
 from __future__ import annotations
 
-from gpuq.clock import utcnow
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.spec import JobSpec
-from gpuq.store.jobs import submit_job
+from app.clock import utcnow
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.spec import JobSpec
+from app.store.jobs import submit_job
 from tests.fakekube.fixtures import started_cluster
 from tests.fakekube.objects import node
 

@@ -3,7 +3,7 @@ hostname and rendezvous environment on every Pod, and a failed replica stops the
 
 from __future__ import annotations
 
-from gpuq.cluster.k8s_pods import service_name
+from app.cluster.k8s_pods import service_name
 from tests.fakekube.fixtures import cluster, kube, wait_until
 from tests.fakekube.objects import article_a100, gfd_v100
 from tests.integration.test_k8s_bind import gang, nodes

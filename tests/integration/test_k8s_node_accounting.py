@@ -7,7 +7,7 @@ and another workload's Pod, then submits gpuq jobs whose templates carry a sidec
 logging container and an init container, and runs the dispatcher. Whatever the sizes,
 the kubelet refuses none of gpuq's Pods (no ``OutOfcpu``/``OutOfmemory``/
 ``OutOfnvidia.com/gpu``) and every node's bound Pods request at most its allocatable.
-Before gpuq booked the Pod's effective requests (gpuq/domain/pod_resources.py) it booked
+Before gpuq booked the Pod's effective requests (app/domain/pod_resources.py) it booked
 only the main container, and counted a foreign sidecar as an init container."""
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpuq.clock import utcnow
-from gpuq.cluster.kubernetes import KubernetesCluster
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.pod_resources import quantity
-from gpuq.domain.spec import JobSpec
-from gpuq.store.db import make_engine, make_session_factory
-from gpuq.store.jobs import submit_job
+from app.clock import utcnow
+from app.cluster.kubernetes import KubernetesCluster
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.pod_resources import quantity
+from app.domain.spec import JobSpec
+from app.store.db import make_engine, make_session_factory
+from app.store.jobs import submit_job
 from tests.fakekube import kubelet
 from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import started_cluster, wait_until

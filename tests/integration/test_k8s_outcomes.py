@@ -11,8 +11,8 @@ import datetime as dt
 
 from sqlalchemy import select
 
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.store.orm import JobEventRow
+from app.dispatch.dispatcher import Dispatcher
+from app.store.orm import JobEventRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import job_row, started_cluster, submit_a100_job, wait_until
 from tests.fakekube.objects import article_a100

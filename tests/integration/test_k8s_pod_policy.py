@@ -10,14 +10,14 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import func, select, update
 
-from gpuq.clock import utcnow
-from gpuq.cluster.k8s_settings import KubeSettings
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.errors import PodPolicyError
-from gpuq.domain.spec import JobSpec
-from gpuq.store.catalog_cache import pod_policy_reader
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import JobRow, TeamRow
+from app.clock import utcnow
+from app.cluster.k8s_settings import KubeSettings
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.errors import PodPolicyError
+from app.domain.spec import JobSpec
+from app.store.catalog_cache import pod_policy_reader
+from app.store.jobs import submit_job
+from app.store.orm import JobRow, TeamRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import elector, started_cluster
 from tests.fakekube.objects import article_a100

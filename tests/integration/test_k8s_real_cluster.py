@@ -24,16 +24,16 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import select
 
-from gpuq.clock import ManualClock, utcnow
-from gpuq.cluster.interface import BindError, BindRequest, InvalidPodError
-from gpuq.cluster.k8s_settings import KubeSettings
-from gpuq.cluster.kubernetes import KubernetesCluster
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.pod_policy import PodPolicy, check_pod
-from gpuq.domain.spec import JobSpec
-from gpuq.scheduling.model import ReplicaPlacement
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import JobEventRow, JobRow
+from app.clock import ManualClock, utcnow
+from app.cluster.interface import BindError, BindRequest, InvalidPodError
+from app.cluster.k8s_settings import KubeSettings
+from app.cluster.kubernetes import KubernetesCluster
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.pod_policy import PodPolicy, check_pod
+from app.domain.spec import JobSpec
+from app.scheduling.model import ReplicaPlacement
+from app.store.jobs import submit_job
+from app.store.orm import JobEventRow, JobRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import elector, make_cluster, started_cluster
 from tests.fakekube.objects import article_a100, gfd_v100
@@ -251,7 +251,7 @@ def test_admission_403_is_permanent(kube, nodes, case):
 
 
 def test_gpuqs_restricted_check_agrees_with_pod_security_admission(kube, cluster):
-    """gpuq's own Pod Security check (gpuq/domain/pod_policy.py) and the apiserver's
+    """gpuq's own Pod Security check (app/domain/pod_policy.py) and the apiserver's
     (k8s.io/pod-security-admission) judge the same Pods alike: dry-run creates in a
     restricted namespace as gpuq."""
     api = client.CoreV1Api(kube.gpuq_api_client())

@@ -13,15 +13,15 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import func, select
 
-from gpuq.api.schemas import job_out
-from gpuq.clock import ManualClock
-from gpuq.cluster import k8s_labels as L
-from gpuq.cluster.interface import BindRequest
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.spec import JobSpec
-from gpuq.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement
-from gpuq.store.jobs import cancel_job, released_placements, submit_job
-from gpuq.store.orm import AllocationRow, JobEventRow, JobRow
+from app.api.schemas import job_out
+from app.clock import ManualClock
+from app.cluster import k8s_labels as L
+from app.cluster.interface import BindRequest
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.spec import JobSpec
+from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlacement
+from app.store.jobs import cancel_job, released_placements, submit_job
+from app.store.orm import AllocationRow, JobEventRow, JobRow
 from tests.fakekube.fixtures import make_cluster, started_cluster, wait_until
 from tests.fakekube.objects import article_a100
 

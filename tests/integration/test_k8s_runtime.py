@@ -7,13 +7,13 @@ import gc
 
 import yaml
 
-from gpuq.clock import utcnow
-from gpuq.cluster.kubernetes import KubernetesCluster
-from gpuq.domain.spec import JobSpec
-from gpuq.runtime import GC_YOUNG_THRESHOLD, open_services
-from gpuq.settings import Settings
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import JobRow
+from app.clock import utcnow
+from app.cluster.kubernetes import KubernetesCluster
+from app.domain.spec import JobSpec
+from app.runtime import GC_YOUNG_THRESHOLD, open_services
+from app.settings import Settings
+from app.store.jobs import submit_job
+from app.store.orm import JobRow
 from tests.fakekube.objects import article_a100
 
 CONFIG = """

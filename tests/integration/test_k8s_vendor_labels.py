@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.store.orm import GpuTypeRow, NodeRow
+from app.dispatch.dispatcher import Dispatcher
+from app.store.orm import GpuTypeRow, NodeRow
 from tests.fakekube.fixtures import started_cluster
 from tests.fakekube.objects import node
 

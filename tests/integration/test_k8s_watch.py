@@ -7,8 +7,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from gpuq.cluster.interface import BindRequest, JobStatusEvent
-from gpuq.scheduling.model import ReplicaPlacement
+from app.cluster.interface import BindRequest, JobStatusEvent
+from app.scheduling.model import ReplicaPlacement
 from tests.fakekube.fixtures import make_cluster, wait_until
 from tests.fakekube.objects import article_a100
 from tests.realkube.both import BOTH, kube

@@ -14,13 +14,13 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from gpuq.api.estimates import StartEstimator
-from gpuq.clock import utcnow
-from gpuq.cluster import k8s_labels as L
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.spec import JobSpec
-from gpuq.store.jobs import submit_job
-from gpuq.store.orm import AllocationRow, JobRow
+from app.api.estimates import StartEstimator
+from app.clock import utcnow
+from app.cluster import k8s_labels as L
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.spec import JobSpec
+from app.store.jobs import submit_job
+from app.store.orm import AllocationRow, JobRow
 from tests.fakekube.fixtures import job_row as fixture_job_row
 from tests.fakekube.fixtures import started_cluster, wait_until
 from tests.fakekube.objects import article_a100
@@ -150,7 +150,7 @@ def test_indexed_job_is_one_gang_bound_whole(kube, sf, world):
     assert w.objects[("Job", "gpuq-jobs", "sft-indexed")]["spec"]["suspend"] is False
     assert job["metadata"]["uid"] in row.idempotency_key
     # the REST API shows the job with its owner
-    from gpuq.api.schemas import job_out
+    from app.api.schemas import job_out
 
     with sf() as s:
         out = job_out(s.get(JobRow, row.id), utcnow(), None)
@@ -190,14 +190,14 @@ def test_rest_and_workload_share_one_queue_and_quota(kube, sf, world):
     """A team's REST job and its Job count against one quota: with 80 CU (8 cards)
     and 4 held by REST, the 8-card Job waits, says why, and runs once they are free."""
     w, c, d = world
-    from gpuq.store.orm import TeamRow
+    from app.store.orm import TeamRow
 
     with sf() as s:
         s.get(TeamRow, "nlp").quota_units = 80
         s.commit()
     add_a100(kube, c, "a100-0")
     add_a100(kube, c, "a100-1")
-    # the API's estimates, as gpuq/main.py wires them into the front door
+    # the API's estimates, as app/main.py wires them into the front door
     est = StartEstimator(sf, utcnow, 30.0, background=False)
     d.front_door.start_of = lambda job_id, at: est.starts(utcnow())(job_id, at)
     rest = _rest_job(sf, "rest-one", "nlp", 4)

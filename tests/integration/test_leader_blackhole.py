@@ -4,7 +4,7 @@ a standby leads, within the bounds its settings give, in that order (real Postgr
 
 from __future__ import annotations
 
-from gpuq.dispatch.leader import session_options
+from app.dispatch.leader import session_options
 from tests.tcp_proxy import leader_blackhole_round
 
 # small settings for the test: a 3 s lease, checks answered within 1 s

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from gpuq.dispatch.lease_reaper import LeaseReaper
-from gpuq.store.orm import JobRow
+from app.dispatch.lease_reaper import LeaseReaper
+from app.store.orm import JobRow
 from tests.integration.test_leases_preemption import borrow_setup, events, job, leases
 
 

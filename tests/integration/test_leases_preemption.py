@@ -5,10 +5,10 @@ inference 20, mixed 30 of 160 CU, so 10 CU are shared)."""
 
 from __future__ import annotations
 
-from gpuq.clock import to_epoch
-from gpuq.dispatch.descheduler_step import Descheduler
-from gpuq.dispatch.lease_reaper import LeaseReaper
-from gpuq.store.snapshot import build_snapshot
+from app.clock import to_epoch
+from app.dispatch.descheduler_step import Descheduler
+from app.dispatch.lease_reaper import LeaseReaper
+from app.store.snapshot import build_snapshot
 from tests.integration.conftest import job_body
 
 A100 = {"gpu_types": ["a100-80g"]}
@@ -176,22 +176,22 @@ def test_descheduler_defragments_through_the_dispatch_path(client, admin, dispat
 
 
 def test_tiers_config_holds_p0_reservation_through_the_dispatcher(session_factory, clock):
-    """gpuq/config/tiers.yaml loaded into PostgreSQL: P1 fills every A100 (borrowing
+    """app/config/tiers.yaml loaded into PostgreSQL: P1 fills every A100 (borrowing
     the idle P0 reservation), then P0 asks for its 30% and gets it in one pass."""
     from importlib.resources import files
 
     from sqlalchemy import select
 
-    from gpuq.cluster.simulated import SimulatedCluster
-    from gpuq.dispatch.dispatcher import Dispatcher
-    from gpuq.domain.config import load_config_text
-    from gpuq.domain.spec import JobSpec
-    from gpuq.store.config_loader import apply_config, ensure_priority_classes
-    from gpuq.store.convert import node_info
-    from gpuq.store.jobs import submit_job
-    from gpuq.store.orm import JobRow, LeaseRow, NodeRow
+    from app.cluster.simulated import SimulatedCluster
+    from app.dispatch.dispatcher import Dispatcher
+    from app.domain.config import load_config_text
+    from app.domain.spec import JobSpec
+    from app.store.config_loader import apply_config, ensure_priority_classes
+    from app.store.convert import node_info
+    from app.store.jobs import submit_job
+    from app.store.orm import JobRow, LeaseRow, NodeRow
 
-    cfg = load_config_text((files("gpuq") / "config" / "tiers.yaml").read_text())
+    cfg = load_config_text((files("app") / "config" / "tiers.yaml").read_text())
     with session_factory() as s:
         ensure_priority_classes(s)
         apply_config(s, cfg)
@@ -230,7 +230,7 @@ def test_reaper_closes_leases_left_on_jobs_that_stopped(client, admin, dispatche
 
     from sqlalchemy import select
 
-    from gpuq.store.orm import LeaseRow
+    from app.store.orm import LeaseRow
 
     a = submit(client, admin, "short", "nlp", 1, 10)
     dispatcher.run_once()

@@ -11,10 +11,10 @@ from datetime import timedelta
 
 from sqlalchemy import select, text
 
-from gpuq.scheduling.model import LeaseReturn
-from gpuq.store import jobs as job_store
-from gpuq.store.lease_returns import return_leases
-from gpuq.store.orm import JobRow, LeaseRow
+from app.scheduling.model import LeaseReturn
+from app.store import jobs as job_store
+from app.store.lease_returns import return_leases
+from app.store.orm import JobRow, LeaseRow
 from tests.integration.conftest import job_body
 
 

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from gpuq.runtime import open_services
-from gpuq.settings import Settings
+from app.runtime import open_services
+from app.settings import Settings
 
 
 def _serve_settings(database_url: str, tmp_path, loop_pool: int) -> Settings:

@@ -6,8 +6,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
-from gpuq.clock import from_epoch
-from gpuq.store.orm import JobEventRow, JobRow, LeaseRow
+from app.clock import from_epoch
+from app.store.orm import JobEventRow, JobRow, LeaseRow
 from tests.integration.obs_env import job, seeded_env
 
 FAMILIES = {

@@ -16,10 +16,10 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
-from gpuq.clock import utcnow
-from gpuq.main import create_app
-from gpuq.runtime import Services
-from gpuq.store.db import make_engine, make_session_factory
+from app.clock import utcnow
+from app.main import create_app
+from app.runtime import Services
+from app.store.db import make_engine, make_session_factory
 from tests.faults import TcpProxy
 from tests.integration.conftest import ADMIN_TOKEN, job_body
 from tests.live_server import live_server

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import httpx
 
-from gpuq.main import start_metrics_refresh
+from app.main import start_metrics_refresh
 from tests.integration.conftest import ADMIN_TOKEN, job_body
 from tests.integration.test_metrics_outage import app_behind_a_proxy, pending
 from tests.live_server import live_server

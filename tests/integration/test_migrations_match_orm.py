@@ -1,4 +1,4 @@
-"""The ORM (gpuq/store/orm.py) and the migrations describe the same schema.
+"""The ORM (app/store/orm.py) and the migrations describe the same schema.
 
 Alembic's ``compare_metadata`` diffs the ORM's metadata against a database
 built by the migrations alone: any table, column, type, nullability, index,
@@ -12,7 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Column, Engine, Integer, MetaData, Table
 
-from gpuq.store.orm import Base
+from app.store.orm import Base
 
 
 def _diff(engine: Engine, metadata: MetaData) -> list:

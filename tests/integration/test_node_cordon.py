@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select
 
-from gpuq.dispatch.drain import Drainer
-from gpuq.domain.config import GpuqConfig
-from gpuq.runtime import load_settings_config
-from gpuq.store.config_loader import apply_managed_config
-from gpuq.store.orm import JobRow
+from app.dispatch.drain import Drainer
+from app.domain.config import GpuqConfig
+from app.runtime import load_settings_config
+from app.store.config_loader import apply_managed_config
+from app.store.orm import JobRow
 from tests.integration.conftest import job_body
 
 

@@ -9,10 +9,10 @@ import threading
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from gpuq.dispatch.loops import LoopService
-from gpuq.dispatch.notify import NotifyListener
-from gpuq.domain.backoff import Backoff
-from gpuq.store.db import psycopg_conninfo
+from app.dispatch.loops import LoopService
+from app.dispatch.notify import NotifyListener
+from app.domain.backoff import Backoff
+from app.store.db import psycopg_conninfo
 from tests.fakekube.fixtures import wait_until
 
 APP = "gpuq-notify-reconnect-test"

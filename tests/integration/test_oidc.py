@@ -1,4 +1,4 @@
-"""OIDC bearer JWTs (gpuq/api/oidc.py) with keys the test generates: accepted,
+"""OIDC bearer JWTs (app/api/oidc.py) with keys the test generates: accepted,
 and refused for a bad signature, a wrong audience or issuer, an expired token
 and a group no scope is mapped to. JWKS from a file, and from a URL."""
 
@@ -16,9 +16,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 from jwt.algorithms import RSAAlgorithm
 
-from gpuq.main import create_app
-from gpuq.runtime import Services
-from gpuq.settings import Settings
+from app.main import create_app
+from app.runtime import Services
+from app.settings import Settings
 from tests.integration.conftest import job_body
 
 ISSUER = "https://idp.example.test/realms/ml"

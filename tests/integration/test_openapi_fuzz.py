@@ -15,8 +15,8 @@ from jsonschema import Draft202012Validator
 from schemathesis.checks import CHECKS, is_check_class
 from schemathesis.config import SchemathesisConfig
 
-from gpuq.main import create_app
-from gpuq.settings import Settings
+from app.main import create_app
+from app.settings import Settings
 from tests.integration.conftest import ADMIN_TOKEN
 from tests.live_server import live_server
 
@@ -40,7 +40,7 @@ schema = schemathesis.openapi.from_dict(
 )
 ALL_CHECKS = [c for c in CHECKS.get_all() if not is_check_class(c)]
 
-# objects of the demo config (gpuq/config/demo.yaml) that positive cases name
+# objects of the demo config (app/config/demo.yaml) that positive cases name
 TEAM, POOL_OF_TEAM, TYPE, MIG = "nlp", "training", "a100-80g", "2g.20gb"
 QUERY_NAMES = {"team": TEAM, "pool": POOL_OF_TEAM, "priority": "P1", "gpu_type": TYPE}
 FITS = {"cpu": 32, "memory_gb": 128, "gpus": 8, "gpu_units": 40, "min_gpu_memory_gb": 16}
@@ -63,7 +63,7 @@ def _job(spec: object) -> None:
     res = spec.get("resources")
     if isinstance(res, dict):
         # sizes the demo cluster can hold (a request no node could ever run is a 422 at
-        # submit, gpuq/store/catalog_feasibility.py): host CPU/memory of its smallest nodes, one
+        # submit, app/store/catalog_feasibility.py): host CPU/memory of its smallest nodes, one
         # node's cards, card memory every type has
         for key, most in FITS.items():
             if isinstance(res.get(key), int | float) and not isinstance(res[key], bool):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from jsonschema import Draft202012Validator
 
-from gpuq.api import examples
+from app.api import examples
 from tests.integration.conftest import job_body
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuq.domain.people import for_people, iso_utc, rounded
+from app.domain.people import for_people, iso_utc, rounded
 from tests.integration.obs_env import AUTH, job, seeded_env
 
 ISO_ANY = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d")

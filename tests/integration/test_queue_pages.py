@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from gpuq.store.orm import JobRow, QueueOrderRow
+from app.store.orm import JobRow, QueueOrderRow
 from tests.integration.obs_env import AUTH, job, seeded_env
 
 

@@ -1,7 +1,7 @@
 """The short variant of the baseline-fidelity harness (bench/realsched.py; the long runs
 are ``make fidelity``): real Kueue, built from its module (``make kueue-bin``), on the real
 control plane with kwok GPU nodes, replays a three-job borrow-and-reclaim scenario in
-compressed time, and our Kueue model (gpuq/simulate/baselines/kueue.py) makes the same
+compressed time, and our Kueue model (app/simulate/baselines/kueue.py) makes the same
 decisions: the borrower's job is preempted when the lender asks for its nominal quota,
 and the lender's job starts then. gpuq itself (its dispatcher and Kubernetes backend)
 replays the same scenario on the same kind of cluster, recorded as the same document.
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from app.simulate.baselines.kueue import KueueSettings
 from bench.realsched import (
     MissingKueue,
     Scenario,
@@ -28,7 +29,6 @@ from bench.realsched import (
     parse_settings,
     run,
 )
-from gpuq.simulate.baselines.kueue import KueueSettings
 from tests.realkube.control_plane import MissingBinaries, find_binaries
 
 SCENARIO = """

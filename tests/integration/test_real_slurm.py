@@ -1,7 +1,7 @@
 """The short variant of the Slurm fidelity harness (bench/realslurm.py; the long runs are
 ``make fidelity-slurm``): real Slurm (Debian's slurmctld, slurmd, slurmdbd and munge, a
 MariaDB for the accounts) replays a three-job backfill scenario at a speed-up of 30, and
-our Slurm model (gpuq/simulate/baselines/slurm.py) makes the same decisions: the wide job
+our Slurm model (app/simulate/baselines/slurm.py) makes the same decisions: the wide job
 waits for the node, the short one that ends before the wide one's planned start is
 backfilled beside the first, the wide one then starts.
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from app.simulate.baselines.slurm import SlurmSettings
 from bench.realsched import Scenario, agreement
 from bench.realslurm import MissingSlurm, find_slurm, run, slurm_model_doc
-from gpuq.simulate.baselines.slurm import SlurmSettings
 
 # limits are multiples of 1800 s: whole minutes at 30x; bf_interval 30 s = 1 wall second;
 # PriorityCalcPeriod 30 minutes (one wall minute: Slurm's least) in both

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.scheduling.verdicts import ReasonCode
+from app.dispatch.dispatcher import Dispatcher
+from app.scheduling.verdicts import ReasonCode
 from tests.integration.obs_env import AUTH, job, seeded_env
 
 CONFIG = """

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.dispatch.metrics_loop import MetricsLoop
-from gpuq.dispatch.picture import QueuePicture
-from gpuq.metrics import GpuqMetrics
-from gpuq.scheduling.model import Admission, CycleResult, Preemption
-from gpuq.store.orm import AllocationRow
-from gpuq.store.releasing_rows import releasing_units
-from gpuq.store.snapshot import build_snapshot
+from app.dispatch.dispatcher import Dispatcher
+from app.dispatch.metrics_loop import MetricsLoop
+from app.dispatch.picture import QueuePicture
+from app.metrics import GpuqMetrics
+from app.scheduling.model import Admission, CycleResult, Preemption
+from app.store.orm import AllocationRow
+from app.store.releasing_rows import releasing_units
+from app.store.snapshot import build_snapshot
 from tests.integration.conftest import job_body
 
 A100 = {"gpu_types": ["a100-80g"]}

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuq.store.orm import JobEventRow, JobRow
+from app.store.orm import JobEventRow, JobRow
 from tests.integration.obs_env import AUTH, job, seeded_env
 
 

@@ -22,10 +22,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from gpuq.clock import utcnow
-from gpuq.main import create_app
-from gpuq.runtime import Services
-from gpuq.store.db import make_engine, make_session_factory
+from app.clock import utcnow
+from app.main import create_app
+from app.runtime import Services
+from app.store.db import make_engine, make_session_factory
 from tests.faults import admin_conninfo
 from tests.integration.conftest import ADMIN_TOKEN, job_body
 

@@ -1,5 +1,5 @@
 """The live run-time history: a job that succeeds updates its (team, request class)
-summary in the same transaction (gpuq/store/runtime_history_rows.py), and the dispatcher's
+summary in the same transaction (app/store/runtime_history_rows.py), and the dispatcher's
 next snapshot carries the prediction for the team's pending jobs of that shape."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import math
 import pytest
 from sqlalchemy import func, select
 
-from gpuq.domain.runtime_history import MIN_RUNS
-from gpuq.scheduling.model import CycleResult, Snapshot
-from gpuq.store.orm import RuntimeHistoryRow
-from gpuq.store.runtime_history_rows import read_history
+from app.domain.runtime_history import MIN_RUNS
+from app.scheduling.model import CycleResult, Snapshot
+from app.store.orm import RuntimeHistoryRow
+from app.store.runtime_history_rows import read_history
 from tests.integration.conftest import job_body
 
 
@@ -50,7 +50,7 @@ def test_succeeded_runs_make_the_prediction_the_next_snapshot_carries(
     policy = dispatcher.planner.policy_name
 
     def watch(snap: Snapshot) -> CycleResult:
-        from gpuq.scheduling.policies import get_policy
+        from app.scheduling.policies import get_policy
 
         seen.update({j.name: j.predicted_s for j in snap.pending})
         return get_policy(policy)(snap)

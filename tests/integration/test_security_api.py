@@ -8,8 +8,8 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from gpuq.main import create_app
-from gpuq.store.orm import JobRow
+from app.main import create_app
+from app.store.orm import JobRow
 from tests.integration.conftest import ADMIN_TOKEN, job_body
 
 SC = {"runAsNonRoot": True, "allowPrivilegeEscalation": False,

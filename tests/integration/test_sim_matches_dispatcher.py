@@ -12,16 +12,16 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from gpuq.cluster.simulated import SimulatedCluster
-from gpuq.dispatch.dispatcher import Dispatcher
-from gpuq.domain.config import load_config_text
-from gpuq.main import create_app
-from gpuq.runtime import Services
-from gpuq.simulate.all_policies import POLICIES
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
-from gpuq.store.config_loader import apply_config, ensure_priority_classes
-from gpuq.store.convert import node_info
-from gpuq.store.orm import NodeRow
+from app.cluster.simulated import SimulatedCluster
+from app.dispatch.dispatcher import Dispatcher
+from app.domain.config import load_config_text
+from app.main import create_app
+from app.runtime import Services
+from app.simulate.all_policies import POLICIES
+from app.simulate.replay import ScenarioModel, Simulator, to_json
+from app.store.config_loader import apply_config, ensure_priority_classes
+from app.store.convert import node_info
+from app.store.orm import NodeRow
 from tests.integration.conftest import ADMIN_TOKEN
 
 SCENARIO = """

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.domain.spec import JobSpec
-from gpuq.domain.states import InvalidTransition
-from gpuq.store.jobs import submit_job
-from gpuq.store.state_changes import change_state, wait_seconds
+from app.domain.spec import JobSpec
+from app.domain.states import InvalidTransition
+from app.store.jobs import submit_job
+from app.store.state_changes import change_state, wait_seconds
 
 
 def _job(session, clock):

@@ -11,16 +11,16 @@ from psycopg import sql
 from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import make_url
 
-from gpuq.dispatch.loops import LoopService
-from gpuq.dispatch.notify import NotifyListener
-from gpuq.domain.config import load_config_text
-from gpuq.runtime import UnsafeAdminToken, demo_config_text, open_services, resolve_admin_token
-from gpuq.settings import Settings
-from gpuq.store import migrate
-from gpuq.store.config_loader import apply_config
-from gpuq.store.db import make_engine, normalize_url, psycopg_conninfo
-from gpuq.store.node_rows import gpu_type_configs
-from gpuq.store.orm import ALL_TABLES, GpuTypeRow, NodeRow, PoolRow, TeamRow
+from app.dispatch.loops import LoopService
+from app.dispatch.notify import NotifyListener
+from app.domain.config import load_config_text
+from app.runtime import UnsafeAdminToken, demo_config_text, open_services, resolve_admin_token
+from app.settings import Settings
+from app.store import migrate
+from app.store.config_loader import apply_config
+from app.store.db import make_engine, normalize_url, psycopg_conninfo
+from app.store.node_rows import gpu_type_configs
+from app.store.orm import ALL_TABLES, GpuTypeRow, NodeRow, PoolRow, TeamRow
 from tests.integration.conftest import job_body
 
 

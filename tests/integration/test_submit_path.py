@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from fastapi.testclient import TestClient
 from sqlalchemy import event, select
 
-from gpuq.main import create_app
-from gpuq.store.orm import JobEventRow, JobRow
+from app.main import create_app
+from app.store.orm import JobEventRow, JobRow
 from tests.integration.conftest import job_body
 
 

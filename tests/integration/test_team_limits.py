@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.settings import Settings
+from app.settings import Settings
 from tests.integration.conftest import ADMIN_TOKEN, job_body
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gpuq.store.orm import LeaseRow
+from app.store.orm import LeaseRow
 from tests.integration.conftest import job_body
 
 

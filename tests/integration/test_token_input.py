@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from gpuq.server import reset_admin_token
-from gpuq.settings import Settings
-from gpuq.store.orm import ApiTokenRow
+from app.server import reset_admin_token
+from app.settings import Settings
+from app.store.orm import ApiTokenRow
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from gpuq.store.orm import JobRow
-from gpuq.store.state_changes import change_state
+from app.store.orm import JobRow
+from app.store.state_changes import change_state
 from tests.integration.obs_env import AUTH, job, seeded_env
 
 

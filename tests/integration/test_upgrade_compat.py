@@ -40,17 +40,17 @@ from psycopg import sql
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from gpuq.main import create_app
-from gpuq.runtime import open_services
-from gpuq.server import db_upgrade
-from gpuq.settings import Settings
-from gpuq.store import migrate
-from gpuq.store.db import make_engine, normalize_url, psycopg_conninfo
+from app.main import create_app
+from app.runtime import open_services
+from app.server import db_upgrade
+from app.settings import Settings
+from app.store import migrate
+from app.store.db import make_engine, normalize_url, psycopg_conninfo
 from tests.integration.conftest import job_body
 from tests.live_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-VERSIONS = "gpuq/migrations/versions"
+VERSIONS = "app/migrations/versions"
 TOKEN = "upgrade-test-admin-token-" + "x" * 16
 
 NEXT = '''"""next release, expand: a nullable column and a new table (test only)"""
@@ -101,10 +101,10 @@ def git(*args: str) -> str:
 
 
 def package_at(commit: str) -> str:
-    """The top-level package's name at ``commit``: ``gpuq``, or ``app`` before the rename."""
-    done = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}:gpuq/__init__.py"],
+    """The top-level package's name at ``commit``: ``app``, or ``gpuq`` while it had that name."""
+    done = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}:app/__init__.py"],
                           capture_output=True, timeout=60)
-    return "gpuq" if done.returncode == 0 else "app"
+    return "app" if done.returncode == 0 else "gpuq"
 
 
 def _migrations_at(commit: str) -> set[str]:
@@ -118,9 +118,9 @@ def previous_release() -> tuple[str, str]:
     if _migrations_at("HEAD") != here:
         return "HEAD", "the committed code, whose migrations this working tree extends"
     newest = max(here)
-    # -M: the package's rename is not the commit that added the migration
+    # -M: the package's renames are not the commit that added the migration
     added = git("log", "-1", "-M", "--diff-filter=A", "--format=%H", "--",
-                f"{VERSIONS}/{newest}", f"app/migrations/versions/{newest}")
+                f"{VERSIONS}/{newest}", f"gpuq/migrations/versions/{newest}")
     parent = f"{added.strip()}^"
     if added.strip() and "min_code_revision" in git(
             "show", f"{parent}:{package_at(parent)}/store/migrate.py"):

@@ -4,9 +4,9 @@ checks the operator settings): one definition of each."""
 
 from __future__ import annotations
 
-from gpuq.domain.config import load_config_text
-from gpuq.simulate.baseline_tuning import build
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from app.domain.config import load_config_text
+from app.simulate.baseline_tuning import build
+from app.simulate.replay import ScenarioModel, Simulator, to_json
 
 # One 8-card A100 node; "borrower" takes the whole node first, then "lender" asks for its
 # nominal half (Kueue: borrowing and reclaim; fair sharing).

@@ -3,7 +3,7 @@ types, two plain ones, and node, job and snapshot factories."""
 
 from __future__ import annotations
 
-from gpuq.scheduling.model import (
+from app.scheduling.model import (
     Device,
     GpuType,
     JobRequest,

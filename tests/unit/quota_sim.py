@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import (
+from app.scheduling.engine import schedule
+from app.scheduling.model import (
     Device,
     GpuType,
     JobRequest,
@@ -53,7 +53,7 @@ def job(id: str, pool: str = "p", prio: str = "P1", team: str | None = None, **k
 
 def running(req: JobRequest, node_name: str, t: str, devices: tuple[int, ...],
             started_at: float = 0.0, leases: tuple[LeaseInfo, ...] = ()) -> RunningJob:
-    from gpuq.scheduling.model import ReplicaPlacement
+    from app.scheduling.model import ReplicaPlacement
 
     w = TYPES[t].weight
     p = ReplicaPlacement(0, node_name, t, devices, units=w * len(devices), cpu=req.cpu,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuq.domain.config import load_config_text
-from gpuq.simulate.replay import ScenarioModel
+from app.domain.config import load_config_text
+from app.simulate.replay import ScenarioModel
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import ReplicaPlacement
-from gpuq.scheduling.state import ClusterState, device_overcommitted
+from app.scheduling.engine import schedule
+from app.scheduling.model import ReplicaPlacement
+from app.scheduling.state import ClusterState, device_overcommitted
 from tests.unit.core_fixtures import job, node, running, snap, whole
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from gpuq.simulate.alibaba import (
+from app.simulate.alibaba import (
     GPU_MODELS,
     TraceFormatError,
     gpu_type_configs,

@@ -1,4 +1,4 @@
-"""Exponential backoff with jitter (gpuq/domain/backoff.py): client-go's shape."""
+"""Exponential backoff with jitter (app/domain/backoff.py): client-go's shape."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuq.domain.backoff import Backoff
+from app.domain.backoff import Backoff
 
 
 def test_delays_double_up_to_the_cap_and_reset():

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuq.domain.config import load_config_text
-from gpuq.simulate.all_policies import POLICY_NAMES, make_policy
-from gpuq.simulate.baselines.slurm import SlurmPolicy
-from gpuq.simulate.baselines.volcano import deserved_shares
-from gpuq.simulate.command import run_simulate
-from gpuq.simulate.replay import ScenarioModel, Simulator
+from app.domain.config import load_config_text
+from app.simulate.all_policies import POLICY_NAMES, make_policy
+from app.simulate.baselines.slurm import SlurmPolicy
+from app.simulate.baselines.volcano import deserved_shares
+from app.simulate.command import run_simulate
+from app.simulate.replay import ScenarioModel, Simulator
 from tests.unit.baseline_fixtures import ONE_FLAVOR, jobs_by_name, run_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,7 +219,7 @@ def test_slurm_fair_share_ranks_the_account_with_less_decayed_usage_first():
     fs = policy.fairshare_factors(snap, {"lender", "borrower"})
     assert fs["lender"] == 1.0 and fs["borrower"] == 0.5
     # the usage decays with the half-life
-    from gpuq.simulate.baselines import slurm as mod
+    from app.simulate.baselines import slurm as mod
 
     policy.last_t = 0.0
     snap.now = mod.DECAY_HALF_LIFE_S

@@ -7,13 +7,13 @@ import re
 
 import pytest
 
-from gpuq.domain.config import load_config_text
-from gpuq.simulate.baseline_tuning import GRIDS, build, label, parse_settings
-from gpuq.simulate.baselines.kueue import S2A, KueuePolicy, KueueSettings
-from gpuq.simulate.baselines.slurm import DEFAULT_TIME_S, SlurmSettings
-from gpuq.simulate.command import load_scenario, run_simulate
-from gpuq.simulate.replay import ScenarioModel, Simulator
-from gpuq.simulate.suite import run_one
+from app.domain.config import load_config_text
+from app.simulate.baseline_tuning import GRIDS, build, label, parse_settings
+from app.simulate.baselines.kueue import S2A, KueuePolicy, KueueSettings
+from app.simulate.baselines.slurm import DEFAULT_TIME_S, SlurmSettings
+from app.simulate.command import load_scenario, run_simulate
+from app.simulate.replay import ScenarioModel, Simulator
+from app.simulate.suite import run_one
 from tests.unit.baseline_fixtures import ONE_FLAVOR, jobs_by_name, run_policy
 
 
@@ -57,7 +57,7 @@ def test_simulate_runs_a_baseline_with_settings_and_refuses_bad_ones(tmp_path, c
                         out=str(out)) == 0
     doc = json.loads(out.read_text())
     assert doc["settings"] == "bf_window_s=0.5d"
-    # the same run as the suite's (gpuq.simulate.suite.run_one) with the same settings
+    # the same run as the suite's (app.simulate.suite.run_one) with the same settings
     direct = run_one(load_scenario(sc), "slurm", {"bf_window_s": 43200.0})
     assert doc["summary"] == direct["summary"]
     assert "slurm (bf_window_s=0.5d):" in capsys.readouterr().out

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import random
 
-from gpuq.domain.config import load_config_text
-from gpuq.scheduling.state import ClusterState, device_overcommitted
-from gpuq.simulate.all_policies import POLICIES
-from gpuq.simulate.baselines.fifo import fifo_count, fifo_typed
-from gpuq.simulate.replay import OOM_AFTER_S, ScenarioModel, Simulator, to_json
+from app.domain.config import load_config_text
+from app.scheduling.state import ClusterState, device_overcommitted
+from app.simulate.all_policies import POLICIES
+from app.simulate.baselines.fifo import fifo_count, fifo_typed
+from app.simulate.replay import OOM_AFTER_S, ScenarioModel, Simulator, to_json
 
 SCENARIO = """
 gpu_types:

@@ -1,18 +1,18 @@
 """The cycle's books (cluster state, team ledger, pool ledger) change together, and a
-statement's tentative changes are kept or undone as one (gpuq/scheduling/books.py)."""
+statement's tentative changes are kept or undone as one (app/scheduling/books.py)."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.books import Books
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import LeaseInfo, PoolInfo, RunningJob, TeamInfo
-from gpuq.scheduling.pools import PoolLedger
-from gpuq.scheduling.quota import QuotaLedger
-from gpuq.scheduling.state import ClusterState
-from gpuq.scheduling.verdicts import ReasonCode, code_of
+from app.scheduling.books import Books
+from app.scheduling.engine import schedule
+from app.scheduling.model import LeaseInfo, PoolInfo, RunningJob, TeamInfo
+from app.scheduling.pools import PoolLedger
+from app.scheduling.quota import QuotaLedger
+from app.scheduling.state import ClusterState
+from app.scheduling.verdicts import ReasonCode, code_of
 from tests.unit.core_fixtures import job, node, running, snap, whole
 
 NODES = [node("a0", "a100-80g", 8), node("a1", "a100-80g", 8)]

@@ -1,4 +1,4 @@
-"""The API's concurrency bound (gpuq/api/busy.py): beyond the limit a request waits a
+"""The API's concurrency bound (app/api/busy.py): beyond the limit a request waits a
 bounded time, then gets a 503 with Retry-After; probes and scrapes always pass."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from gpuq.api.busy import ConcurrencyLimit
+from app.api.busy import ConcurrencyLimit
 
 
 def _app_holding(release: asyncio.Event, entered: list[str]):

@@ -43,7 +43,7 @@ class Blocker(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in BLOCKED:
             raise ImportError("not installed: " + name)
 sys.meta_path.insert(0, Blocker())
-from gpuq.cli import main
+from app.cli import main
 main(sys.argv[1:])
 """
     unreachable = ["--url", "http://127.0.0.1:9", "--token", "t"]

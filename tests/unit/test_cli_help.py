@@ -1,9 +1,9 @@
 """The policy names `gpuq simulate --help` lists are the simulator's (cli.py keeps them as
 text so `gpuq --help` does not import the simulator)."""
 
-from gpuq import cli
-from gpuq.simulate.all_policies import POLICY_NAMES
-from gpuq.simulate.fill import FILL_POLICIES
+from app import cli
+from app.simulate.all_policies import POLICY_NAMES
+from app.simulate.fill import FILL_POLICIES
 
 
 def test_listed_policies_are_the_real_ones():
@@ -20,7 +20,7 @@ def test_a_misspelt_policy_gets_the_nearest_and_the_list(tmp_path):
     for extra, expect in ((["--policy", "kueu"], "unknown policy 'kueu' (did you mean kueue? "),
                           (["--protocol", "fill", "--policy", "fgdd"],
                            "unknown fill policy 'fgdd' (did you mean fgd? known: ")):
-        r = subprocess.run([sys.executable, "-m", "gpuq.cli", "simulate", str(f), *extra],
+        r = subprocess.run([sys.executable, "-m", "app.cli", "simulate", str(f), *extra],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and expect in r.stderr, r.stderr
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.capacity_index import CapacityIndex
-from gpuq.scheduling.context import PlacementContext
-from gpuq.scheduling.model import PoolInfo
-from gpuq.scheduling.placement import place_job
-from gpuq.scheduling.state import ClusterState
+from app.scheduling.capacity_index import CapacityIndex
+from app.scheduling.context import PlacementContext
+from app.scheduling.model import PoolInfo
+from app.scheduling.placement import place_job
+from app.scheduling.state import ClusterState
 from tests.unit.core_fixtures import TYPES, job, node
 from tests.unit.test_core_properties import clusters, jobs
 

@@ -1,5 +1,5 @@
 """Entitlements (weighted max-min over effective throughput, then most throughput) and the
-time-integrated deficit (gpuq/scheduling/entitlements.py, gpuq/scheduling/deficit.py)."""
+time-integrated deficit (app/scheduling/entitlements.py, app/scheduling/deficit.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.deficit import advance, team_key
-from gpuq.scheduling.entitlements import ClassDemand, allocate
-from gpuq.scheduling.model import FairState, GpuType
+from app.scheduling.deficit import advance, team_key
+from app.scheduling.entitlements import ClassDemand, allocate
+from app.scheduling.model import FairState, GpuType
 
 FAST = GpuType("fast", 80, 10, speed=2.0)
 SLOW = GpuType("slow", 16, 4, speed=1.0)
@@ -105,8 +105,8 @@ def test_team_key_holdings_first_then_credit() -> None:
 def test_the_simulator_carries_the_deficits_from_cycle_to_cycle() -> None:
     """CycleResult.fair of one cycle is Snapshot.fair of the next: a team that waits for
     the whole node builds credit while the other team's stream holds it."""
-    from gpuq.scheduling.engine import schedule
-    from gpuq.simulate.replay import Simulator
+    from app.scheduling.engine import schedule
+    from app.simulate.replay import Simulator
     from tests.unit.stream_fixtures import two_team_stream
 
     sim = Simulator(two_team_stream(40), schedule)

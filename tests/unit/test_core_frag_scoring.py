@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import random
 
-from gpuq.scheduling.capacity_index import CapacityIndex
-from gpuq.scheduling.context import PlacementContext
-from gpuq.scheduling.demands import Demand
-from gpuq.scheduling.fragmentation import MixEntry, WorkloadMix
-from gpuq.scheduling.model import ReplicaPlacement, SchedulerConfig
-from gpuq.scheduling.node_reads import node_signature as signature
-from gpuq.scheduling.placement import place_job
-from gpuq.scheduling.scores import score
-from gpuq.scheduling.state import ClusterState
+from app.scheduling.capacity_index import CapacityIndex
+from app.scheduling.context import PlacementContext
+from app.scheduling.demands import Demand
+from app.scheduling.fragmentation import MixEntry, WorkloadMix
+from app.scheduling.model import ReplicaPlacement, SchedulerConfig
+from app.scheduling.node_reads import node_signature as signature
+from app.scheduling.placement import place_job
+from app.scheduling.scores import score
+from app.scheduling.state import ClusterState
 from tests.unit.core_fixtures import RTX, TYPES, V100, job, node, snap
 
 # the expected work: one V100 card with 8 CPUs

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import FairState, PoolInfo, SchedulerConfig, TeamInfo
-from gpuq.scheduling.ordering import FairOrder, team_queue_reference
-from gpuq.scheduling.quota import QuotaLedger
+from app.scheduling.engine import schedule
+from app.scheduling.model import FairState, PoolInfo, SchedulerConfig, TeamInfo
+from app.scheduling.ordering import FairOrder, team_queue_reference
+from app.scheduling.quota import QuotaLedger
 from tests.unit.core_fixtures import job, node, running, snap, whole
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gpuq.scheduling.context import PlacementContext
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import PoolInfo, ReplicaPlacement, TeamInfo
-from gpuq.scheduling.placement import place_job
-from gpuq.scheduling.state import ClusterState
+from app.scheduling.context import PlacementContext
+from app.scheduling.engine import schedule
+from app.scheduling.model import PoolInfo, ReplicaPlacement, TeamInfo
+from app.scheduling.placement import place_job
+from app.scheduling.state import ClusterState
 from tests.unit.core_fixtures import TYPES, job, node, running, snap, whole
 
 
@@ -283,8 +283,8 @@ def test_types_registry_is_the_articles() -> None:
 
 # -- fragmentation ------------------------------------------------------------------
 def test_fragmentation_score_keeps_room_for_the_expected_mix() -> None:
-    from gpuq.scheduling.fragmentation import MixEntry, WorkloadMix
-    from gpuq.scheduling.model import SchedulerConfig
+    from app.scheduling.fragmentation import MixEntry, WorkloadMix
+    from app.scheduling.model import SchedulerConfig
 
     nodes = [node("a", "a100-80g", 8), node("b", "a100-80g", 8)]
     run = [running(job("ra"), whole("a", "a100-80g", (0, 1, 2))),

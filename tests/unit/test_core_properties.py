@@ -13,9 +13,9 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.filters import allowed_type_names
-from gpuq.scheduling.model import (
+from app.scheduling.engine import schedule
+from app.scheduling.filters import allowed_type_names
+from app.scheduling.model import (
     JobRequest,
     PoolInfo,
     RunningJob,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from gpuq.domain.config import load_config_text
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import CycleResult, LeaseGrant, Preemption, Snapshot
-from gpuq.simulate.command import run_simulate
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from app.domain.config import load_config_text
+from app.scheduling.engine import schedule
+from app.scheduling.model import CycleResult, LeaseGrant, Preemption, Snapshot
+from app.simulate.command import run_simulate
+from app.simulate.replay import ScenarioModel, Simulator, to_json
 
 SCENARIO = """
 gpu_types:

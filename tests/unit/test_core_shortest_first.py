@@ -4,8 +4,8 @@ place by age so a long job is never starved."""
 
 from __future__ import annotations
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import SchedulerConfig
+from app.scheduling.engine import schedule
+from app.scheduling.model import SchedulerConfig
 from tests.unit.core_fixtures import job, node, snap
 
 

@@ -4,9 +4,9 @@ decides only among types of equal speed, and when every type runs alike."""
 
 from __future__ import annotations
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import SchedulerConfig
-from gpuq.scheduling.scores import speed_gain
+from app.scheduling.engine import schedule
+from app.scheduling.model import SchedulerConfig
+from app.scheduling.scores import speed_gain
 from tests.unit.core_fixtures import job, node, running, snap, whole
 
 SPEED = (("a100-80g", 2.0), ("rtx4090-24g", 1.2), ("v100-16g", 1.0))
@@ -90,8 +90,8 @@ def test_the_operators_speed_per_type_applies_to_jobs_without_a_table() -> None:
 
 
 def test_speed_in_the_config_reaches_the_core() -> None:
-    from gpuq.domain.config import load_config_text
-    from gpuq.domain.from_config import gpu_type_from_config
+    from app.domain.config import load_config_text
+    from app.domain.from_config import gpu_type_from_config
     cfg = load_config_text(
         "gpu_types: [{name: a100-80g, memory_gb: 80, weight: 10, speed: 2.5}]\n"
         "nodes: []\npools: [{name: p}]\nteams: [{name: t, pool: p}]\n")

@@ -25,10 +25,10 @@ import math
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpuq.domain.config import load_config_text
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import SchedulerConfig, TeamInfo
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from app.domain.config import load_config_text
+from app.scheduling.engine import schedule
+from app.scheduling.model import SchedulerConfig, TeamInfo
+from app.simulate.replay import ScenarioModel, Simulator, to_json
 from tests.unit.core_fixtures import job, node, running, snap, whole
 from tests.unit.stream_fixtures import Stream, Waiting, stream_model, two_team_stream
 

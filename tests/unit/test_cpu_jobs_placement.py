@@ -10,9 +10,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import SchedulerConfig
-from gpuq.scheduling.verdicts import ReasonCode
+from app.scheduling.engine import schedule
+from app.scheduling.model import SchedulerConfig
+from app.scheduling.verdicts import ReasonCode
 from tests.unit.core_fixtures import job, node, snap
 
 ON_GPU = SchedulerConfig(cpu_jobs_on_gpu_nodes=True)

@@ -2,8 +2,8 @@
 
 from dataclasses import replace
 
-from gpuq.scheduling.descheduler import deschedule
-from gpuq.scheduling.model import PoolInfo, TeamInfo
+from app.scheduling.descheduler import deschedule
+from app.scheduling.model import PoolInfo, TeamInfo
 from tests.unit.quota_sim import job, node, running, snapshot
 
 POOLS = [PoolInfo("p")]

@@ -1,6 +1,6 @@
 """The documentation cannot drift from the code, and README stays a front door.
 
-- docs/configuration.md and docs/api.md are generated (gpuq/docgen.py); these tests
+- docs/configuration.md and docs/api.md are generated (app/docgen.py); these tests
   regenerate them and compare. The fix is always the one command in the message.
 - README.md stays under 12 KB (details belong in docs/).
 - Every relative link in README.md and docs/ points to a file that exists, and a link
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuq import docgen
-from gpuq.cluster.k8s_settings import KubeSettings
-from gpuq.domain.config import GpuqConfig
-from gpuq.scheduling.model import SchedulerConfig
-from gpuq.settings import Settings
+from app import docgen
+from app.cluster.k8s_settings import KubeSettings
+from app.domain.config import GpuqConfig
+from app.scheduling.model import SchedulerConfig
+from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 README_LIMIT = 12 * 1024
@@ -37,7 +37,7 @@ def _stale_message(path: Path, expected: str) -> str:
     shown = "\n".join(diff[:40])
     return (
         f"{path.relative_to(ROOT)} is out of date with the code. Regenerate it with:\n\n"
-        f"    make docs        (or: .venv/bin/python -m gpuq.docgen)\n\n"
+        f"    make docs        (or: .venv/bin/python -m app.docgen)\n\n"
         f"and commit the result. First differences:\n{shown}"
     )
 
@@ -141,11 +141,11 @@ def test_link_checker_sees_a_broken_link(tmp_path: Path) -> None:
     ]
 
 
-CODE_PATH = re.compile(r"`((?:gpuq|bench|tests|k8s|eval|docs|migrations)/[^`\s]*)`")
+CODE_PATH = re.compile(r"`((?:app|bench|tests|k8s|eval|docs|migrations)/[^`\s]*)`")
 
 
 def _missing_code_paths(md: Path, root: Path = ROOT) -> list[str]:
-    """Repository paths quoted in backticks (`gpuq/store/jobs.py`, `tests/unit/x.py::test`)
+    """Repository paths quoted in backticks (`app/store/jobs.py`, `tests/unit/x.py::test`)
     that do not exist: a moved or deleted module leaves the docs pointing nowhere."""
     missing = []
     for m in CODE_PATH.finditer(md.read_text()):
@@ -167,11 +167,11 @@ def test_quoted_repository_paths_exist() -> None:
 
 
 def test_path_checker_sees_a_missing_path(tmp_path: Path) -> None:
-    (tmp_path / "gpuq").mkdir()
-    (tmp_path / "gpuq" / "x.py").write_text("")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "x.py").write_text("")
     md = tmp_path / "doc.md"
-    md.write_text("`gpuq/x.py::test_a` `gpuq/gone.py` `eval/*.yaml` `gpuq/`\n")
-    assert _missing_code_paths(md, tmp_path) == ["gpuq/gone.py"]
+    md.write_text("`app/x.py::test_a` `app/gone.py` `eval/*.yaml` `app/`\n")
+    assert _missing_code_paths(md, tmp_path) == ["app/gone.py"]
 
 
 class _Commented:

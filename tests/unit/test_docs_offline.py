@@ -9,10 +9,10 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from gpuq.main import create_app
-from gpuq.settings import Settings
+from app.main import create_app
+from app.settings import Settings
 
-VENDOR = Path(__file__).resolve().parents[2] / "gpuq" / "ui" / "static" / "vendor"
+VENDOR = Path(__file__).resolve().parents[2] / "app" / "ui" / "static" / "vendor"
 
 
 def test_vendored_assets_match_their_checksums():

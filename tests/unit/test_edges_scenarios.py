@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuq.domain.percentiles import percentile
-from gpuq.reports.fairness import group_stats
-from gpuq.reports.records import JobRecord
-from gpuq.simulate.command import run_simulate
+from app.domain.percentiles import percentile
+from app.reports.fairness import group_stats
+from app.reports.records import JobRecord
+from app.simulate.command import run_simulate
 
 
 def simulate(tmp_path: Path, scenario: str, policy: str = "gpuq") -> dict:
@@ -64,7 +64,7 @@ def test_summary_counts_jobs_that_never_started(tmp_path, capsys):
 
 def test_simulator_and_reports_give_the_same_percentiles(tmp_path):
     """The simulator's summary and the API's fairness report, fed the same
-    waits, agree (one implementation: gpuq/domain/percentiles.py)."""
+    waits, agree (one implementation: app/domain/percentiles.py)."""
     doc = simulate(tmp_path, NOT_STARTED)
     waits = [j["wait_s"] for j in doc["jobs"]]
     records = [
@@ -131,7 +131,7 @@ def test_case2_lease_converted_when_own_guarantee_frees_up(tmp_path):
 
 # -- case 3: unschedulable on the full inventory ---------------------------------------
 
-DEMO = (Path(__file__).resolve().parents[2] / "gpuq" / "config" / "demo.yaml").read_text()
+DEMO = (Path(__file__).resolve().parents[2] / "app" / "config" / "demo.yaml").read_text()
 
 
 def test_case3_demo_gang_of_two_whole_nodes_gets_a_true_verdict(tmp_path):

@@ -1,7 +1,7 @@
 """Smoke rules of the core interface: memory fit, gangs, quota."""
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import Snapshot, TeamInfo
+from app.scheduling.engine import schedule
+from app.scheduling.model import Snapshot, TeamInfo
 from tests.unit.core_fixtures import TWO_TYPES, job, node
 from tests.unit.core_fixtures import snap as core_snap
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpuq.scheduling.model import ReplicaPlacement
-from gpuq.simulate.all_policies import get_policy
-from gpuq.simulate.estimate import MIN_REMAINING_S, estimate_starts
+from app.scheduling.model import ReplicaPlacement
+from app.simulate.all_policies import get_policy
+from app.simulate.estimate import MIN_REMAINING_S, estimate_starts
 from tests.unit.core_fixtures import job, node, running, snap
 
 GPUQ = get_policy("gpuq")

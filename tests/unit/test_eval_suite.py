@@ -6,10 +6,10 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from gpuq.simulate.alibaba import read_nodes, read_pods
-from gpuq.simulate.alibaba_timed import build_timed_scenario
-from gpuq.simulate.philly import build_scenario, read_jobs, window
-from gpuq.simulate.suite import combine, goals, headline_table, main, run_suite
+from app.simulate.alibaba import read_nodes, read_pods
+from app.simulate.alibaba_timed import build_timed_scenario
+from app.simulate.philly import build_scenario, read_jobs, window
+from app.simulate.suite import combine, goals, headline_table, main, run_suite
 from tests.unit.openb_fixtures import write_nodes, write_pods
 from tests.unit.test_philly_builder import _philly_csv
 
@@ -119,7 +119,7 @@ def test_readme_table_is_the_committed_evaluation_report():
     """README's Evaluation table is readme_table of docs/eval/windows/suite.json, word for
     word, and the chosen settings it names are the report's, so a re-run of the evaluation
     that is not copied into the README shows here."""
-    from gpuq.simulate.suite import chosen_line, readme_table
+    from app.simulate.suite import chosen_line, readme_table
 
     root = Path(__file__).resolve().parents[2]
     doc = json.loads((root / "docs/eval/windows/suite.json").read_text())

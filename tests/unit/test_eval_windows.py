@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuq.simulate import windows as win
-from gpuq.simulate.baseline_tuning import GRIDS, label, score
-from gpuq.simulate.suite import check_disjoint, main, over_windows, readme_table, run_tuned
+from app.simulate import windows as win
+from app.simulate.baseline_tuning import GRIDS, label, score
+from app.simulate.suite import check_disjoint, main, over_windows, readme_table, run_tuned
 from tests.unit.openb_fixtures import write_nodes, write_pods
 
 

@@ -1,12 +1,12 @@
-"""Fair-share preemption (``fair_preemption``, gpuq/scheduling/fair_share.py): a team
+"""Fair-share preemption (``fair_preemption``, app/scheduling/fair_share.py): a team
 below its entitlement may stop a same-priority job of a team that stays at or above its
 own after the removal, cheaply (the victims' lost GPU-hours are bounded), never back and
 forth, never across pools."""
 
 from __future__ import annotations
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import PoolInfo, RunningJob, SchedulerConfig, TeamInfo
+from app.scheduling.engine import schedule
+from app.scheduling.model import PoolInfo, RunningJob, SchedulerConfig, TeamInfo
 from tests.unit.core_fixtures import job, node, running, snap, whole
 
 NODES = [node("a", "a100-80g", 4)]
@@ -135,15 +135,15 @@ def test_reclaim_of_a_type_share() -> None:
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from gpuq.scheduling.entitlements import (  # noqa: E402
+from app.scheduling.entitlements import (  # noqa: E402
     at_least,
     entitlements,
     held_throughput,
     within,
 )
-from gpuq.scheduling.model import gpus_held  # noqa: E402
-from gpuq.scheduling.quota import QuotaLedger, units_by_type  # noqa: E402
-from gpuq.scheduling.state import ClusterState, device_overcommitted  # noqa: E402
+from app.scheduling.model import gpus_held  # noqa: E402
+from app.scheduling.quota import QuotaLedger, units_by_type  # noqa: E402
+from app.scheduling.state import ClusterState, device_overcommitted  # noqa: E402
 from tests.unit.quota_sim import PRIO, Sim  # noqa: E402
 from tests.unit.quota_sim import job as qjob  # noqa: E402
 from tests.unit.quota_sim import node as qnode  # noqa: E402
@@ -242,7 +242,7 @@ def test_fair_share_preemption_invariants(sc) -> None:
 def test_no_rule_without_a_same_priority_job_of_another_team_in_the_pool() -> None:
     """The cycle skips the fair-share rule (and its search) when nobody could be its
     victim: the only running jobs are the waiting job's own team's, or of another tier."""
-    from gpuq.scheduling.engine import Cycle
+    from app.scheduling.engine import Cycle
 
     def cycle(sn):
         c = Cycle(sn)

@@ -10,8 +10,8 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from gpuq.domain.config import GpuqConfig, validation_problems
-from gpuq.domain.errors import error_block, error_line
+from app.domain.config import GpuqConfig, validation_problems
+from app.domain.errors import error_block, error_line
 
 BAD = """\
 gpu_types:
@@ -51,7 +51,7 @@ def test_a_block_keeps_the_greppable_first_line():
 def test_the_commands_print_the_block_and_exit_2(tmp_path, command):
     f = tmp_path / "bad.yaml"
     f.write_text(BAD)
-    r = subprocess.run([sys.executable, "-m", "gpuq.cli", *command, str(f)],
+    r = subprocess.run([sys.executable, "-m", "app.cli", *command, str(f)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
@@ -72,7 +72,7 @@ def test_malformed_yaml_shows_the_lines_and_a_caret(tmp_path, command):
     # resources: {gpus: 1 ^ expected ..."), naming "<unicode string>" for the file
     f = tmp_path / "bad.yaml"
     f.write_text(MALFORMED)
-    r = subprocess.run([sys.executable, "-m", "gpuq.cli", *command, str(f)],
+    r = subprocess.run([sys.executable, "-m", "app.cli", *command, str(f)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.rstrip("\n").splitlines()

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from gpuq.scheduling.placement import place_job
-from gpuq.scheduling.state import ClusterState
-from gpuq.simulate.alibaba import read_nodes, read_pods
-from gpuq.simulate.fill import (
+from app.scheduling.placement import place_job
+from app.scheduling.state import ClusterState
+from app.simulate.alibaba import read_nodes, read_pods
+from app.simulate.fill import (
     FILL_POLICIES,
     FillRun,
     check_placements,
@@ -20,9 +20,9 @@ from gpuq.simulate.fill import (
     run_fill,
     summarize,
 )
-from gpuq.simulate.fill_command import run_fill_command
-from gpuq.simulate.fill_core import CorePolicy
-from gpuq.simulate.fill_state import FillCluster, FillPod
+from app.simulate.fill_command import run_fill_command
+from app.simulate.fill_core import CorePolicy
+from app.simulate.fill_state import FillCluster, FillPod
 from tests.unit.openb_fixtures import random_trace, write_nodes, write_pods
 
 TINY_NODES = [("a", 8000, 1000, 2, "G2"), ("b", 4000, 1000, 1, "T4")]

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.fragmentation import (
+from app.scheduling.fragmentation import (
     FragModel,
     IntTask,
     MixEntry,
@@ -15,7 +15,7 @@ from gpuq.scheduling.fragmentation import (
     type_pressure,
     with_gpuq_terms,
 )
-from gpuq.scheduling.model import Device, GpuType, Node, ReplicaPlacement
+from app.scheduling.model import Device, GpuType, Node, ReplicaPlacement
 
 T4 = GpuType("t4", 16, 1, shareable=True)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import gc
 import threading
 
-from gpuq.scheduling import engine
-from gpuq.scheduling.engine import schedule
+from app.scheduling import engine
+from app.scheduling.engine import schedule
 from tests.unit.core_fixtures import job, node, snap
 
 

@@ -1,9 +1,9 @@
-"""The History page's pictures (gpuq/reports/history.py): queue depth, CU per GPU type
+"""The History page's pictures (app/reports/history.py): queue depth, CU per GPU type
 and each team's wait percentiles, computed from the jobs' own times."""
 
 from __future__ import annotations
 
-from gpuq.reports.history import Span, series
+from app.reports.history import Span, series
 
 NOW = 10_000.0
 

@@ -16,12 +16,12 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.books import Books
-from gpuq.scheduling.capacity_index import CapacityIndex
-from gpuq.scheduling.engine import Cycle
-from gpuq.scheduling.model import PoolInfo, RunningJob, TeamInfo
-from gpuq.scheduling.placement import try_place
-from gpuq.scheduling.state import ClusterState
+from app.scheduling.books import Books
+from app.scheduling.capacity_index import CapacityIndex
+from app.scheduling.engine import Cycle
+from app.scheduling.model import PoolInfo, RunningJob, TeamInfo
+from app.scheduling.placement import try_place
+from app.scheduling.state import ClusterState
 from tests.unit.core_fixtures import TYPES, job, node, snap, whole
 
 

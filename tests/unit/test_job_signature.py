@@ -16,8 +16,8 @@ from dataclasses import fields, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.engine import Cycle
-from gpuq.scheduling.gates import (
+from app.scheduling.engine import Cycle
+from app.scheduling.gates import (
     GATES,
     REMEMBERED,
     Memo,
@@ -26,8 +26,8 @@ from gpuq.scheduling.gates import (
     job_signature,
     signature_fields,
 )
-from gpuq.scheduling.model import JobRequest, PoolInfo, RunningJob, TeamInfo
-from gpuq.scheduling.verdicts import FIT, Fit, Verdict
+from app.scheduling.model import JobRequest, PoolInfo, RunningJob, TeamInfo
+from app.scheduling.verdicts import FIT, Fit, Verdict
 from tests.unit.core_fixtures import TYPES, job, node, snap, whole
 
 #: How to draw another value of each request field outside the signature.
@@ -164,11 +164,11 @@ SCORE_REDRAW = {
 def test_equal_score_keys_score_alike(c: Cycle, a: JobRequest, data) -> None:
     """Placement caches a node state's score by what score() declares it reads of the
     request (``placement.SCORE_READS``): requests equal there score alike everywhere."""
-    from gpuq.scheduling.capacity_index import measure
-    from gpuq.scheduling.filters import allowed_types
-    from gpuq.scheduling.modes import replica_options
-    from gpuq.scheduling.placement import SCORE_READS, fit_on_node
-    from gpuq.scheduling.scores import score
+    from app.scheduling.capacity_index import measure
+    from app.scheduling.filters import allowed_types
+    from app.scheduling.modes import replica_options
+    from app.scheduling.placement import SCORE_READS, fit_on_node
+    from app.scheduling.scores import score
 
     outside = {f.name for f in fields(JobRequest)} - score.job_reads  # type: ignore[attr-defined]
     b = replace(a, **{f: data.draw(SCORE_REDRAW[f]) for f in outside if f in SCORE_REDRAW})
@@ -188,7 +188,7 @@ def test_equal_score_keys_score_alike(c: Cycle, a: JobRequest, data) -> None:
 
 
 def test_every_field_outside_the_score_key_is_redrawn() -> None:
-    from gpuq.scheduling.scores import score
+    from app.scheduling.scores import score
 
     outside = {f.name for f in fields(JobRequest)} - score.job_reads  # type: ignore[attr-defined]
     assert outside <= set(SCORE_REDRAW) | {"min_available"}

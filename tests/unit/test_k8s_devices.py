@@ -4,7 +4,7 @@ pkg/device/nvidia/device.go): each mode is either booked exactly or not offered.
 
 from __future__ import annotations
 
-from gpuq.cluster.k8s_devices import (
+from app.cluster.k8s_devices import (
     DRA,
     EXCLUSIVE,
     HAMI,
@@ -14,8 +14,8 @@ from gpuq.cluster.k8s_devices import (
     TIME_SLICING,
     device_layer,
 )
-from gpuq.cluster.k8s_nodes import node_view
-from gpuq.cluster.k8s_settings import KubeSettings
+from app.cluster.k8s_nodes import node_view
+from app.cluster.k8s_settings import KubeSettings
 from tests.fakekube.objects import GPU_TYPES, gfd_v100, node, pod
 
 KS = KubeSettings()
@@ -110,7 +110,7 @@ def test_gpus_present_without_a_device_plugin_resource_is_dra_or_no_plugin():
 
 
 def test_another_vendor_named_by_its_own_labels():
-    from gpuq.domain.config import GpuTypeConfig
+    from app.domain.config import GpuTypeConfig
 
     types = [*GPU_TYPES,
              GpuTypeConfig(name="mi300x", memory_gb=192, weight=14, vendor="amd",

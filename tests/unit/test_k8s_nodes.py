@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuq.cluster.k8s_nodes import match_gpu_type, memory_label_gb, node_view, pod_requests
-from gpuq.cluster.k8s_settings import KubeSettings
+from app.cluster.k8s_nodes import match_gpu_type, memory_label_gb, node_view, pod_requests
+from app.cluster.k8s_settings import KubeSettings
 from tests.fakekube.objects import GPU_TYPES, article_a100, gfd_v100, node, pod
 
 KS = KubeSettings()
@@ -119,7 +119,7 @@ def test_memory_label_and_matching_helpers():
 
 
 def test_single_type_cluster_needs_no_labels():
-    from gpuq.domain.config import GpuTypeConfig
+    from app.domain.config import GpuTypeConfig
 
     only = [GpuTypeConfig(name="l4-24g", memory_gb=24, weight=3)]
     v = node_view(node("l4", {}, {"nvidia.com/gpu": "2"}), [], only, KS)
@@ -141,8 +141,8 @@ def test_label_keys_are_configurable_from_the_environment(monkeypatch):
 def test_cards_held_by_gpuq_that_vanished_stay_in_the_model():
     """A card went unhealthy (allocatable 8 -> 6) under a running gpuq job that
     holds devices 6 and 7: the core must still be able to account for it."""
-    from gpuq.scheduling.model import ReplicaPlacement
-    from gpuq.scheduling.state import ClusterState
+    from app.scheduling.model import ReplicaPlacement
+    from app.scheduling.state import ClusterState
 
     own = pod("gpuq-own", "a100-0", {"nvidia.com/gpu": "2"},
               labels={"app.kubernetes.io/managed-by": "gpuq", "gpuq.io/job-id": "j1"})

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.cluster.interface import BindRequest
-from gpuq.cluster.k8s_devices import MIG_SINGLE, DeviceLayer, UnsupportedDevice
-from gpuq.cluster.k8s_pods import accelerator_resources, build_pod, job_phase, stuck_reason
-from gpuq.cluster.k8s_settings import KubeSettings
-from gpuq.domain.from_config import gpu_type_from_config
-from gpuq.scheduling.model import ReplicaPlacement
+from app.cluster.interface import BindRequest
+from app.cluster.k8s_devices import MIG_SINGLE, DeviceLayer, UnsupportedDevice
+from app.cluster.k8s_pods import accelerator_resources, build_pod, job_phase, stuck_reason
+from app.cluster.k8s_settings import KubeSettings
+from app.domain.from_config import gpu_type_from_config
+from app.scheduling.model import ReplicaPlacement
 from tests.fakekube.objects import GPU_TYPES
 
 KS = KubeSettings()
@@ -191,7 +191,7 @@ def test_job_labels_go_on_every_pod_over_the_template_but_under_gpuqs_own():
 def test_bind_request_carries_the_specs_labels():
     from types import SimpleNamespace
 
-    from gpuq.dispatch.plan import bind_request
+    from app.dispatch.plan import bind_request
 
     row = SimpleNamespace(id=7, name="a", team="nlp", pool="training", priority="P1",
                           submitted_by=None, idempotency_key=None, revision=41,

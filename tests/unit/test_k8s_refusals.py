@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.cluster.k8s_refusals import is_permanent
+from app.cluster.k8s_refusals import is_permanent
 
 CASES = [
     (422, 'Pod "x" is invalid: spec.containers[0].image: Required value', True),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuq.cluster.k8s_pods import rejected_on
-from gpuq.cluster.k8s_rejections import RejectedNodes
+from app.cluster.k8s_pods import rejected_on
+from app.cluster.k8s_rejections import RejectedNodes
 
 
 class Clock:

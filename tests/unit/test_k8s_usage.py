@@ -8,8 +8,8 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuq.cluster.k8s_nodes import pod_holds_resources, pod_requests
-from gpuq.cluster.k8s_usage import NodeUsage, slim_pod
+from app.cluster.k8s_nodes import pod_holds_resources, pod_requests
+from app.cluster.k8s_usage import NodeUsage, slim_pod
 from tests.fakekube.objects import pod
 
 NODES = ["n0", "n1", "n2"]

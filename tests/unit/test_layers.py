@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "gpuq"
+APP = ROOT / "app"
 
 
 def test_layer_contracts_hold() -> None:

@@ -11,14 +11,14 @@ from collections import Counter
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpuq.domain.config import load_config_text
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.leases import is_expired, lease_outlived, runtime_lower_bound
-from gpuq.scheduling.model import CycleResult, PoolInfo, Snapshot
-from gpuq.scheduling.pool_steps import reclaim_only
-from gpuq.scheduling.pools import PoolLedger
-from gpuq.scheduling.state import EPS
-from gpuq.simulate.replay import ScenarioModel, Simulator
+from app.domain.config import load_config_text
+from app.scheduling.engine import schedule
+from app.scheduling.leases import is_expired, lease_outlived, runtime_lower_bound
+from app.scheduling.model import CycleResult, PoolInfo, Snapshot
+from app.scheduling.pool_steps import reclaim_only
+from app.scheduling.pools import PoolLedger
+from app.scheduling.state import EPS
+from app.simulate.replay import ScenarioModel, Simulator
 from tests.unit.quota_sim import Sim, job, node
 
 

@@ -1,7 +1,7 @@
 """Leases on a controllable clock: creation, reclaim at expiry, when_needed,
 the lender's wait bound, and the outlast warning."""
 
-from gpuq.scheduling.model import PoolInfo
+from app.scheduling.model import PoolInfo
 from tests.unit.quota_sim import Sim, job, node
 
 
@@ -143,8 +143,8 @@ def test_when_needed_pool_at_its_guarantee_is_not_entitled_to_reclaim() -> None:
     """r is guaranteed a100 too, but already runs its whole guarantee: its
     extra job may not take back the lease q gave p (only the lender, or a pool
     below its guarantee, may)."""
-    from gpuq.scheduling.leases import entitled
-    from gpuq.scheduling.model import LeaseInfo
+    from app.scheduling.leases import entitled
+    from app.scheduling.model import LeaseInfo
 
     pools = [PoolInfo(n, guaranteed={"a100": 40}, reclaim="when_needed") for n in "pqr"]
     s = Sim(nodes=[node("a0", "a100", 8), node("a1", "a100", 4)], pools=pools)

@@ -3,10 +3,10 @@ times, so a whole lease/preemption scenario can be checked from the result."""
 
 import json
 
-from gpuq.domain.config import load_config_text
-from gpuq.simulate.all_policies import get_policy
-from gpuq.simulate.command import run_simulate
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from app.domain.config import load_config_text
+from app.simulate.all_policies import get_policy
+from app.simulate.command import run_simulate
+from app.simulate.replay import ScenarioModel, Simulator, to_json
 
 SCENARIO = """
 gpu_types: [{name: a100, memory_gb: 80, weight: 10}]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuq.dispatch.loops import LoopService
+from app.dispatch.loops import LoopService
 
 
 class Flaky(LoopService):

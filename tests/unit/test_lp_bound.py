@@ -1,13 +1,13 @@
-"""The fluid LP lower bound of mean JCT (gpuq/simulate/bound.py)."""
+"""The fluid LP lower bound of mean JCT (app/simulate/bound.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuq.domain.config import load_config_text
-from gpuq.simulate.all_policies import make_policy
-from gpuq.simulate.bound import gap, lower_bound, share_closed
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from app.domain.config import load_config_text
+from app.simulate.all_policies import make_policy
+from app.simulate.bound import gap, lower_bound, share_closed
+from app.simulate.replay import ScenarioModel, Simulator, to_json
 
 pytest.importorskip("scipy", reason="the LP bound needs scipy (pip install -e '.[eval]')")
 

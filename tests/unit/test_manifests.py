@@ -14,9 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpuq.cluster.k8s_settings import KubeSettings
-from gpuq.domain.config import DEFAULT_PRIORITY_CLASSES, load_config_text
-from gpuq.domain.pod_policy import PodPolicy, check_template
+from app.cluster.k8s_settings import KubeSettings
+from app.domain.config import DEFAULT_PRIORITY_CLASSES, load_config_text
+from app.domain.pod_policy import PodPolicy, check_template
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 # Oldest and newest Kubernetes versions gpuq's manifests must be valid for.
@@ -216,7 +216,7 @@ def test_configmap_is_a_valid_gpuq_config() -> None:
 
 
 def test_node_label_examples_are_read_by_node_sync() -> None:
-    from gpuq.cluster.k8s_nodes import node_view
+    from app.cluster.k8s_nodes import node_view
 
     types = load_config_text(CONFIG.read_text()).gpu_types
     got = {}
@@ -355,7 +355,7 @@ def test_front_door_rbac_is_exactly_what_the_integrations_use() -> None:
     rights = {(g, res, verb) for r in role["rules"] for g in r["apiGroups"]
               for res in r["resources"] for verb in r["verbs"]}
     read_patch = {"get", "list", "watch", "patch"}
-    from gpuq.cluster.workloads import ADAPTORS
+    from app.cluster.workloads import ADAPTORS
 
     assert rights == {(a.group, a.plural, v) for a in ADAPTORS.values() for v in read_patch} | {
         ("", "pods", "patch"), ("", "events", "create")}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuq.metrics import GpuqMetrics, reason_category
-from gpuq.reports.alerts import Alert
-from gpuq.reports.utilization import borrowed_units, pending_counts, utilization
-from gpuq.scheduling.verdicts import Reason, ReasonCode
+from app.metrics import GpuqMetrics, reason_category
+from app.reports.alerts import Alert
+from app.reports.utilization import borrowed_units, pending_counts, utilization
+from app.scheduling.verdicts import Reason, ReasonCode
 from tests.unit.test_reports_utilization import job, snapshot
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from gpuq.metrics import GpuqMetrics
+from app.metrics import GpuqMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DASH = ROOT / "k8s" / "grafana" / "gpuq-dashboard.json"

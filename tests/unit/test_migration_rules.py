@@ -1,4 +1,4 @@
-"""Expand-then-contract, enforced on gpuq/migrations/versions (docs/upgrading.md).
+"""Expand-then-contract, enforced on app/migrations/versions (docs/upgrading.md).
 
 A release must never need the code of the previous release to stop before its
 migration runs. So, read from each migration's source (no database needed):
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-VERSIONS = Path(__file__).resolve().parents[2] / "gpuq" / "migrations" / "versions"
+VERSIONS = Path(__file__).resolve().parents[2] / "app" / "migrations" / "versions"
 RULE_SINCE = "0004"
 DROPS = {"drop_column", "drop_table", "rename_table"}
 RAW_SQL = re.compile(

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.capacity_index import measure
-from gpuq.scheduling.context import PlacementContext
-from gpuq.scheduling.filters import allowed_types
-from gpuq.scheduling.model import Device, Node
-from gpuq.scheduling.modes import replica_options
-from gpuq.scheduling.node_reads import (
+from app.scheduling.capacity_index import measure
+from app.scheduling.context import PlacementContext
+from app.scheduling.filters import allowed_types
+from app.scheduling.model import Device, Node
+from app.scheduling.modes import replica_options
+from app.scheduling.node_reads import (
     ASPECTS,
     declared,
     node_signature,
@@ -29,8 +29,8 @@ from gpuq.scheduling.node_reads import (
     signature_aspects,
     withdraw,
 )
-from gpuq.scheduling.placement import fit_on_node
-from gpuq.scheduling.scores import score
+from app.scheduling.placement import fit_on_node
+from app.scheduling.scores import score
 from tests.unit.core_fixtures import TYPES, job, snap
 
 MIG = ("3g.40gb", "2g.20gb", "1g.10gb")
@@ -145,11 +145,11 @@ def test_equal_signatures_fit_and_score_alike(pair: tuple[Node, Node], request) 
 
 def test_the_signature_is_what_filters_and_scores_declare() -> None:
     names = declared()
-    for fn in ("gpuq.scheduling.filters.node_fits_host", "gpuq.scheduling.filters.tolerates",
-               "gpuq.scheduling.filters.pick_whole", "gpuq.scheduling.filters.pick_mig",
-               "gpuq.scheduling.filters.pick_share", "gpuq.scheduling.placement.fit_on_node",
-               "gpuq.scheduling.scores.score", "gpuq.scheduling.scores.headroom_penalty",
-               "gpuq.scheduling.fragmentation.fragmentation_delta"):
+    for fn in ("app.scheduling.filters.node_fits_host", "app.scheduling.filters.tolerates",
+               "app.scheduling.filters.pick_whole", "app.scheduling.filters.pick_mig",
+               "app.scheduling.filters.pick_share", "app.scheduling.placement.fit_on_node",
+               "app.scheduling.scores.score", "app.scheduling.scores.headroom_penalty",
+               "app.scheduling.fragmentation.fragmentation_delta"):
         assert fn in names, f"{fn} declares no node reads"
     assert set(signature_aspects()) == set().union(*names.values())
     assert "labels" not in signature_aspects()  # nothing reads labels today

@@ -10,8 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_package_data_pattern_matches_a_file() -> None:
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = cfg["tool"]["setuptools"]["package-data"]["gpuq"]
-    missing = [p for p in patterns if not any((ROOT / "gpuq").glob(p))]
+    patterns = cfg["tool"]["setuptools"]["package-data"]["app"]
+    missing = [p for p in patterns if not any((ROOT / "app").glob(p))]
     assert not missing, f"package data that does not exist: {missing}"
 
 
@@ -19,6 +19,6 @@ def test_migrations_ship_with_the_package() -> None:
     """`gpuq db upgrade` runs from an installed wheel: the script template and
     every revision are inside the package."""
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = cfg["tool"]["setuptools"]["package-data"]["gpuq"]
+    patterns = cfg["tool"]["setuptools"]["package-data"]["app"]
     assert "migrations/script.py.mako" in patterns
-    assert any((ROOT / "gpuq" / "migrations" / "versions").glob("0001_*.py"))
+    assert any((ROOT / "app" / "migrations" / "versions").glob("0001_*.py"))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import random
 from datetime import datetime
 
-from gpuq.domain.config import load_config, load_config_text
-from gpuq.simulate.all_policies import POLICIES
-from gpuq.simulate.command import run_simulate
-from gpuq.simulate.philly import build_scenario, read_jobs, write_scenario
-from gpuq.simulate.replay import Simulator, to_json
-from gpuq.simulate.traces import scenario_from_trace
+from app.domain.config import load_config, load_config_text
+from app.simulate.all_policies import POLICIES
+from app.simulate.command import run_simulate
+from app.simulate.philly import build_scenario, read_jobs, write_scenario
+from app.simulate.replay import Simulator, to_json
+from app.simulate.traces import scenario_from_trace
 from tests.unit.openb_fixtures import random_trace
 
 

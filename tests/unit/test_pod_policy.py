@@ -1,4 +1,4 @@
-"""The Pod policy of a team's templates (gpuq/domain/pod_policy.py), rule by rule.
+"""The Pod policy of a team's templates (app/domain/pod_policy.py), rule by rule.
 
 Every Pod Security Standards control (baseline and restricted) is tried with
 an accepted and a refused template; then the namespace and ServiceAccount
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuq.domain.pod_policy import (
+from app.domain.pod_policy import (
     BASELINE,
     RESTRICTED,
     InstallPolicy,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.domain.pod_policy import InstallPolicy, check_pod
+from app.domain.pod_policy import InstallPolicy, check_pod
 from tests.unit.test_pod_policy import _apply, c0, paths, policy
 
 CASES = [

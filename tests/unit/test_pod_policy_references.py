@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.domain.pod_policy import PodPolicy, check_pod, check_template
-from gpuq.store.catalog_cache import CatalogView, TeamRef
+from app.domain.pod_policy import PodPolicy, check_pod, check_template
+from app.store.catalog_cache import CatalogView, TeamRef
 from tests.unit.test_pod_policy import SC_OK
 
 REFS = [
@@ -45,7 +45,7 @@ def catalog(**teams: tuple[str, ...]) -> CatalogView:
 
 @pytest.mark.parametrize("extra,path", REFS)
 def test_references_in_a_shared_namespace_are_refused(extra, path) -> None:
-    from gpuq.domain.pod_policy import InstallPolicy
+    from app.domain.pod_policy import InstallPolicy
 
     shared = catalog(nlp=(), recsys=()).pod_policy(
         catalog(nlp=(), recsys=()).teams["nlp"], InstallPolicy())
@@ -72,9 +72,9 @@ def test_references_in_a_shared_namespace_are_refused(extra, path) -> None:
 def test_a_team_with_its_own_namespace_gets_its_pods_there() -> None:
     """Before, a template without a namespace went to the shared job namespace even for
     a team with a namespace of its own."""
-    from gpuq.cluster.k8s_pods import build_pod
-    from gpuq.domain.pod_policy import InstallPolicy
-    from gpuq.scheduling.model import ReplicaPlacement
+    from app.cluster.k8s_pods import build_pod
+    from app.domain.pod_policy import InstallPolicy
+    from app.scheduling.model import ReplicaPlacement
     from tests.unit.test_k8s_pods import KS, req
 
     cat = catalog(nlp=("nlp-jobs", "nlp-batch"), recsys=())
@@ -87,7 +87,7 @@ def test_a_team_with_its_own_namespace_gets_its_pods_there() -> None:
 
 def test_a_namespace_two_teams_list_is_not_private() -> None:
     cat = catalog(nlp=("ml",), recsys=("ml",))
-    from gpuq.domain.pod_policy import InstallPolicy
+    from app.domain.pod_policy import InstallPolicy
 
     assert cat.pod_policy(cat.teams["nlp"], InstallPolicy()).private_namespaces == frozenset()
     assert PodPolicy().private_namespaces == frozenset()

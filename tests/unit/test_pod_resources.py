@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gpuq.domain.pod_resources import (
+from app.domain.pod_resources import (
     booked,
     effective_requests,
     quantity,

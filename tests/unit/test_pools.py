@@ -1,8 +1,8 @@
 """Pool accounting: guarantee, shared capacity by weight, borrowing with leases."""
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import LeaseInfo, PoolInfo
-from gpuq.scheduling.pools import Charge, PoolLedger
+from app.scheduling.engine import schedule
+from app.scheduling.model import LeaseInfo, PoolInfo
+from app.scheduling.pools import Charge, PoolLedger
 from tests.unit.quota_sim import job, node, running, snapshot
 
 A = [node("a0", "a100", 8), node("a1", "a100", 8)]  # 160 CU of a100

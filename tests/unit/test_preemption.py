@@ -1,14 +1,14 @@
 """Priority preemption: who may be a victim, which set, and what happens next."""
 
-from gpuq.scheduling.books import Books
-from gpuq.scheduling.context import PlacementContext
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import LeaseInfo, PoolInfo, ReplicaPlacement, RunningJob
-from gpuq.scheduling.placement import place_job
-from gpuq.scheduling.pools import PoolLedger
-from gpuq.scheduling.preemption import VictimTrial, candidates, find_victims
-from gpuq.scheduling.quota import QuotaLedger
-from gpuq.scheduling.state import ClusterState
+from app.scheduling.books import Books
+from app.scheduling.context import PlacementContext
+from app.scheduling.engine import schedule
+from app.scheduling.model import LeaseInfo, PoolInfo, ReplicaPlacement, RunningJob
+from app.scheduling.placement import place_job
+from app.scheduling.pools import PoolLedger
+from app.scheduling.preemption import VictimTrial, candidates, find_victims
+from app.scheduling.quota import QuotaLedger
+from app.scheduling.state import ClusterState
 from tests.unit.quota_sim import Sim, job, node, running, snapshot
 
 POOLS = [PoolInfo("p")]

@@ -9,10 +9,10 @@ job is lost (each is pending, running or finished -- exactly one).
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuq.scheduling.leases import is_expired, reclaimable_lease
-from gpuq.scheduling.model import PoolInfo
-from gpuq.scheduling.pools import PoolLedger
-from gpuq.scheduling.state import EPS, ClusterState, device_overcommitted
+from app.scheduling.leases import is_expired, reclaimable_lease
+from app.scheduling.model import PoolInfo
+from app.scheduling.pools import PoolLedger
+from app.scheduling.state import EPS, ClusterState, device_overcommitted
 from tests.unit.quota_sim import PRIO, Sim, job, node
 
 POOL_NAMES = ["p", "q", "r"]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.leases import reclaim_at_expiry
-from gpuq.scheduling.model import LeaseInfo, PoolInfo, Preemption, ReplicaPlacement, RunningJob
-from gpuq.scheduling.preemption import stop_sentence
-from gpuq.simulate.command import run_simulate
+from app.scheduling.engine import schedule
+from app.scheduling.leases import reclaim_at_expiry
+from app.scheduling.model import LeaseInfo, PoolInfo, Preemption, ReplicaPlacement, RunningJob
+from app.scheduling.preemption import stop_sentence
+from app.simulate.command import run_simulate
 from tests.unit.quota_sim import job, node, running, snapshot
 
 POOLS = [PoolInfo("p")]

@@ -1,15 +1,15 @@
-"""The article's tiers (gpuq/config/tiers.yaml) end to end on a controllable clock:
+"""The article's tiers (app/config/tiers.yaml) end to end on a controllable clock:
 P0 holds its 30%-of-A100 reservation under load, P1 yields to P0, P2 to both."""
 
 from importlib.resources import files
 
-from gpuq.domain.config import load_config_text
-from gpuq.domain.from_config import cluster_model
+from app.domain.config import load_config_text
+from app.domain.from_config import cluster_model
 from tests.unit.quota_sim import Sim, job
 
 
 def tiers_sim() -> Sim:
-    cfg = load_config_text((files("gpuq") / "config" / "tiers.yaml").read_text())
+    cfg = load_config_text((files("app") / "config" / "tiers.yaml").read_text())
     m = cluster_model(cfg)
     return Sim(
         nodes=m.nodes, pools=list(m.pools.values()), types=m.gpu_types, teams=m.teams,
@@ -86,14 +86,14 @@ def test_p1_preempts_p2_on_shared_v100() -> None:
 def test_tiers_replayed_by_the_simulator() -> None:
     """The same config through `gpuq simulate`'s replay: P0 never waits nor is
     preempted, the P1 borrowers it displaces requeue and still finish."""
-    from gpuq.simulate.all_policies import get_policy
-    from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+    from app.simulate.all_policies import get_policy
+    from app.simulate.replay import ScenarioModel, Simulator, to_json
 
     jobs = [f"  - {{name: ft{i}, team: llm, resources: {{gpus: 1, gpu_types: [a100-80g]}}, "
             f"submit_at_s: 0, runtime_s: 3000}}" for i in range(40)]
     jobs += [f"  - {{name: rec{i}, team: recsys, resources: {{gpus: 4, gpu_types: [a100-80g]}}, "
              f"submit_at_s: 300, runtime_s: 1000}}" for i in range(3)]
-    text = (files("gpuq") / "config" / "tiers.yaml").read_text() + "jobs:\n" + "\n".join(jobs)
+    text = (files("app") / "config" / "tiers.yaml").read_text() + "jobs:\n" + "\n".join(jobs)
     model = ScenarioModel.from_config(load_config_text(text))
     doc = to_json(Simulator(model, get_policy("gpuq"), "gpuq").run())
     by_name = {j["name"]: j for j in doc["jobs"]}

@@ -9,8 +9,8 @@ never borrows and its pool could not pay for the cards stopping job 12 would fre
 
 from __future__ import annotations
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import PoolInfo, TeamInfo
+from app.scheduling.engine import schedule
+from app.scheduling.model import PoolInfo, TeamInfo
 from tests.unit.quota_sim import job, node, running, snapshot
 
 NODES = [node("a0", "a100", 8), node("a1", "a100", 8)]

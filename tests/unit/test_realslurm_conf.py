@@ -1,5 +1,5 @@
 """The Slurm that bench/realslurm.py runs is configured as our Slurm model says it is
-(gpuq/simulate/baselines/slurm.py): read from the generated slurm.conf, gres.conf and
+(app/simulate/baselines/slurm.py): read from the generated slurm.conf, gres.conf and
 sbatch arguments, no daemons. Each assertion names a setting a wrong configuration would
 get wrong, so a comparison with real Slurm would compare the model with another policy."""
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.simulate.baselines.slurm import SlurmSettings
 from bench.realsched import Scenario
 from bench.realslurm import (
     Ports,
@@ -20,7 +21,6 @@ from bench.realslurm import (
     sbatch_args,
     slurm_conf,
 )
-from gpuq.simulate.baselines.slurm import SlurmSettings
 
 SCENARIO = """
 gpu_types:

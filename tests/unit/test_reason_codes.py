@@ -11,10 +11,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuq.metrics import REASON_LABELS, reason_category
-from gpuq.scheduling.descheduler import deschedule
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import (
+from app.metrics import REASON_LABELS, reason_category
+from app.scheduling.descheduler import deschedule
+from app.scheduling.engine import schedule
+from app.scheduling.model import (
     CycleResult,
     LeaseInfo,
     PoolInfo,
@@ -23,7 +23,7 @@ from gpuq.scheduling.model import (
     Snapshot,
     TeamInfo,
 )
-from gpuq.scheduling.verdicts import Reason, ReasonCode
+from app.scheduling.verdicts import Reason, ReasonCode
 from tests.unit.core_fixtures import PRIOS, TYPES, job, node, running, snap, whole
 from tests.unit.test_core_properties import POOLS, TEAMS, clusters, jobs
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import ReplicaPlacement, TeamInfo
-from gpuq.scheduling.reasons import StaticCapacity
-from gpuq.scheduling.releasing import hold_in_snapshot, hold_releasing
+from app.scheduling.engine import schedule
+from app.scheduling.model import ReplicaPlacement, TeamInfo
+from app.scheduling.reasons import StaticCapacity
+from app.scheduling.releasing import hold_in_snapshot, hold_releasing
 from tests.unit.core_fixtures import job, node, running, snap, whole
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.domain.percentiles import percentile, ratio
-from gpuq.reports.alerts import AlertThresholds, type_imbalance_alerts
-from gpuq.reports.fairness import fairness_report, group_stats
-from gpuq.reports.records import JobRecord
+from app.domain.percentiles import percentile, ratio
+from app.reports.alerts import AlertThresholds, type_imbalance_alerts
+from app.reports.fairness import fairness_report, group_stats
+from app.reports.records import JobRecord
 
 
 def rec(
@@ -137,7 +137,7 @@ def test_one_pass_report_equals_group_stats_of_every_group():
     group_stats over the records of each group (the plain definition)."""
     import random
 
-    from gpuq.reports.fairness import DIMENSIONS, group_by, in_window
+    from app.reports.fairness import DIMENSIONS, group_by, in_window
 
     rng = random.Random(5)
     records = [

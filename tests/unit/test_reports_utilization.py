@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.reports.dcgm import util_by_type
-from gpuq.reports.utilization import (
+from app.reports.dcgm import util_by_type
+from app.reports.utilization import (
     borrowed_units,
     pending_counts,
     utilization,
     utilization_report,
     wanted_type,
 )
-from gpuq.scheduling.model import (
+from app.scheduling.model import (
     Device,
     GpuType,
     JobRequest,

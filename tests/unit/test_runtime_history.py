@@ -1,5 +1,5 @@
 """Run-time predictions from a team's history of similar requests
-(gpuq/domain/runtime_history.py): the rule the dispatcher and the simulator share."""
+(app/domain/runtime_history.py): the rule the dispatcher and the simulator share."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuq.domain.config import load_config_text
-from gpuq.domain.runtime_history import MIN_RUNS, WINDOW, RunStats, RuntimeHistory, request_class
-from gpuq.scheduling.engine import schedule
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from app.domain.config import load_config_text
+from app.domain.runtime_history import MIN_RUNS, WINDOW, RunStats, RuntimeHistory, request_class
+from app.scheduling.engine import schedule
+from app.simulate.replay import ScenarioModel, Simulator, to_json
 from tests.unit.core_fixtures import job
 
 

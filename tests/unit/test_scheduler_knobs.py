@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gpuq.domain.config import AlertThresholds, GpuqConfig, load_config_text
-from gpuq.scheduling.model import SchedulerConfig
+from app.domain.config import AlertThresholds, GpuqConfig, load_config_text
+from app.scheduling.model import SchedulerConfig
 
 
 @pytest.mark.parametrize(
@@ -88,7 +88,7 @@ def test_alert_thresholds_refuse_unknown_names():
 
 def test_config_apply_dry_run_names_the_unknown_key(tmp_path, capsys):
     """``gpuq config apply --dry-run`` refuses the file before it opens a database."""
-    from gpuq.cli import main
+    from app.cli import main
 
     path = tmp_path / "gpuq.yaml"
     path.write_text("scheduler:\n  shortest_frist: false\n")

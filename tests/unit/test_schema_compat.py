@@ -1,11 +1,11 @@
-"""The compatibility rule /readyz and start-up apply (gpuq/store/migrate.judge):
+"""The compatibility rule /readyz and start-up apply (app/store/migrate.judge):
 which database schemas a given code can run on (docs/upgrading.md)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuq.store.migrate import code_revisions, judge
+from app.store.migrate import code_revisions, judge
 
 CODE = ("0001", "0002", "0003")  # this code's migrations, head 0003
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gpuq.domain.config import load_config_text
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import CycleResult, Snapshot
-from gpuq.simulate.all_policies import make_policy
-from gpuq.simulate.measures import jain
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from app.domain.config import load_config_text
+from app.scheduling.engine import schedule
+from app.scheduling.model import CycleResult, Snapshot
+from app.simulate.all_policies import make_policy
+from app.simulate.measures import jain
+from app.simulate.replay import ScenarioModel, Simulator, to_json
 from tests.unit.test_baseline_models import ONE_FLAVOR
 
 SPEEDS = """
@@ -70,7 +70,7 @@ def _facts(team: str, submit: float, end: float | None, wait: float, status: str
 
 
 def test_jobs_that_did_not_finish_count_censored_at_the_end_of_the_run():
-    from gpuq.simulate.measures import measures
+    from app.simulate.measures import measures
     done = _facts("a", 0.0, 100.0, 0.0)
     failed = _facts("b", 0.0, None, 0.0, status="failed")
     stuck = _facts("b", 500.0, None, 1500.0, status="pending")
@@ -82,7 +82,7 @@ def test_jobs_that_did_not_finish_count_censored_at_the_end_of_the_run():
 
 
 def test_worst_team_p99_only_over_teams_with_30_jobs_and_the_maximum_apart():
-    from gpuq.simulate.measures import TAIL_MIN_JOBS, measures
+    from app.simulate.measures import TAIL_MIN_JOBS, measures
     big = [_facts("big", 0.0, 100.0, float(i)) for i in range(TAIL_MIN_JOBS)]
     small = [_facts("small", 0.0, 100.0, 5000.0)]  # one job: its "P99" is its maximum
     s, _ = measures(big + small)

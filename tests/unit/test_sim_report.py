@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from gpuq.simulate.command import run_simulate
-from gpuq.simulate.report import allocation_figure, wait_cdf_figure, write_replay_report
+from app.simulate.command import run_simulate
+from app.simulate.report import allocation_figure, wait_cdf_figure, write_replay_report
 
 TEAMS = [f"team{i}" for i in range(9)]
 

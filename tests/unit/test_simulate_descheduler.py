@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import random
 
-from gpuq.domain.config import load_config_text
-from gpuq.simulate.all_policies import get_policy
-from gpuq.simulate.replay import ScenarioModel, Simulator, to_json
+from app.domain.config import load_config_text
+from app.simulate.all_policies import get_policy
+from app.simulate.replay import ScenarioModel, Simulator, to_json
 from tests.unit.test_baselines_fifo import _Checking
 
 HEAD = """

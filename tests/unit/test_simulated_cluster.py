@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.clock import ManualClock
-from gpuq.cluster.interface import BindError, BindRequest
-from gpuq.cluster.simulated import SimulatedCluster
-from gpuq.scheduling.model import ReplicaPlacement
+from app.clock import ManualClock
+from app.cluster.interface import BindError, BindRequest
+from app.cluster.simulated import SimulatedCluster
+from app.scheduling.model import ReplicaPlacement
 
 
 def req(job_id: str, devices=(0, 1), node="n0", duration=100.0, mig=()) -> BindRequest:

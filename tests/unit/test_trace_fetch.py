@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuq.simulate import trace_fetch
-from gpuq.simulate.command import ScenarioInputError, load_scenario
-from gpuq.simulate.trace_fetch import TRACES_DIR, fetch, read_sources
+from app.simulate import trace_fetch
+from app.simulate.command import ScenarioInputError, load_scenario
+from app.simulate.trace_fetch import TRACES_DIR, fetch, read_sources
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,7 +114,7 @@ def test_every_yaml_under_eval_is_a_scenario_or_says_what_it_is():
     """`gpuq simulate eval/<any>.yaml` from a clone: every file is a valid scenario (its
     trace aside), except the windows' generation rule, which says what it is and which
     files to simulate instead (it answered "unknown key 'tuning_every'")."""
-    from gpuq.domain.config import load_config
+    from app.domain.config import load_config
 
     for f in sorted((REPO / "eval").rglob("*.yaml")):
         if f.name == "windows.yaml":

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpuq.cli import app
-from gpuq.simulate.command import ScenarioInputError, load_scenario, run_simulate
-from gpuq.simulate.traces import trace_file
+from app.cli import app
+from app.simulate.command import ScenarioInputError, load_scenario, run_simulate
+from app.simulate.traces import trace_file
 from tests.unit.openb_fixtures import random_trace
 from tests.unit.test_philly_builder import _philly_csv
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuq.tuning.tuner import (
+from app.tuning.tuner import (
     ReplayOutcome,
     TunerConfig,
     TunerInputs,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuq.domain.percentiles import percentile
-from gpuq.tuning.tuner import (
+from app.domain.percentiles import percentile
+from app.tuning.tuner import (
     ReplayOutcome,
     TunerConfig,
     TunerInputs,

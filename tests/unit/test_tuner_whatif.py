@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuq.scheduling.engine import schedule
-from gpuq.scheduling.model import (
+from app.scheduling.engine import schedule
+from app.scheduling.model import (
     Device,
     GpuType,
     JobRequest,
@@ -15,8 +15,8 @@ from gpuq.scheduling.model import (
     Snapshot,
     TeamInfo,
 )
-from gpuq.tuning.tuner import TunerConfig, TunerInputs, TunerMemory, decide
-from gpuq.tuning.whatif import Arrival, make_replay, simulate_forward, with_weights
+from app.tuning.tuner import TunerConfig, TunerInputs, TunerMemory, decide
+from app.tuning.whatif import Arrival, make_replay, simulate_forward, with_weights
 
 P1 = PriorityInfo("P1", 500, True)
 

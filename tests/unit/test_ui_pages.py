@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpuq.ui.format import num, secs, when
-from gpuq.ui.render import render_text
-from gpuq.ui.views import hide_others
+from app.ui.format import num, secs, when
+from app.ui.render import render_text
+from app.ui.views import hide_others
 
 
 def test_overview_shows_types_alerts_and_unknown_util():

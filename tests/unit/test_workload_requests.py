@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuq.cluster.workloads.adaptor import Unhonourable
-from gpuq.cluster.workloads.job import JobAdaptor
-from gpuq.cluster.workloads.jobset import JobSetAdaptor
-from gpuq.cluster.workloads.pytorchjob import PyTorchJobAdaptor
-from gpuq.cluster.workloads.requests import job_spec
-from gpuq.domain.spec import JobSpec
+from app.cluster.workloads.adaptor import Unhonourable
+from app.cluster.workloads.job import JobAdaptor
+from app.cluster.workloads.jobset import JobSetAdaptor
+from app.cluster.workloads.pytorchjob import PyTorchJobAdaptor
+from app.cluster.workloads.requests import job_spec
+from app.domain.spec import JobSpec
 from tests.fakekube.objects import GPU_TYPES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "k8s" / "examples"
@@ -143,7 +143,7 @@ def test_an_unknown_workload_kind_is_refused_at_start(monkeypatch) -> None:
     """A kind with no adaptor would never be queued: the setting names the known ones."""
     import pydantic
 
-    from gpuq.cluster.k8s_settings import KubeSettings
+    from app.cluster.k8s_settings import KubeSettings
 
     monkeypatch.setenv("GPUQ_K8S_WORKLOAD_KINDS", "Job,MPIJob")
     with pytest.raises(pydantic.ValidationError, match=r"MPIJob.*known: Job, JobSet, PyTorchJob"):

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from gpuq.domain.config import MAX_NODES, load_config, load_config_text
-from gpuq.domain.yaml_input import MAX_YAML_BYTES, YamlInputError, load_yaml
-from gpuq.simulate.command import ScenarioInputError, load_scenario
+from app.domain.config import MAX_NODES, load_config, load_config_text
+from app.domain.yaml_input import MAX_YAML_BYTES, YamlInputError, load_yaml
+from app.simulate.command import ScenarioInputError, load_scenario
 
 # nine levels of ten aliases: 10^9 values once expanded, 356 bytes on disk
 BOMB = "\n".join(
@@ -83,7 +83,7 @@ def test_node_count_is_bounded():
 
 
 def test_config_apply_dry_run_answers_the_bomb_with_an_error(tmp_path):
-    from gpuq.cli import app
+    from app.cli import app
 
     path = tmp_path / "bomb.yaml"
     path.write_text(bomb_config())

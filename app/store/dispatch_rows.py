@@ -1,0 +1,71 @@
+"""The job rows the dispatcher's parts read and lock.
+
+Every statement the dispatcher issues lives in the store; its parts
+(:mod:`app.dispatch`) call these. Nothing here commits.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from app.domain.spec import job_id_number
+from app.domain.states import ACTIVE
+from app.store.orm import JobEventRow, JobRow
+
+
+def lock_job(session: Session, job_id: str) -> JobRow | None:
+    """The job (with its allocations) locked for update; None if the id is not ours."""
+    jid = job_id_number(job_id)
+    if jid is None:
+        return None
+    return session.scalar(
+        select(JobRow)
+        .where(JobRow.id == jid)
+        .options(selectinload(JobRow.allocations))
+        .with_for_update()
+    )
+
+
+def lock_jobs(
+    session: Session, job_ids: set[str], *, with_allocations: bool = True
+) -> dict[str, JobRow]:
+    """The named jobs locked for update in one query, in id order (no deadlocks
+    between two writers locking overlapping sets)."""
+    ids = [int(j) for j in job_ids if j.isdigit()]
+    if not ids:
+        return {}
+    q = select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id).with_for_update()
+    if with_allocations:
+        q = q.options(selectinload(JobRow.allocations))
+    return {str(r.id): r for r in session.scalars(q)}
+
+
+def active_states(session: Session) -> dict[str, str]:
+    """Job id -> status of every job holding capacity (ids and states only)."""
+    return {
+        str(i): st
+        for i, st in session.execute(
+            select(JobRow.id, JobRow.status).where(JobRow.status.in_(ACTIVE))
+        )
+    }
+
+
+def jobs_with_allocations(session: Session, job_ids: list[int]) -> list[JobRow]:
+    return list(
+        session.scalars(
+            select(JobRow).where(JobRow.id.in_(job_ids)).options(selectinload(JobRow.allocations))
+        )
+    )
+
+
+def retry_count(session: Session, job_id: int) -> int:
+    """How often the job's run failed and was retried (its ``retried`` events)."""
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(JobEventRow)
+            .where(JobEventRow.job_id == job_id, JobEventRow.type == "retried")
+        )
+        or 0
+    )

@@ -1,1 +1,0 @@
-"""The weight tuner's decisions, pure (no DB, no clock): see :mod:`gpuq.tuning.tuner`."""
