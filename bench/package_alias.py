@@ -14,6 +14,7 @@ import importlib.abc
 import importlib.util
 import sys
 from importlib.machinery import ModuleSpec
+from pathlib import Path
 from types import ModuleType
 
 
@@ -30,11 +31,13 @@ class _GpuqAsApp(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """Nothing: the module was executed under its own name."""
 
 
-def alias_old_package() -> str:
-    """Make ``app.*`` importable from a tree that has only ``gpuq``; the name the tree uses."""
-    if importlib.util.find_spec("app") is not None:
+def alias_old_package(tree: Path) -> str:
+    """Make ``app.*`` the package of ``tree`` (first on ``sys.path``) when it has only ``gpuq``;
+    the name the tree uses. Decided by the tree's files, not by ``find_spec``: an editable
+    install of this checkout would answer for ``app`` and compare new code with itself."""
+    if (tree / "app" / "__init__.py").exists():
         return "app"
-    if importlib.util.find_spec("gpuq") is None:
-        raise ImportError("neither app nor gpuq is importable from this tree")
-    sys.meta_path.insert(0, _GpuqAsApp())
+    if not (tree / "gpuq" / "__init__.py").exists():
+        raise ImportError(f"{tree} has neither app/ nor gpuq/")
+    sys.meta_path.insert(0, _GpuqAsApp())  # before any finder that knows this checkout's app
     return "gpuq"

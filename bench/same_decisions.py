@@ -291,7 +291,7 @@ def run(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(code))
     from package_alias import alias_old_package  # the tree may be of the package's gpuq days
 
-    pkg = importlib.import_module(alias_old_package())
+    pkg = importlib.import_module(alias_old_package(code))
     assert Path(str(pkg.__file__)).resolve().is_relative_to(code), pkg.__file__
     print(f"code: {code}; machine: {platform.machine()}, {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
