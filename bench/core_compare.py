@@ -29,10 +29,13 @@ CODE = r'''
 import hashlib, json, statistics, sys, time
 sys.path.insert(0, ".")
 from bench.core import cluster, jobs, snapshot, full_cluster_running
-try:
+import os
+if os.path.exists("app/__init__.py"):  # by the tree's files: an editable install answers for app
     from app.scheduling.engine import schedule
-except ModuleNotFoundError:  # a tree of the time the package was named gpuq
+else:  # a tree of the time the package was named gpuq
     from gpuq.scheduling.engine import schedule
+assert os.path.realpath(sys.modules[schedule.__module__].__file__).startswith(
+    os.path.realpath(os.getcwd())), "the core was not imported from the tree under test"
 repeat = int(sys.argv[1])
 nodes = cluster(10000)
 pend = jobs(10_000, seed=20_000)
