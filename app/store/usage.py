@@ -7,6 +7,7 @@ definition every usage read shares); borrowed/lent from active lease rows.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import func, select
@@ -17,10 +18,14 @@ from app.store.orm import AllocationRow, JobRow, LeaseRow, NodeRow, PoolRow, Tea
 from app.store.pool_ledger import ledger_from_db
 
 
-def pool_usage(session: Session, pool: PoolRow) -> dict[str, Any]:
+def pool_usage(
+    session: Session, pool: PoolRow, visible: Callable[[str], bool] = lambda team: True
+) -> dict[str, Any]:
     """Per GPU type: guaranteed, used, borrowed, lent, and the scheduler's view
     of them (effective guarantee, idle, shared, lendable) -- all read from one
-    ledger built from live allocations and active leases, so they agree."""
+    ledger built from live allocations and active leases, so they agree. A lease's
+    ``job_id`` is null unless ``visible(team of the job)`` (pools are shared, jobs
+    are not: as ``GET /v1/leases``)."""
     ledger = ledger_from_db(session)
     name = pool.name
     types = list(
@@ -47,10 +52,11 @@ def pool_usage(session: Session, pool: PoolRow) -> dict[str, Any]:
     }
     active_leases = [
         {"id": str(r.id), "borrower": r.borrower, "lender": r.lender, "gpu_type": r.gpu_type,
-         "units": r.units, "job_id": str(r.job_id), "started_at": r.started_at,
-         "expires_at": r.expires_at, "state": r.state}
-        for r in session.scalars(
-            select(LeaseRow)
+         "units": r.units, "job_id": str(r.job_id) if visible(team) else None,
+         "started_at": r.started_at, "expires_at": r.expires_at, "state": r.state}
+        for r, team in session.execute(
+            select(LeaseRow, JobRow.team)
+            .join(JobRow, JobRow.id == LeaseRow.job_id)
             .where(LeaseRow.state == "active",
                    (LeaseRow.borrower == pool.name) | (LeaseRow.lender == pool.name))
             .order_by(LeaseRow.id)

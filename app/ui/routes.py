@@ -242,7 +242,8 @@ def nodes(request: Request, session: SessionDep, viewer: ViewerDep) -> HTMLRespo
 @router.get("/pools", response_class=HTMLResponse)
 def pools(request: Request, session: SessionDep, viewer: ViewerDep) -> HTMLResponse:
     pool_rows = catalog.list_named(session, PoolRow)
-    data = [{**catalog.pool_dict(r), "usage": pool_usage(session, r)} for r in pool_rows]
+    data = [{**catalog.pool_dict(r), "usage": pool_usage(session, r, viewer.may_see)}
+            for r in pool_rows]
     leases = [
         {**jsonable_encoder(lease_out(lease)), "visible": viewer.may_see(team)}
         for lease, team in session.execute(

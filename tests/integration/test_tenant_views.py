@@ -1,6 +1,6 @@
 """A team token sees only its own team's jobs, also where jobs appear beside shared
-objects: node allocations and borrow leases (they showed other teams' job ids), and
-job ids in paths are the documented ASCII digits (``%201`` and ``١`` read as job 1)."""
+objects: node allocations, borrow leases and pools' usage (they showed other teams' job
+ids), and job ids in paths are the documented ASCII digits (``%201`` and ``١`` read as job 1)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,14 @@ def test_leases_hide_other_teams_job_ids(client, admin, team_token, dispatcher,
     assert [x["job_id"] for x in nlp] == [jid]
     recsys = client.get("/v1/leases", headers=team_token("recsys")).json()
     assert [(x["job_id"], x["borrower"], x["units"]) for x in recsys] == [(None, "training", 20)]
+    # the same leases in both pools' usage (it named the job to every token)
+    for pool in ("training", "mixed"):
+        def usage(headers, pool=pool):
+            r = client.get(f"/v1/pools/{pool}/usage", headers=headers)
+            assert r.status_code == 200, r.text
+            return [(x["job_id"], x["units"]) for x in r.json()["leases"]]
+        assert usage(admin) == usage(team_token("nlp")) == [(jid, 20)]
+        assert usage(team_token("recsys")) == [(None, 20)]
 
 
 def test_job_id_paths_are_ascii_digits(client, admin, dispatcher):

@@ -62,5 +62,8 @@ def delete_pool(name: NamePath, session: SessionDep, by: AdminWriteDep) -> None:
 
 
 @router.get("/{name}/usage")
-def get_pool_usage(name: NamePath, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
-    return for_people(pool_usage(session, catalog.get_named(session, PoolRow, name)))
+def get_pool_usage(name: NamePath, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+    """Per GPU type: guaranteed, used, borrowed, lent; the active leases, whose
+    ``job_id`` is null for a team token on leases of other teams' jobs."""
+    pool = catalog.get_named(session, PoolRow, name)
+    return for_people(pool_usage(session, pool, principal.may_act_for))
