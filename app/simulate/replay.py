@@ -144,6 +144,8 @@ class SimulationResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     capacity_units: dict[str, float] = field(default_factory=dict)
     busy_unit_seconds: dict[str, float] = field(default_factory=dict)
+    # when the last run of any job stopped (finished, failed, preempted or reclaimed)
+    busy_until_s: float = 0.0
     cycles: int = 0
     descheduler_ticks: int = 0  # ticks at which the descheduler was asked to decide
 
@@ -204,9 +206,13 @@ def to_json(result: SimulationResult) -> dict[str, Any]:
             team["jct"].append(j.end_s - j.submit_s)
             team["finished"].append(1)
     makespan = max(0.0, last_end - first_submit)
+    # capacity over the span the CU-seconds were held in: a run stopped after the last
+    # job ended (a job left pending) is counted, so is its time (over makespan_s alone,
+    # utilization exceeded 1)
+    span = max(makespan, result.busy_until_s - first_submit)
     util = {}
     for t, cap in result.capacity_units.items():
-        denom = cap * makespan
+        denom = cap * span
         util[t] = round(result.busy_unit_seconds.get(t, 0.0) / denom, 6) if denom > 0 else 0.0
     summary: dict[str, Any] = {
         "jobs": len(result.jobs),
@@ -259,6 +265,7 @@ class Simulator:
         self.pending: dict[int, SimJob] = {}
         self.running: dict[int, SimJob] = {}
         self.busy: dict[str, float] = defaultdict(float)
+        self.busy_until = 0.0  # when the last run stopped
         self.cycles = 0
         self.lease_seq = 0
         self.static_cache: dict = {}  # the nodes never change during a replay
@@ -396,6 +403,7 @@ class Simulator:
         return SimulationResult(
             self.policy_name, self.jobs, self.events,
             capacity_units=self._capacity(), busy_unit_seconds=dict(self.busy),
+            busy_until_s=self.busy_until,
             cycles=self.cycles, descheduler_ticks=self.descheduler_ticks,
         )
 
@@ -571,6 +579,7 @@ class Simulator:
         did not finish: a restarted run starts over)."""
         del self.running[j.index]
         elapsed = self.now - (j.start_s if j.start_s is not None else self.now)
+        self.busy_until = max(self.busy_until, self.now)
         types = self.model.cluster.gpu_types
         for p in j.placements:
             if p.gpu_type:

@@ -131,3 +131,32 @@ def test_static_cache_changes_no_decision() -> None:
     plain = to_json(NoCache(m, schedule).run())
     assert cached == plain
     assert cached["summary"]["finished"] > 40
+
+
+def test_utilization_counts_runs_that_end_after_the_last_finish() -> None:
+    """A run stopped after the last job finished (a preempted job left pending) held its
+    cards until it stopped: utilization is a share of capacity over a span that covers
+    it (it was 3.25 of the A100s' capacity here, measured over makespan_s alone)."""
+    text = SCENARIO.split("jobs:")[0] + """
+jobs:
+  - {name: short, team: x, submit_at_s: 0, runtime_s: 50, resources: {gpus: 1, gpu_types: [a100-80g]}}
+  - {name: long, team: y, submit_at_s: 0, runtime_s: 1000, resources: {gpus: 3, gpu_types: [a100-80g]}}
+  - {name: late, team: x, submit_at_s: 200, runtime_s: 10, resources: {gpus: 9}}
+"""
+
+    def stop_long_at_200(snap: Snapshot) -> CycleResult:
+        res = schedule(snap)
+        if snap.now == 200 and any(r.request.id == "1" for r in snap.running):
+            res.preemptions.append(Preemption("1", "test"))
+        res.admissions = [a for a in res.admissions if not (a.job_id == "1" and snap.now > 0)]
+        return res
+
+    doc = to_json(Simulator(ScenarioModel.from_config(load_config_text(text)),
+                            stop_long_at_200).run())
+    jobs = {j["name"]: j for j in doc["jobs"]}
+    assert jobs["short"]["end_s"] == 50 and jobs["long"]["status"] == "pending"
+    s = doc["summary"]
+    assert s["makespan_s"] == 50  # as documented: a job left pending does not extend it
+    # 10 CU x 50 s + 30 CU x 200 s over 40 CU x 200 s
+    assert abs(s["utilization"]["a100-80g"] - (500 + 6000) / (40 * 200)) < 1e-6
+    assert all(0 <= u <= 1 for u in s["utilization"].values())
