@@ -139,8 +139,10 @@ def test_utilization_counts_runs_that_end_after_the_last_finish() -> None:
     it (it was 3.25 of the A100s' capacity here, measured over makespan_s alone)."""
     text = SCENARIO.split("jobs:")[0] + """
 jobs:
-  - {name: short, team: x, submit_at_s: 0, runtime_s: 50, resources: {gpus: 1, gpu_types: [a100-80g]}}
-  - {name: long, team: y, submit_at_s: 0, runtime_s: 1000, resources: {gpus: 3, gpu_types: [a100-80g]}}
+  - {name: short, team: x, submit_at_s: 0, runtime_s: 50,
+     resources: {gpus: 1, gpu_types: [a100-80g]}}
+  - {name: long, team: y, submit_at_s: 0, runtime_s: 1000,
+     resources: {gpus: 3, gpu_types: [a100-80g]}}
   - {name: late, team: x, submit_at_s: 200, runtime_s: 10, resources: {gpus: 9}}
 """
 
