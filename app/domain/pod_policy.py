@@ -657,6 +657,9 @@ def _is_accelerator(name: str, gpu_resources: frozenset[str]) -> bool:
 
 _VOLUME_REFS = {"secret": "Secret", "configMap": "ConfigMap",
                 "persistentVolumeClaim": "PersistentVolumeClaim", "csi": "CSI volume"}
+# where the other volume sources name a Secret (cephfs, rbd, iscsi, flexVolume, scaleIO,
+# storageos: secretRef; azureFile: secretName)
+_SECRET_FIELDS = ("secretRef", "secretName")
 
 
 def reference_violations(
@@ -686,6 +689,17 @@ def reference_violations(
         for key, kind in _VOLUME_REFS.items():
             if key in v:
                 out.append(Violation(f"{sp}.volumes[{i}].{key}", why.format(kind=kind)))
+        for key, source in v.items():  # cephfs, rbd, iscsi, flexVolume, azureFile, ...
+            for name in _SECRET_FIELDS:
+                if key not in _VOLUME_REFS and isinstance(source, dict) and name in source:
+                    out.append(Violation(f"{sp}.volumes[{i}].{key}.{name}",
+                                         why.format(kind="Secret")))
+        claim = (((v.get("ephemeral") or {}).get("volumeClaimTemplate") or {}).get("spec")
+                 or {})
+        for name in ("dataSource", "dataSourceRef"):  # a clone of a PVC or a snapshot
+            if claim.get(name):
+                out.append(Violation(f"{sp}.volumes[{i}].ephemeral.volumeClaimTemplate.spec.{name}",
+                                     why.format(kind="volume data source")))
         for j, src in enumerate(((v.get("projected") or {}).get("sources")) or []):
             for key in ("secret", "configMap"):
                 if isinstance(src, dict) and key in src:

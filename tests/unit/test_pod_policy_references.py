@@ -1,7 +1,9 @@
 """The namespace is the tenant boundary: as team nlp, templates naming
 recsys's Secret, PVC, a secretKeyRef and a secrets-store CSI volume all got 201 in
-the namespace every team shared. References are refused unless the Pod runs in a
-namespace this team alone uses; checked at submit and again at bind."""
+the namespace every team shared (later also: an ephemeral volume cloning recsys's PVC
+or snapshot, and a baseline team's cephfs/rbd/iscsi/flexVolume/azureFile Secret).
+References are refused unless the Pod runs in a namespace this team alone uses;
+checked at submit and again at bind."""
 
 from __future__ import annotations
 
@@ -27,6 +29,31 @@ REFS = [
     ({"envFrom": [{"configMapRef": {"name": "recsys-conf"}}]},
      "containers[0].envFrom[0].configMapRef"),
     ({"imagePullSecrets": [{"name": "recsys-registry"}]}, "spec.imagePullSecrets"),
+    # an ephemeral volume (restricted allows it) whose claim clones recsys's PVC or restores
+    # its snapshot: was accepted in the shared namespace
+    ({"volumes": [{"name": "e", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+        "dataSource": {"kind": "PersistentVolumeClaim", "name": "recsys-checkpoints"}}}}}]},
+     "spec.volumes[0].ephemeral.volumeClaimTemplate.spec.dataSource"),
+    ({"volumes": [{"name": "e", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+        "dataSourceRef": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
+                          "name": "recsys-snap"}}}}}]},
+     "spec.volumes[0].ephemeral.volumeClaimTemplate.spec.dataSourceRef"),
+]
+
+# volume sources baseline allows that name a Secret of the Pod's namespace: were accepted
+# in the shared namespace for a baseline team
+BASELINE_SECRET_REFS = [
+    ({"cephfs": {"monitors": ["10.0.0.1:6789"], "secretRef": {"name": "recsys"}}},
+     "cephfs.secretRef"),
+    ({"rbd": {"monitors": ["10.0.0.1"], "image": "i", "secretRef": {"name": "recsys"}}},
+     "rbd.secretRef"),
+    ({"iscsi": {"targetPortal": "10.0.0.1", "iqn": "iqn.x", "lun": 0,
+                "secretRef": {"name": "recsys"}}}, "iscsi.secretRef"),
+    ({"flexVolume": {"driver": "example.com/nfs", "secretRef": {"name": "recsys"}}},
+     "flexVolume.secretRef"),
+    ({"azureFile": {"secretName": "recsys", "shareName": "data"}}, "azureFile.secretName"),
 ]
 
 
@@ -67,6 +94,24 @@ def test_references_in_a_shared_namespace_are_refused(extra, path) -> None:
     # but naming the shared job namespace brings the refusal back
     t["metadata"]["namespace"] = "gpuq-jobs"
     assert check_template(t, own)
+
+
+@pytest.mark.parametrize("source,path", BASELINE_SECRET_REFS)
+def test_secrets_named_by_other_volume_sources_stay_in_the_tenant_namespace(source, path):
+    from app.domain.pod_policy import InstallPolicy
+
+    def policy(**teams: tuple[str, ...]):
+        refs = {n: TeamRef(n, "p", (), "P1", namespaces=ns, pod_security="baseline")
+                for n, ns in teams.items()}
+        cat = CatalogView(revision=1, teams=refs, pools={}, priorities={}, types={})
+        return cat.pod_policy(cat.teams["nlp"], InstallPolicy())
+
+    t = template({"volumes": [{"name": "v", **source}]})
+    shared = policy(nlp=(), recsys=())
+    assert [v.path for v in check_template(t, shared)] == [f"pod_template.spec.volumes[0].{path}"]
+    pod = {"metadata": {"namespace": "gpuq-jobs"}, "spec": t["spec"]}
+    assert [v.path for v in check_pod(pod, shared)] == [f"spec.volumes[0].{path}"]
+    assert check_template(t, policy(nlp=("nlp",), recsys=())) == []  # its own namespace
 
 
 def test_a_team_with_its_own_namespace_gets_its_pods_there() -> None:
