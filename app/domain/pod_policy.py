@@ -626,6 +626,15 @@ def owned_field_violations(
                 f"{base['spec']}.tolerations[{i}]",
                 f"gpuq adds the toleration for {t.get('key')!r} on the nodes it places on",
             ))
+        elif (isinstance(t, dict) and not t.get("key") and t.get("operator") == "Exists"
+              and policy.install.tolerated_taints):
+            # Kubernetes: an empty key with Exists tolerates every taint, gpuq's included
+            out.append(Violation(
+                f"{base['spec']}.tolerations[{i}]",
+                "a toleration without a key tolerates every taint, those gpuq tolerates "
+                f"itself ({', '.join(policy.install.tolerated_taints)}) included; name the "
+                "taint's key",
+            ))
     for path, c in containers(spec, base["spec"]):
         res = c.get("resources") or {}
         for part in ("requests", "limits"):

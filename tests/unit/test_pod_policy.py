@@ -301,6 +301,12 @@ OWNED: list[tuple[Mutation, str]] = [
     (lambda t: t["spec"].update(
         tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
      "spec.tolerations[0]"),
+    # no key: tolerates every taint, nvidia.com/gpu included (was accepted)
+    (lambda t: t["spec"].update(tolerations=[{"key": "team", "operator": "Exists"},
+                                             {"operator": "Exists"}]),
+     "spec.tolerations[1]"),
+    (lambda t: t["spec"].update(tolerations=[{"operator": "Exists", "effect": "NoSchedule"}]),
+     "spec.tolerations[0]"),
     (lambda t: c0(t).update(env=[{"name": "GPUQ_RANK", "value": "0"}]),
      "containers[0].env[0].name"),
 ]
