@@ -20,7 +20,7 @@ def parse_scope(scope: str, field: str = "scope") -> tuple[str | None, bool]:
     """``(team or None for admin, read_only)``; anything else is an :class:`InputError`."""
     if scope == ADMIN_SCOPE:
         return None, False
-    m = _TEAM_SCOPE.match(scope)
+    m = _TEAM_SCOPE.fullmatch(scope)
     if m is None:
         raise InputError(
             f"{scope!r} is not a scope: use 'admin', 'team:<name>' or 'team:<name>:read'", field

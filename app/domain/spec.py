@@ -48,7 +48,7 @@ MAX_GPUS_PER_REPLICA = 64
 
 def check_dns_label(value: str, field: str = "name") -> str:
     """Names become Pod names and label values, so they must be DNS labels."""
-    if not DNS_LABEL.match(value):
+    if not DNS_LABEL.fullmatch(value):
         raise ValueError(
             f"{field} {value!r} must be a DNS label: lowercase letters, digits and '-', "
             "1-63 characters, starting and ending with a letter or digit"
@@ -61,7 +61,7 @@ def dns_label_like(value: str) -> str | None:
     """The DNS label nearest ``value`` (``My_Job`` -> ``my-job``), to show as the fix;
     None when nothing of it is left."""
     near = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", value.lower()))[:63].strip("-")
-    return near if near and DNS_LABEL.match(near) else None
+    return near if near and DNS_LABEL.fullmatch(near) else None
 
 
 _NAME_RX = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
@@ -85,15 +85,15 @@ def check_labels(labels: dict[str, str]) -> dict[str, str]:
     from app.domain.pod_policy import OWNED_KEY_PREFIX, OWNED_LABELS
 
     for key, value in labels.items():
-        prefix, _, name = key.rpartition("/")
-        if (prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN.match(prefix))) or not (
-            LABEL_NAME.match(name)
+        prefix, slash, name = key.rpartition("/")
+        if (slash and (len(prefix) > 253 or not DNS_SUBDOMAIN.fullmatch(prefix))) or not (
+            LABEL_NAME.fullmatch(name)
         ):
             raise ValueError(
                 f"labels: key {key!r} is not a Kubernetes label key ([prefix/]name, the name "
                 "1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
             )
-        if value and not LABEL_NAME.match(value):
+        if value and not LABEL_NAME.fullmatch(value):
             raise ValueError(
                 f"labels.{key}: value {value!r} is not a Kubernetes label value (empty, or "
                 "1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
@@ -105,7 +105,7 @@ def check_labels(labels: dict[str, str]) -> dict[str, str]:
 
 def check_dns_subdomain(value: str, field: str = "name") -> str:
     """ServiceAccount (and most other Kubernetes object) names: RFC 1123 subdomains."""
-    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+    if len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
         raise ValueError(
             f"{field} {value!r} must be a DNS subdomain: lowercase letters, digits, '-' and "
             "'.', at most 253 characters, starting and ending with a letter or digit"

@@ -40,6 +40,12 @@ BAD_JOBS = [
     ("negative duration", job_body(duration_estimate_s=-1), 422, "duration_estimate_s"),
     ("name not a DNS label", job_body(name="Bad_Name!"), 422, "name"),
     ("name too long", job_body(name="a" * 64), 422, "name"),
+    # Python's `$` matches before a final newline: these were 201 (a Pod name and labels
+    # the API server refuses, at bind)
+    ("name with a trailing newline", job_body(name="train\n"), 422, "name"),
+    ("label value with a trailing newline", job_body(labels={"app": "x\n"}), 422, "labels"),
+    ("label key with a trailing newline", job_body(labels={"app\n": "x"}), 422, "labels"),
+    ("label key with an empty prefix", job_body(labels={"/app": "x"}), 422, "labels"),
     ("unknown field", {**job_body(), "colour": "red"}, 422, "colour"),
     ("bad placement", job_body(placement="scatter"), 422, "placement"),
     ("replicas with gpu_units", {**_res(gpu_units=20), "replicas": 2}, 422, "replicas"),
@@ -96,6 +102,9 @@ def test_not_json_and_oversized_bodies(client, admin, session_factory):
         ),
         ("/v1/teams", {"name": "t1", "pool": "mixed", "quota_units": -3}, "quota_units"),
         ("/v1/priority-classes", {"name": "", "value": 1}, "name"),
+        ("/v1/teams", {"name": "ops\n", "pool": "mixed"}, "name"),  # was 201
+        ("/v1/teams", {"name": "ops", "pool": "mixed", "namespaces": ["ops-jobs\n"]},
+         "namespaces"),
     ],
 )
 def test_bad_catalog_writes(client, admin, path, body, field):
