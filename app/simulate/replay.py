@@ -249,7 +249,7 @@ def to_json(result: SimulationResult) -> dict[str, Any]:
 class Simulator:
     """Virtual-time replay; subclass or override the hooks for baselines."""
 
-    max_failures = 3
+    max_failures = 3  # requeues after a failed run; the next failure ends the job failed
 
     def __init__(self, model: ScenarioModel, policy: Policy, policy_name: str = "gpuq",
                  seed: int = 42) -> None:
@@ -335,9 +335,10 @@ class Simulator:
         return job.runtime_s / speed, "finish"
 
     def on_fail(self, job: SimJob) -> None:
-        """A run failed: requeue up to ``max_failures`` times, then give up."""
+        """A run failed: requeue up to ``max_failures`` times, then give up (the run after
+        the last requeue is the last: ``max_failures`` + 1 runs in all)."""
         job.failures += 1
-        if job.failures >= self.max_failures:
+        if job.failures > self.max_failures:
             job.status = "failed"
             job.end_s = self.now
         else:

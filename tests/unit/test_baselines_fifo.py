@@ -38,14 +38,19 @@ def test_registered_by_name():
     assert POLICIES["fifo-count"] is fifo_count and POLICIES["fifo-typed"] is fifo_typed
 
 
-def test_fifo_count_lands_on_too_small_card_and_fails_three_times():
+def test_fifo_count_lands_on_too_small_card_and_is_requeued_three_times():
+    """Out of memory 60 s after each start, requeued at most 3 times, then ``failed``:
+    four runs (the old code gave up after the third run, two requeues)."""
     doc = to_json(Simulator(_model(), fifo_count, "fifo-count").run())
     (job,) = doc["jobs"]
     assert job["status"] == "failed"
     assert job["allocations"][0]["gpu_type"] == "v100-16g"  # first node, memory ignored
     fails = [e for e in doc["events"] if e["type"] == "fail"]
-    assert [e["t"] for e in fails] == [OOM_AFTER_S, 2 * OOM_AFTER_S, 3 * OOM_AFTER_S]
-    assert job["end_s"] == 3 * OOM_AFTER_S
+    assert [e["t"] for e in fails] == [k * OOM_AFTER_S for k in (1, 2, 3, 4)]
+    admits = [e for e in doc["events"] if e["type"] == "admit"]
+    assert len(admits) == 4  # the first start and 3 requeues
+    assert job["end_s"] == 4 * OOM_AFTER_S
+    assert doc["summary"]["restarts"] == 4 and doc["summary"]["failed"] == 1
 
 
 def test_fifo_typed_and_gpuq_respect_memory():
