@@ -330,6 +330,13 @@ class JobSpec(BaseModel):
         default_factory=dict, max_length=64, json_schema_extra=LABELS_SCHEMA,
         description="put on every Pod of the job (Kubernetes labels; gpuq's own keys win)",
     )
+    # also accepted beside the other job-level fields; kept in resources (excluded from
+    # dumps, so stored specs and idempotency hashes have it in one place only)
+    allow_mixed_types: bool | None = Field(
+        default=None, exclude=True,
+        description="the same as `resources.allow_mixed_types` (either place; not both "
+        "with different values)",
+    )
     # unset: the cluster-wide GPUQ_K8S_MAX_RETRIES restarts apply
     failure_policy: FailurePolicy | None = Field(
         default=None, description="what a failed run does; unset: the install's "
@@ -350,6 +357,21 @@ class JobSpec(BaseModel):
     @classmethod
     def _labels_are_kubernetes_labels(cls, v: dict[str, str]) -> dict[str, str]:
         return check_labels(v)
+
+    @model_validator(mode="after")
+    def _mixed_types_in_resources(self) -> JobSpec:
+        """``allow_mixed_types`` given at the job's level goes into ``resources``."""
+        mixed = self.allow_mixed_types
+        if mixed is not None:
+            res = self.resources
+            if "allow_mixed_types" in res.model_fields_set and res.allow_mixed_types != mixed:
+                raise ValueError(
+                    "allow_mixed_types: given twice with different values (here and in "
+                    "resources); give it once"
+                )
+            res.allow_mixed_types = mixed
+            self.allow_mixed_types = None
+        return self
 
     @model_validator(mode="after")
     def _gang_shape(self) -> JobSpec:

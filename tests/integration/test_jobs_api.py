@@ -23,6 +23,8 @@ JOB_FIELDS = {
     "allocations",
     "lease",
     "spec",
+    "estimated_start",
+    "reason_code",
 }
 
 
@@ -157,3 +159,25 @@ def test_labels_are_checked_kept_and_never_silently_dropped(client, admin):
     r = client.post("/v1/jobs", json={**base, "labels": good}, headers=admin)
     assert r.status_code == 201, r.json()
     assert client.get(f"/v1/jobs/{r.json()['id']}", headers=admin).json()["spec"]["labels"] == good
+
+
+def test_allow_mixed_types_is_taken_at_the_job_level_too(client, admin, dispatcher):
+    """The job spec's ``allow_mixed_types`` is accepted beside ``topology`` as well as in
+    ``resources`` (the old code refused it there: 422 "unknown field (did you mean
+    allow_mixed_types?)"), and a gpu_units job then combines types."""
+    # 145 CU of training's types: more than all its A100s (140 CU with the MIG slices)
+    body = {"name": "mixed", "team": "nlp", "allow_mixed_types": True,
+            "resources": {"gpu_units": 145}, "duration_estimate_s": 100}
+    r = client.post("/v1/jobs", json=body, headers=admin)
+    assert r.status_code == 201, r.text
+    spec = r.json()["spec"]
+    assert spec["resources"]["allow_mixed_types"] is True and "allow_mixed_types" not in spec
+    dispatcher.run_once()
+    got = client.get(f"/v1/jobs/{r.json()['id']}", headers=admin).json()
+    assert got["status"] in ("admitted", "running"), got["reason"]
+    assert {a["gpu_type"] for a in got["allocations"]} == {"a100-80g", "v100-16g"}
+    # given in both places with different values: a 422 naming it, nothing written
+    both = dict(body, name="both", resources={"gpu_units": 10, "allow_mixed_types": False})
+    r = client.post("/v1/jobs", json=both, headers=admin)
+    assert r.status_code == 422 and "allow_mixed_types" in r.json()["detail"]
+    assert len(client.get("/v1/jobs", headers=admin).json()["items"]) == 1

@@ -48,7 +48,8 @@ FITS = {"cpu": 32, "memory_gb": 128, "gpus": 8, "gpu_units": 40, "min_gpu_memory
 
 def _job(spec: object) -> None:
     """A job spec names an existing team, pool, priority, GPU types and MIG profile,
-    and (a comparison JSON Schema cannot state) min_available <= replicas; its
+    and (comparisons JSON Schema cannot state) min_available <= replicas and one
+    allow_mixed_types; its
     pod_template is checked against Kubernetes' own schema, not carried here."""
     if not isinstance(spec, dict):
         return
@@ -57,6 +58,8 @@ def _job(spec: object) -> None:
     spec.pop("priority", None)
     spec["pod_template"] = {}
     spec.pop("min_available", None)
+    # allowed in either place, not in both with different values
+    spec.pop("allow_mixed_types", None)
     reps = spec.get("replicas")
     if isinstance(reps, int | float) and not isinstance(reps, bool):  # 58.0 is a count too
         spec["replicas"] = min(reps, 2)
