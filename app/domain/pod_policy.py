@@ -153,7 +153,8 @@ def check_template(
     errors = schema_violations(template, policy.install.kubernetes_version, where)
     if errors:
         return errors
-    out = owned_field_violations(meta, spec, policy, base)
+    out = metadata_violations(meta, base)
+    out += owned_field_violations(meta, spec, policy, base)
     out += device_violations(meta, spec, policy, base, template=True)
     out += access_violations(meta, spec, policy, base)
     out += reference_violations(meta, spec, policy, base)
@@ -246,6 +247,40 @@ def _path(where: str, parts: Iterable[Any]) -> str:
 
 def _short(message: str) -> str:
     return message if len(message) <= 200 else message[:197] + "..."
+
+
+# Kubernetes' cap on the size of an object's annotations, keys and values together
+# (apimachinery ValidateAnnotationsSize, TotalAnnotationSizeLimitB)
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+
+
+def metadata_violations(meta: Mapping[str, Any], base: dict[str, str]) -> list[Violation]:
+    """Label keys and values and annotation keys the API server refuses on the Pod
+    (``IsQualifiedName``, ``IsValidLabelValue``), and annotations over 256 KiB. The
+    schema types them as plain strings: such a template passed submit and its Pods
+    failed to be created, at bind."""
+    from app.domain.spec import is_label_key, is_label_value
+
+    out = []
+    for k, v in (meta.get("labels") or {}).items():
+        if not is_label_key(k):
+            out.append(Violation(f"{base['meta']}.labels.{k}", "not a Kubernetes label key "
+                                 "([prefix/]name, the name 1-63 letters, digits, '-', '_', '.', "
+                                 "starting and ending with a letter or digit)"))
+        elif not is_label_value(v):
+            out.append(Violation(f"{base['meta']}.labels.{k}", f"value {v!r} is not a "
+                                 "Kubernetes label value (empty, or 1-63 letters, digits, "
+                                 "'-', '_', '.', starting and ending with a letter or digit)"))
+    annotations = meta.get("annotations") or {}
+    for k in annotations:
+        if not is_label_key(k):
+            out.append(Violation(f"{base['meta']}.annotations.{k}",
+                                 "not a Kubernetes annotation key ([prefix/]name, as a label key)"))
+    size = sum(len(k.encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        out.append(Violation(f"{base['meta']}.annotations",
+                             f"{size} bytes, over Kubernetes' {MAX_ANNOTATIONS_BYTES}"))
+    return out
 
 
 # -- helpers over containers ----------------------------------------------------

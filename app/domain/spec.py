@@ -78,6 +78,20 @@ LABELS_SCHEMA: dict[str, Any] = {
 }
 
 
+def is_label_key(key: str) -> bool:
+    """A Kubernetes label or annotation key (apimachinery ``IsQualifiedName``): an
+    optional DNS-subdomain prefix and '/', then a name of 1-63 characters."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not DNS_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return LABEL_NAME.fullmatch(name) is not None
+
+
+def is_label_value(value: str) -> bool:
+    """A Kubernetes label value (``IsValidLabelValue``): empty, or a name of 1-63."""
+    return not value or LABEL_NAME.fullmatch(value) is not None
+
+
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
     """A job's ``labels`` go onto its Pods, so each must be a Kubernetes label (key: an
     optional DNS-subdomain prefix and '/', then a name of 1-63 characters; value: empty
@@ -85,15 +99,12 @@ def check_labels(labels: dict[str, str]) -> dict[str, str]:
     from app.domain.pod_policy import OWNED_KEY_PREFIX, OWNED_LABELS
 
     for key, value in labels.items():
-        prefix, slash, name = key.rpartition("/")
-        if (slash and (len(prefix) > 253 or not DNS_SUBDOMAIN.fullmatch(prefix))) or not (
-            LABEL_NAME.fullmatch(name)
-        ):
+        if not is_label_key(key):
             raise ValueError(
                 f"labels: key {key!r} is not a Kubernetes label key ([prefix/]name, the name "
                 "1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
             )
-        if value and not LABEL_NAME.fullmatch(value):
+        if not is_label_value(value):
             raise ValueError(
                 f"labels.{key}: value {value!r} is not a Kubernetes label value (empty, or "
                 "1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"

@@ -357,6 +357,30 @@ def test_schema_errors_are_named_by_path() -> None:
     assert "name" in got[0].message
 
 
+def test_labels_and_annotations_as_the_api_server_checks_them() -> None:
+    """The schema types them as plain strings: these were accepted at submit, and the
+    API server refused the Pod at bind."""
+    def meta_paths(labels=None, annotations=None) -> list[str]:
+        t = restricted_ok()
+        t["metadata"]["labels"].update(labels or {})
+        t["metadata"]["annotations"] = annotations or {}
+        return paths(t)
+
+    assert meta_paths({"bad key!": "x"}) == ["pod_template.metadata.labels.bad key!"]
+    assert meta_paths({"example.com/team": "x" * 64}) == [
+        "pod_template.metadata.labels.example.com/team"]
+    assert meta_paths({"tier": "a b"}) == ["pod_template.metadata.labels.tier"]
+    assert meta_paths({"tier": "x\n"}) == ["pod_template.metadata.labels.tier"]
+    assert meta_paths({"/tier": "x"}) == ["pod_template.metadata.labels./tier"]
+    assert meta_paths(annotations={"Not A Key": "x"}) == [
+        "pod_template.metadata.annotations.Not A Key"]
+    assert meta_paths(annotations={"example.com/notes": "x" * 300_000}) == [
+        "pod_template.metadata.annotations"]
+    # what the API server takes
+    assert meta_paths({"example.com/team": "nlp", "tier": "", "A.b_c-1": "Z.9"},
+                      {"example.com/notes": "free text: any value, spaces included"}) == []
+
+
 def test_schema_of_a_bare_podspec_and_an_empty_template() -> None:
     assert paths({"containers": [{"name": 1}]}) == ["pod_template.containers[0].name"]
     assert check_template({}, policy()) == []
