@@ -396,15 +396,19 @@ def submit_jobs(
 def get_job(
     session: Session, job_id: str, *, team: str | None = None, for_update: bool = False
 ) -> JobRow:
-    """One job; with ``team``, a job of another team does not exist (404)."""
+    """One job; with ``team``, a job of another team does not exist (404): the team is
+    part of the query, so such a job is neither read nor locked (a cancel of another
+    team's job waited on its row lock while the dispatcher held it)."""
     jid = job_id_number(job_id)
     if jid is None:
         raise NotFound(f"job {job_id!r} not found")
     q = select(JobRow).where(JobRow.id == jid).options(selectinload(JobRow.allocations))
+    if team is not None:
+        q = q.where(JobRow.team == team)
     if for_update:
         q = q.with_for_update()
     job = session.scalar(q)
-    if job is None or (team is not None and job.team != team):
+    if job is None:
         raise NotFound(f"job {job_id!r} not found")
     fill_queue_positions(session, [job])
     return job

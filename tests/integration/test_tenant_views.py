@@ -4,7 +4,11 @@ ids), and job ids in paths are the documented ASCII digits (``%201`` and ``١`` 
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
+
+from sqlalchemy import text
 
 from app.store.orm import LeaseRow
 from tests.integration.conftest import job_body
@@ -66,3 +70,32 @@ def test_job_id_paths_are_ascii_digits(client, admin, dispatcher):
         r = client.post(f"/v1/jobs/{bad}/cancel", headers=admin)
         assert r.status_code == 404, (bad, r.status_code)
     assert client.get("/v1/jobs/1", headers=admin).json()["status"] != "cancelled"
+
+
+def test_a_cancel_of_another_teams_job_neither_reads_nor_locks_it(client, admin, team_token,
+                                                                 engine):
+    """The 404 came after a SELECT ... FOR UPDATE of the other team's row: while the
+    dispatcher (here: another connection) held that row, the cancel waited for it, and
+    the wait told that the job was being changed."""
+    r = client.post("/v1/jobs", json=job_body(), headers=admin)
+    jid = r.json()["id"]
+    recsys = team_token("recsys")
+    got: dict = {}
+    waited = False
+    with engine.connect() as holder, engine.connect() as watch:
+        holder.execute(text("SELECT id FROM jobs WHERE id = :id FOR UPDATE"), {"id": int(jid)})
+        t = threading.Thread(target=lambda: got.update(
+            r=client.post(f"/v1/jobs/{jid}/cancel", headers=recsys)))
+        t.start()
+        cap = time.monotonic() + 10  # the lock is released by then whatever happens
+        while t.is_alive() and time.monotonic() < cap and not waited:
+            waited = bool(watch.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()")).scalar())
+            watch.rollback()
+            time.sleep(0.01)
+        holder.rollback()
+    t.join(10)
+    assert not waited
+    assert got["r"].status_code == 404
+    assert client.get(f"/v1/jobs/{jid}", headers=admin).json()["status"] == "pending"
