@@ -16,7 +16,7 @@ from typing import Any
 
 from app.domain.config import GpuqConfig, model_field_names
 from app.domain.errors import unknown
-from app.domain.spec import JobSpec
+from app.domain.spec import JobSpec, where_it_goes
 from app.store.catalog_cache import CatalogView
 
 #: the last part of an error's location -> (what it names, catalog attribute)
@@ -68,6 +68,8 @@ def hint(err: dict[str, Any], catalog: CatalogView | None) -> str | None:
                 + (f" of {unit[0]} (e.g. {unit[1]})" if unit else "")
                 + f", got {err['input']!r}")
     if kind == "extra_forbidden":
+        if last in known_fields():  # a real field, in the wrong place
+            return f"unknown field here{where_it_goes(last, loc[-2:-1] == ['resources'])}"
         close = difflib.get_close_matches(last, known_fields(), n=1, cutoff=0.6)
         return f"unknown field{f' (did you mean {close[0]}?)' if close else ''}"
     # the DNS-label check is an AfterValidator (app/domain/spec.py), so pydantic reports

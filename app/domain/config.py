@@ -36,6 +36,7 @@ from app.domain.spec import (
     PriorityName,
     check_dns_label,
     check_dns_subdomain,
+    where_it_goes,
 )
 from app.domain.yaml_input import load_yaml, read_yaml_file
 from app.scheduling.model import REMOVED_KNOBS, SchedulerConfig
@@ -521,9 +522,11 @@ def _model_args(tp: Any) -> Iterable[type[BaseModel]]:
         yield from _model_args(a)
 
 
-def _unknown_key(key: str) -> str:
-    close = difflib.get_close_matches(key, sorted(model_field_names(GpuqConfig)), n=1,
-                                      cutoff=0.6)
+def _unknown_key(key: str, parent: tuple[Any, ...] = ()) -> str:
+    known = model_field_names(GpuqConfig)
+    if key in known:  # a real key, in the wrong place
+        return f"unknown key {key!r} here" + where_it_goes(key, parent[-1:] == ("resources",))
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
     return f"unknown key {key!r}" + (f" (did you mean {close[0]}?)" if close else "")
 
 
@@ -543,7 +546,7 @@ def validation_problems(err: ValidationError) -> list[str]:
             msg = "required, but missing"
         elif kind == "extra_forbidden" and e["loc"]:
             where = _where(tuple(e["loc"][:-1]))
-            msg = _unknown_key(str(e["loc"][-1]))
+            msg = _unknown_key(str(e["loc"][-1]), tuple(e["loc"][:-1]))
         else:
             msg = e["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         out.append(f"{where}: {msg}" if where else msg)

@@ -415,3 +415,15 @@ class JobSpec(BaseModel):
     @property
     def gang_min(self) -> int:
         return self.min_available or self.replica_count
+
+
+def where_it_goes(field: str, in_resources: bool) -> str:
+    """Where a job spec takes ``field`` when it came at the other level (``gpus`` beside
+    ``name``, ``priority`` inside ``resources``), as " (...)", or "" (said instead of a
+    "did you mean gpus?" that names the field given)."""
+    if not in_resources and field in Resources.model_fields and \
+            field not in JobSpec.model_fields:
+        return f" (in a job spec it goes in resources: resources.{field})"
+    if in_resources and field in JobSpec.model_fields:
+        return f" (in a job spec it goes at the top level, beside resources: {field})"
+    return ""

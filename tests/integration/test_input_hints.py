@@ -17,6 +17,21 @@ def test_misspelt_field_suggests_the_right_one(client, admin):
     assert d == "resources.gpu: unknown field (did you mean gpus?)", d
 
 
+def test_a_field_at_the_wrong_level_says_where_it_goes(client, admin):
+    """``gpus`` beside ``name`` (or ``priority`` inside ``resources``) is a real field in
+    the wrong place: the old hint was "unknown field (did you mean gpus?)"."""
+    body = job_body()
+    body["gpus"] = 2
+    d = _detail(client, admin, body)
+    assert d == "gpus: unknown field here (in a job spec it goes in resources: " \
+        "resources.gpus)", d
+    d = _detail(client, admin, job_body(resources={"gpus": 1, "priority": "P1"}))
+    assert d == "resources.priority: unknown field here (in a job spec it goes at the " \
+        "top level, beside resources: priority)", d
+    r = client.patch("/v1/gpu-types/a100-80g", json={"name": "x"}, headers=admin)
+    assert r.status_code == 422 and r.json()["detail"] == "name: unknown field here"
+
+
 def test_unknown_type_lists_the_types_and_the_nearest(client, admin):
     d = _detail(client, admin, job_body(resources={"gpus": 1, "gpu_types": ["a100-80gb"]}))
     assert "unknown GPU type 'a100-80gb' (did you mean a100-80g?" in d, d

@@ -38,6 +38,22 @@ def test_each_problem_is_one_line_that_says_the_fix():
     assert not any("pydantic" in p or "https://" in p or "Input should" in p for p in problems)
 
 
+def test_a_job_key_at_the_wrong_level_says_where_it_goes():
+    """The old hint named the key given: "unknown key 'gpus' (did you mean gpus?)"."""
+    import yaml
+
+    text = BAD.split("jobs:")[0].replace("colour: red", "rack: r1").replace("quota:", "weight:")
+    text += ("jobs:\n  - {name: j, team: nlp, gpus: 2, resources: {gpus: 1}}\n"
+             "  - {name: k, team: nlp, resources: {gpus: 1, priority: P1}}\n")
+    with pytest.raises(ValidationError) as e:
+        GpuqConfig.model_validate(yaml.safe_load(text))
+    problems = validation_problems(e.value)
+    assert "jobs[0]: unknown key 'gpus' here (in a job spec it goes in resources: " \
+        "resources.gpus)" in problems, problems
+    assert "jobs[1].resources: unknown key 'priority' here (in a job spec it goes at the " \
+        "top level, beside resources: priority)" in problems, problems
+
+
 def test_a_block_keeps_the_greppable_first_line():
     block = error_block("invalid config f.yaml", ["a: x", "b: y"])
     assert block.splitlines() == ["gpuq: error: invalid config f.yaml: 2 problems",
