@@ -422,9 +422,10 @@ def decode_cursor(cursor: str) -> int:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         kind, value = raw.split(":", 1)
-        if kind != "id":
+        n = job_id_number(value)  # what next_cursor holds: a job id (a bigint)
+        if kind != "id" or n is None:
             raise ValueError
-        return int(value)
+        return n
     except Exception:
         raise InputError(
             "malformed cursor (use next_cursor from a previous page)", "cursor"

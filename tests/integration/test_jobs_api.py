@@ -3,6 +3,8 @@ idempotency, pagination, and team isolation."""
 
 from __future__ import annotations
 
+import base64
+
 from tests.integration.conftest import job_body
 
 JOB_FIELDS = {
@@ -94,6 +96,13 @@ def test_list_filters_and_cursor_pagination(client, admin):
     assert len(p1) == 4
     bad = client.get("/v1/jobs", params={"cursor": "!!nope"}, headers=admin)
     assert bad.status_code == 422 and bad.json()["detail"].startswith("cursor")
+    # well-formed base64 of something that is not a job id (the id beyond a bigint was
+    # answered "invalid value: bigint out of range", from the database)
+    for raw in (b"id:99999999999999999999", b"id:-1", b"id: 5"):
+        cur = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        bad = client.get("/v1/jobs", params={"cursor": cur}, headers=admin)
+        assert bad.status_code == 422, (raw, bad.text)
+        assert bad.json()["detail"].startswith("cursor: malformed cursor"), (raw, bad.text)
     bad = client.get("/v1/jobs", params={"status": "weird"}, headers=admin)
     assert bad.status_code == 422 and bad.json()["detail"].startswith("status")
     bad = client.get("/v1/jobs", params={"limit": 0}, headers=admin)
