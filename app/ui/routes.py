@@ -29,6 +29,7 @@ from app.reports.history import series, spans
 from app.reports.live import DEFAULT_WINDOW_S, live_fairness, live_utilization
 from app.store import catalog
 from app.store import jobs as job_store
+from app.store.job_refs import JobRefs
 from app.store.orm import JobRow, LeaseRow, PoolRow, PriorityClassRow, TeamRow
 from app.store.queue_order import queue_page
 from app.store.state_changes import wait_seconds
@@ -167,6 +168,7 @@ def queue(
     except GpuqError as e:
         return _error(request, "Queue", e)
     start_of = estimator.starts(now)
+    refs = JobRefs(session, viewer.team, [j.reason for j in rows])
     items = [
         {
             "position": first + i,
@@ -176,7 +178,7 @@ def queue(
             "pool": j.pool,
             "priority": j.priority,
             "wait_seconds": wait_seconds(j, now),
-            "reason": j.reason,
+            "reason": refs.text(j.reason),
             "reason_code": j.reason_code,
             "estimated_start": start_of(str(j.id), j.reason_start_at, j.queued_at),
         }
@@ -330,8 +332,10 @@ def jobs(
     except GpuqError as e:
         return _error(request, "Jobs", e)
     items = []
+    refs = JobRefs(session, viewer.team, [r.reason for r in rows])
     for r in rows:
         j = jsonable_encoder(job_out(r, now))
+        j["reason"] = refs.text(j["reason"])
         where = sorted({f"{a['gpu_type'] or 'cpu'}@{a['node']}" for a in j["allocations"]})
         items.append({**j, "where": ", ".join(where)})
     query = {k: v for k, v in filters.items() if v}
@@ -370,8 +374,12 @@ def _job_page(
     out = job_out(row, now, lease, released)
     if row.status == "pending" and estimator is not None:
         out.estimated_start = estimator.starts(now)(out.id, row.reason_start_at, row.queued_at)
+    history = job_store.job_events(session, row)
+    refs = JobRefs(session, viewer.team, [out.reason, *(ev.reason for ev in history)])
+    out.reason = refs.text(out.reason)
     body = jsonable_encoder(out)
-    events = [jsonable_encoder(event_out(e)) for e in job_store.job_events(session, row)]
+    events = [{**jsonable_encoder(event_out(ev)), "reason": refs.text(ev.reason)}
+              for ev in history]
     can_cancel = viewer.may_cancel(row.team) and row.status in CANCELLABLE
     return render(
         request,

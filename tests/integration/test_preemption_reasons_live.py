@@ -104,3 +104,36 @@ def test_preempted_gang_event_says_it_once_then_reason_says_why_it_waits(
     assert row["reason"] == why
     assert [e["type"] for e in client.get(f"/v1/jobs/{gang}/events", headers=admin).json()
             ].count("preempted") == 1
+
+
+def test_a_team_reads_that_another_teams_job_preempted_it_not_which(env, admin, clock) -> None:
+    """The preempted team read the preemptor's id in its job's reason, its event's reason
+    and ``data.by_job``, the queue and the dashboard, while GET /v1/nodes hides which other
+    team's job holds a card. Its own jobs' ids stay; the admin reads every id."""
+    client, d = env
+    low = {"Authorization": "Bearer " + client.post(
+        "/v1/teams/low/tokens", headers=admin).json()["token"]}
+    gang = _submit(client, admin, "gang", "low", {"gpus": 4}, replicas=2, min_available=2)
+    _submit(client, admin, "fill", "low", {"gpus": 4, "gpu_types": ["v100-16g"]})
+    d.run_once()
+    clock.advance(120)
+    p0 = _submit(client, admin, "urgent", "high", {"gpus": 4, "gpu_types": ["a100-80g"]})
+    d.run_once()
+    said = f"preempted by job {p0} (P0 > P2)"
+    assert client.get(f"/v1/jobs/{gang}", headers=admin).json()["reason"] == said
+    redacted = "preempted by another team's job (P0 > P2)"
+    assert client.get(f"/v1/jobs/{gang}", headers=low).json()["reason"] == redacted
+    [item] = [j for j in client.get("/v1/jobs", headers=low).json()["items"] if j["id"] == gang]
+    assert item["reason"] == redacted
+    [q] = [q for q in client.get("/v1/queue", headers=low).json() if q["id"] == gang]
+    assert q["reason"] == redacted
+    [pre] = [e for e in client.get(f"/v1/jobs/{gang}/events", headers=low).json()
+             if e["type"] == "preempted"]
+    assert (pre["reason"], pre["data"]["by_job"]) == (redacted, None)
+    [pre] = [e for e in client.get(f"/v1/jobs/{gang}/events", headers=admin).json()
+             if e["type"] == "preempted"]
+    assert (pre["reason"], pre["data"]["by_job"]) == (said, p0)
+    for page in (f"/ui/jobs/{gang}", "/ui/jobs", "/ui/queue"):
+        html = client.get(page, headers=low).text
+        assert "another team&#39;s job" in html and f"job {p0}" not in html, page
+    assert f"job {p0}" in client.get(f"/ui/jobs/{gang}", headers=admin).text

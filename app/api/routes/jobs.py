@@ -47,6 +47,7 @@ from app.store.catalog_cache import (
     current_catalog_of,
     refuse_unknown_filters,
 )
+from app.store.job_refs import JobRefs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -249,6 +250,9 @@ def list_jobs(
     )
     leases = job_store.leases_for(session, rows)
     items = [job_out(r, now, leases.get(r.id)) for r in rows]
+    refs = JobRefs(session, principal.team, [o.reason for o in items])
+    for o in items:
+        o.reason = refs.text(o.reason)
     if any(o.status == "pending" for o in items):
         start = estimator.starts(now)  # as on GET /v1/jobs/{id}: one estimate per page
         for r, o in zip(rows, items, strict=True):
@@ -272,6 +276,7 @@ def get_job(
         job_store.active_lease(session, job),
         released=job_store.released_placements(session, job),
     )
+    out.reason = JobRefs(session, principal.team, [out.reason]).text(out.reason)
     if job.status == "pending":
         out.estimated_start = estimator.starts(now)(out.id, job.reason_start_at,
                                                          job.queued_at)
@@ -286,7 +291,9 @@ def cancel_job(
     principal.require_team(job.team, write=True)
     job_store.cancel_job(session, job, now=now, by=principal.name)
     session.commit()
-    return job_out(job, now, job_store.active_lease(session, job))
+    out = job_out(job, now, job_store.active_lease(session, job))
+    out.reason = JobRefs(session, principal.team, [out.reason]).text(out.reason)
+    return out
 
 
 @router.post("/{job_id}/requeue")
@@ -306,4 +313,8 @@ def get_job_events(
     job_id: JobIdPath, session: SessionDep, principal: PrincipalDep
 ) -> list[EventOut]:
     job = job_store.get_job(session, job_id, team=principal.team)
-    return [event_out(e) for e in job_store.job_events(session, job)]
+    events = [event_out(e) for e in job_store.job_events(session, job)]
+    refs = JobRefs(session, principal.team, [e.reason for e in events],
+                   [e.data.get("by_job") for e in events])
+    return [e.model_copy(update={"reason": refs.text(e.reason), "data": refs.data(e.data)})
+            for e in events]

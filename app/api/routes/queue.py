@@ -11,6 +11,7 @@ from app.api.estimates import EstimatorDep
 from app.api.schemas import CursorQuery, NameQuery, QueueItem
 from app.store import jobs as job_store
 from app.store.catalog_cache import current_catalog, refuse_unknown_filters
+from app.store.job_refs import JobRefs
 from app.store.queue_order import queue_page
 from app.store.state_changes import wait_seconds
 
@@ -69,6 +70,7 @@ def get_queue(
         url = request.url.include_query_params(cursor=next_cursor)
         response.headers["Link"] = f'<{url}>; rel="next"'
     start_of = estimator.starts(now)
+    refs = JobRefs(session, own_team, [j.reason for j in rows])
     return [
         QueueItem(
             position=j.ord if team_view and j.ord is not None else first + i,
@@ -79,7 +81,7 @@ def get_queue(
             priority=j.priority,
             submitted_at=j.submitted_at,
             wait_seconds=round(wait_seconds(j, now), 3),
-            reason=j.reason,
+            reason=refs.text(j.reason),
             reason_code=j.reason_code,
             preemption_count=j.preemption_count,
             estimated_start=start_of(str(j.id), j.reason_start_at, j.queued_at),
