@@ -46,6 +46,7 @@ from app.domain.owner import PREFIX, WorkloadOwner, owner_of
 from app.domain.spec import JobSpec
 from app.domain.states import ACTIVE, TERMINAL
 from app.store.catalog_cache import current_catalog
+from app.store.job_refs import JobRefs
 from app.store.jobs import submit_job
 from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
@@ -193,9 +194,11 @@ class FrontDoor(Part):
         if state == "queued" and row.preemption_count:
             state = "preempted"
         ann = (obj.get("metadata") or {}).get("annotations") or {}
+        # the team reads its workload: another team's job is not named (app/store/job_refs.py)
+        why = JobRefs(session, row.team, [row.reason]).text(row.reason)
         want: dict[str, str | None] = {
             L.WL_JOB_ID: job_id, L.WL_STATE: state,
-            L.WL_REASON: (row.reason or "")[:1000] or None,
+            L.WL_REASON: (why or "")[:1000] or None,
             L.WL_REASON_CODE: row.reason_code,
             L.WL_QUEUE_POSITION: (str(row.queue_position)
                                   if row.queue_position is not None and row.status == "pending"
@@ -207,8 +210,8 @@ class FrontDoor(Part):
         if ann.get(L.WL_STATE) != state:
             reason, type_ = EVENT.get(state, ("GpuqState", "Normal"))
             msg = f"gpuq job {job_id}: {row.status}"
-            if row.reason:
-                msg += f": {row.reason}"
+            if why:
+                msg += f": {why}"
             self.client.event(owner, reason, msg, type_)
         self.client.annotate(owner, want)
 

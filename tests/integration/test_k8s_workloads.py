@@ -341,6 +341,10 @@ def test_pytorchjob_is_one_gang_master_first_and_suspends_on_preemption(kube, sf
     settle(d, lambda: not pods_of(kube, "ddp-resnet"))
     assert not any(cd["type"] == "Failed" and cd["status"] == "True"
                    for cd in pt.get("status", {}).get("conditions", []))
+    # the team reads that another team's job preempted it, not which (it read the id)
+    said = [m for r, m in events_on(kube, "ddp-resnet") if r == "GpuqPreempted"]
+    assert said and all("preempted by another team's job (P0 > " in m for m in said), said
+    assert not any(f"job {urgent}" in m for _, m in events_on(kube, "ddp-resnet"))
     for p in kube.gpuq_pods():
         if p["metadata"]["labels"][L.JOB_ID] == str(urgent):
             kube.set_pod_phase(p["metadata"]["namespace"], p["metadata"]["name"], "Succeeded")
