@@ -168,8 +168,18 @@ def test_quota_body_requires_its_fields(client, admin):
     r = client.put("/v1/teams/nlp/quota", json={}, headers=admin)
     assert r.status_code == 422 and "quota_units" in r.json()["detail"]
     assert client.get("/v1/teams/nlp", headers=admin).json()["quota_units"] is not None
+    # quota_units alone sets it and keeps the per-type caps (it was a 422 naming
+    # quota_by_type: the body a reader of the quota_units key writes first)
+    r = client.put("/v1/teams/nlp/quota", json={"quota_units": 7,
+                                                "quota_by_type": {"a100-80g": 3}},
+                   headers=admin)
+    assert r.status_code == 200, r.text
     r = client.put("/v1/teams/nlp/quota", json={"quota_units": 5}, headers=admin)
-    assert r.status_code == 422 and "quota_by_type" in r.json()["detail"]
+    assert r.status_code == 200, r.text
+    assert r.json()["quota_units"] == 5 and r.json()["quota_by_type"] == {"a100-80g": 3}
+    r = client.put("/v1/teams/nlp/quota", json={"quota_units": 5, "quota_by_type": {}},
+                   headers=admin)
+    assert r.status_code == 200 and r.json()["quota_by_type"] == {}
     r = client.put("/v1/teams/nlp/quota", json={"quota_units": None, "quota_by_type": {}},
                    headers=admin)
     assert r.status_code == 200 and r.json()["quota_units"] is None  # explicit: unlimited

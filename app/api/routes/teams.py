@@ -28,8 +28,8 @@ router = APIRouter(prefix="/v1/teams", tags=["teams"])
 
 
 class QuotaIn(BaseModel):
-    """A team's whole quota; both fields are required, so ``{}`` is a 422, never
-    "unlimited" by accident."""
+    """A team's quota. ``quota_units`` is required, so ``{}`` is a 422, never "unlimited"
+    by accident; without ``quota_by_type`` the per-type caps stay as they are."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     quota_units: float | None = Field(
@@ -37,9 +37,10 @@ class QuotaIn(BaseModel):
         le=10_000_000,
         description="CU cap over all GPU types; an explicit null means unlimited",
     )
-    quota_by_type: dict[str, Annotated[float, Field(ge=0)]] = Field(
+    quota_by_type: dict[str, Annotated[float, Field(ge=0)]] | None = Field(
+        default=None,
         description="CU cap per GPU type ({} for none; a type not named is only capped by "
-        "quota_units)",
+        "quota_units); absent or null: the team's per-type caps stay as they are",
     )
 
 
@@ -84,10 +85,12 @@ def delete_team(name: NamePath, session: SessionDep, by: AdminWriteDep) -> None:
 def put_team_quota(
     name: NamePath, body: QuotaIn, session: SessionDep, by: AdminWriteDep
 ) -> dict[str, Any]:
-    """Replace the team's quota (both fields required; ``quota_units: null`` = unlimited)."""
-    row = catalog.patch_named(
-        session, catalog.get_named(session, TeamRow, name), body.model_dump(), by
-    )
+    """Set the team's quota (``quota_units`` required, ``null`` = unlimited; per-type caps
+    replaced when ``quota_by_type`` is given, kept when it is absent or null)."""
+    patch: dict[str, Any] = {"quota_units": body.quota_units}
+    if body.quota_by_type is not None:
+        patch["quota_by_type"] = body.quota_by_type
+    row = catalog.patch_named(session, catalog.get_named(session, TeamRow, name), patch, by)
     session.commit()
     return catalog.team_dict(row)
 
