@@ -214,3 +214,100 @@ def test_tables_have_a_separator_per_column() -> None:
     }
     assert not bad, f"tables whose separator row does not match the header: {bad}"
     assert _bad_tables("| a | b |\n|---|\n") == ["| a | b |"]
+
+
+# Commands the docs tell a user to run. The package was renamed (gpuq/ -> app/) and flags come
+# and go: a `python -m` module that is not in the repository, or a `gpuq` flag the command no
+# longer has, fails here rather than on the reader's machine.
+PY_MODULE = re.compile(r"(?:\bpython3?|\$\(PY\)) -m ([A-Za-z_][\w.]*)")
+OWN_PACKAGES = ("app", "gpuq", "bench", "tools", "tests")  # gpuq: the old name of app
+FENCED = re.compile(r"^[ \t]*```.*?^[ \t]*```", re.S | re.M)
+
+
+def _command_files() -> list[Path]:
+    return [*_markdown_files(), ROOT / "Makefile", ROOT / "Dockerfile"]
+
+
+def _missing_modules(path: Path, root: Path = ROOT) -> list[str]:
+    """`python -m X` (and the Makefile's `$(PY) -m X`) where X is one of the repository's
+    modules that does not exist as a file or package with a __main__."""
+    missing = []
+    for name in PY_MODULE.findall(path.read_text()):
+        if name.split(".")[0] not in OWN_PACKAGES:
+            continue
+        base = root.joinpath(*name.split("."))
+        if not (base.with_suffix(".py").is_file() or (base / "__main__.py").is_file()):
+            missing.append(name)
+    return missing
+
+
+def test_python_m_modules_exist() -> None:
+    missing = {
+        str(p.relative_to(ROOT)): m for p in _command_files() if (m := _missing_modules(p))
+    }
+    assert not missing, f"docs run modules that do not exist (renamed? moved?): {missing}"
+
+
+def _code_lines(text: str) -> list[str]:
+    """Each line of a fenced block (continuations joined, comments cut) and each inline
+    code span."""
+    lines = []
+    for block in FENCED.findall(text):
+        body = re.sub(r"\\\n\s*", " ", block)
+        lines += [re.sub(r"\s#.*", "", line) for line in body.splitlines()[1:-1]]
+    lines += INLINE_CODE.findall(FENCED.sub("", text))
+    return [line.strip("`").strip() for line in lines]
+
+
+def _cli_tree() -> object:
+    import typer
+
+    from app.cli import app
+
+    return typer.main.get_command(app)
+
+
+def _bad_gpuq_commands(md: Path) -> list[str]:
+    """`gpuq SUB ... --flag` lines whose subcommand or flag the CLI does not have."""
+    root = _cli_tree()
+    bad = []
+    for line in _code_lines(md.read_text()):
+        words = re.sub(r"^(?:\w+=\S*\s+)*(?:\S*/)?(?=gpuq\s)", "", line).split()
+        if words[:1] != ["gpuq"] or len(words) < 2 or not re.fullmatch(r"[a-z][a-z-]*", words[1]):
+            continue
+        cmd, i = root, 1
+        while hasattr(cmd, "commands") and i < len(words) and words[i] in cmd.commands:
+            cmd, i = cmd.commands[words[i]], i + 1
+        if i == 1:
+            bad.append(f"{line} (no command {words[1]!r})")
+            continue
+        opts = {o for p in cmd.params for o in [*p.opts, *getattr(p, "secondary_opts", [])]}
+        for w in words[i:]:
+            flag = w.strip("[]()").split("=")[0]
+            if re.fullmatch(r"--?[a-z][a-z-]*", flag) and flag not in opts | {"--help"}:
+                bad.append(f"{line} (no option {flag})")
+    return bad
+
+
+def test_gpuq_commands_in_docs_exist() -> None:
+    bad = {
+        str(md.relative_to(ROOT)): b for md in _markdown_files() if (b := _bad_gpuq_commands(md))
+    }
+    assert not bad, f"docs quote gpuq subcommands or options the CLI does not have: {bad}"
+
+
+def test_command_checkers_see_drift(tmp_path: Path) -> None:
+    md = tmp_path / "doc.md"
+    md.write_text(
+        "```bash\npython -m gpuq.simulate.suite x   # the old package\n"
+        ".venv/bin/gpuq simulate s.yaml \\\n    --polcy gpuq   # a typo\n"
+        "GPUQ_URL=u gpuq submitt -f job.yaml\n```\n"
+        "`python -m app.simulate.suite` `python -m json.tool` `gpuq jobs [--team T] -o json`\n"
+        "`kubectl -n gpuq get pods` `gpuq nodes drain NODE --force`\n"
+    )
+    assert _missing_modules(md) == ["gpuq.simulate.suite"]
+    assert [b.split(" (")[1] for b in _bad_gpuq_commands(md)] == [
+        "no option --polcy)",
+        "no command 'submitt')",
+        "no option --force)",
+    ]
