@@ -64,6 +64,7 @@ class StartEstimator:
         clock: Callable[[], datetime],
         interval_s: float = 30.0,
         background: bool = True,
+        sim_speed: float = 1.0,
     ) -> None:
         self.session_factory = session_factory
         self.clock = clock
@@ -71,6 +72,7 @@ class StartEstimator:
         # False (an app without its loops, as in most tests): only refresh() computes, so
         # no thread reads the tables behind a test's back
         self.background = background
+        self.sim_speed = sim_speed  # the simulated cluster's GPUQ_SIM_SPEED (1: Kubernetes)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.last: StartEstimates | None = None
@@ -81,7 +83,8 @@ class StartEstimator:
         with self.session_factory() as session:
             ctx = build_snapshot(session, now)
             defaults = pool_default_runtimes(session, now)
-        est = estimate_starts(ctx.snapshot, get_policy("gpuq"), default_runtime_s=defaults)
+        est = estimate_starts(ctx.snapshot, get_policy("gpuq"), default_runtime_s=defaults,
+                              sim_speed=self.sim_speed)
         self.last = est
         return est
 
@@ -158,6 +161,8 @@ def estimator_for(app: FastAPI) -> StartEstimator:
             state.clock,
             state.settings.estimate_interval_s,
             background=state.settings.run_loops,
+            sim_speed=(state.settings.sim_speed if state.settings.cluster == "simulated"
+                       else 1.0),
         )
         state.estimator = est
     return est

@@ -73,6 +73,7 @@ class ForwardReplay(Simulator):
         max_jobs: int = MAX_JOBS,
         batch_min_s: float = BATCH_MIN_S,
         batch_share: float = BATCH_SHARE,
+        sim_speed: float = 1.0,
     ) -> None:
         super().__init__(ScenarioModel.of_snapshot(snap), policy, "gpuq")
         self.descheduler = None  # its moves change where, rarely when: not worth the passes
@@ -90,14 +91,18 @@ class ForwardReplay(Simulator):
         self.estimated: dict[int, float] = {}  # job index -> estimated start
 
         def runtime(req) -> float:
-            return req.duration_estimate_s or default_runtime_s.get(req.pool, DEFAULT_RUNTIME_S)
+            # a simulated cluster runs a job for its estimate / GPUQ_SIM_SPEED; the pool's
+            # default is measured, so already in the cluster's seconds
+            if req.duration_estimate_s:
+                return req.duration_estimate_s / sim_speed
+            return default_runtime_s.get(req.pool, DEFAULT_RUNTIME_S)
 
         jobs: list[SimJob] = []
         for r in snap.running:
             j = SimJob(len(jobs), None, r.request, r.request.submitted_at, runtime(r.request))  # type: ignore[arg-type]
             j.status, j.start_s = "running", r.started_at
             j.placements, j.leases = r.placements, r.leases
-            remaining = max(r.started_at + j.runtime_s - snap.now, MIN_REMAINING_S)
+            remaining = max(r.started_at + j.runtime_s - snap.now, MIN_REMAINING_S / sim_speed)
             self.running[j.index] = j
             self.push(snap.now + remaining, "end", j.index, j.run_token)
             for x in r.leases:
@@ -192,9 +197,11 @@ def estimate_starts(
     max_jobs: int = MAX_JOBS,
     batch_min_s: float = BATCH_MIN_S,
     batch_share: float = BATCH_SHARE,
+    sim_speed: float = 1.0,
 ) -> StartEstimates:
     """Replay ``snap`` forward through ``policy``; see the module docstring
-    (``batch_min_s=0, batch_share=0``: one cycle per event, as before the batching)."""
+    (``batch_min_s=0, batch_share=0``: one cycle per event, as before the batching;
+    ``sim_speed``: the simulated cluster's GPUQ_SIM_SPEED, by which it divides run times)."""
     sim = ForwardReplay(
         replace(snap, static_cache={}),
         policy,
@@ -204,6 +211,7 @@ def estimate_starts(
         max_jobs=max_jobs,
         batch_min_s=batch_min_s,
         batch_share=batch_share,
+        sim_speed=sim_speed,
     )
     sim.run()
     starts = {sim.jobs[i].request.id: t for i, t in sim.estimated.items()}

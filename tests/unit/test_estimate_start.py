@@ -89,3 +89,31 @@ def test_jobs_beyond_max_jobs_get_no_estimate():
     s = snap([node("n0", "v100-16g", 4)], blockers, now=NOW)
     est = estimate_starts(s, GPUQ, max_jobs=5)
     assert sorted(est.starts) == sorted(f"q{i}" for i in range(5))
+
+
+def test_a_simulated_cluster_runs_estimates_at_its_speed():
+    """The simulated cluster runs a job for duration_estimate_s / GPUQ_SIM_SPEED, so its
+    estimated starts come that much sooner (they were GPUQ_SIM_SPEED times too late)."""
+    from types import SimpleNamespace
+
+    from app.api.estimates import estimator_for
+    from app.settings import Settings
+
+    big = job("run", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=1500)
+    a = job("a", gpus=2, gpu_types=("v100-16g",), duration_estimate_s=900, submitted_at=10)
+    b = job("b", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=300, submitted_at=20)
+    s = snap([node("n0", "v100-16g", 4)], [a, b], running=[holding(big, started_at=900)],
+             now=NOW)
+    est = estimate_starts(s, GPUQ, sim_speed=5)
+    assert est.get("b") == 900 + 1500 / 5  # 1200
+    assert est.get("a") == 1200 + 300 / 5
+    # a job past its estimate is given a minute of its own time: 12 s at 5x
+    late = job("late", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=100)
+    s = snap([node("n0", "v100-16g", 4)], [b], running=[holding(late)], now=NOW)
+    assert estimate_starts(s, GPUQ, sim_speed=5).get("b") == NOW + MIN_REMAINING_S / 5
+    # the service's estimator takes the simulated cluster's speed, never Kubernetes'
+    for cluster, speed in (("simulated", 5.0), ("kubernetes", 1.0)):
+        settings = Settings(GPUQ_SIM_SPEED=5, GPUQ_CLUSTER=cluster, GPUQ_RUN_LOOPS=False)
+        app = SimpleNamespace(state=SimpleNamespace(session_factory=None, clock=None,
+                                                    settings=settings))
+        assert estimator_for(app).sim_speed == speed  # type: ignore[arg-type]
