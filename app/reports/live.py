@@ -69,14 +69,19 @@ def live_utilization(
 
 
 def live_fairness(
-    session: Session, now: datetime, window_s: float | None, window: WindowRecords | None = None
+    session: Session, now: datetime, window_s: float | None, window: WindowRecords | None = None,
+    team: str | None = None,
 ) -> dict[str, Any]:
     """The fairness report as of now; ``window`` (the app's, kept by its metrics loop)
-    re-reads only the jobs written since its last report, with the same result."""
+    re-reads only the jobs written since its last report, with the same result.
+    ``team``: that team's jobs only (a team token's report: its waits by pool, priority
+    and GPU type, and its alerts, with nothing of another team's)."""
     if window is not None:
         records = window.records(session, now, window_s)
     else:
         records = job_records(session, now, window_s)
+    if team is not None:
+        records = [r for r in records if r.team == team]
     return fairness_report(
         records, now=now.timestamp(), window_s=window_s, thresholds=thresholds(session)
     )

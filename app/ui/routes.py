@@ -278,7 +278,8 @@ def fairness(
         "fairness.html",
         title="Fairness",
         active="/ui/fairness",
-        report=live_fairness(session, now, window_s, metrics_loop(request).window),
+        report=live_fairness(session, now, window_s, metrics_loop(request).window,
+                             team=viewer.team),
     )
 
 

@@ -99,3 +99,35 @@ def test_a_cancel_of_another_teams_job_neither_reads_nor_locks_it(client, admin,
     assert not waited
     assert got["r"].status_code == 404
     assert client.get(f"/v1/jobs/{jid}", headers=admin).json()["status"] == "pending"
+
+
+def test_a_team_reads_its_own_team_only(client, admin, team_token):
+    """/v1/teams listed every team's quota, namespaces and ServiceAccounts to any token,
+    and a 404 for a mistyped name listed every team's name."""
+    names = {t["name"] for t in client.get("/v1/teams", headers=admin).json()}
+    assert {"nlp", "recsys"} <= names
+    nlp = team_token("nlp")
+    assert [t["name"] for t in client.get("/v1/teams", headers=nlp).json()] == ["nlp"]
+    assert client.get("/v1/teams/nlp", headers=nlp).status_code == 200
+    for name in ("recsys", "no-such-team"):  # another team is answered as one that is not
+        r = client.get(f"/v1/teams/{name}", headers=nlp)
+        assert r.status_code == 404, r.text
+        assert r.json()["detail"] == f"team {name!r} not found"
+    assert client.get("/v1/teams/recsys", headers=admin).status_code == 200
+
+
+def test_a_teams_fairness_report_covers_its_own_jobs(client, admin, team_token):
+    """The fairness report (API and dashboard) showed every team's waits to any token."""
+    for team in ("nlp", "recsys"):
+        r = client.post("/v1/jobs", json=job_body(name=f"w-{team}", team=team), headers=admin)
+        assert r.status_code == 201, r.text
+
+    def teams_in(headers):
+        rep = client.get("/v1/reports/fairness", headers=headers).json()
+        return {g["key"] for g in rep["groups"]["team"]}, rep["overall"]["jobs"]
+
+    assert teams_in(admin) == ({"nlp", "recsys"}, 2)
+    assert teams_in(team_token("nlp")) == ({"nlp"}, 1)
+    assert teams_in(team_token("recsys")) == ({"recsys"}, 1)
+    page = client.get("/ui/fairness", headers=team_token("nlp"))
+    assert page.status_code == 200 and "nlp" in page.text and "recsys" not in page.text

@@ -1,4 +1,5 @@
-"""Fairness and utilization reports (any valid token may read them)."""
+"""Fairness and utilization reports (any valid token may read them; a team token's fairness
+report covers its own team's jobs only)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,17 @@ router = APIRouter(prefix="/v1/reports", tags=["reports"])
 def fairness(
     request: Request,
     session: SessionDep,
-    _: PrincipalDep,
+    principal: PrincipalDep,
     now: NowDep,
     window_s: Annotated[
         float,
         Query(gt=0, le=366 * 86400, description="seconds back from now (jobs pending count too)"),
     ] = DEFAULT_WINDOW_S,
 ) -> dict[str, Any]:
-    """Wait P50/P99, P99/P50 and JCT P50 per team, pool, priority and GPU type; alerts."""
-    return for_people(live_fairness(session, now, window_s, metrics_loop(request).window))
+    """Wait P50/P99, P99/P50 and JCT P50 per team, pool, priority and GPU type; alerts.
+    A team token's report covers its own team's jobs only."""
+    return for_people(live_fairness(session, now, window_s, metrics_loop(request).window,
+                                    team=principal.team))
 
 
 @router.get("/utilization")

@@ -12,6 +12,7 @@ from app.api.deps import AdminDep, AdminWriteDep, NowDep, PrincipalDep, SessionD
 from app.api.routes.tokens import TokenIn, issue_token, token_out
 from app.api.schemas import NamePath, TokenInfo, TokenOut, patch_model
 from app.domain.config import TeamConfig
+from app.domain.errors import NotFound
 from app.domain.people import for_people
 from app.domain.principal import team_scope
 from app.store import catalog
@@ -45,7 +46,11 @@ class QuotaIn(BaseModel):
 
 
 @router.get("")
-def list_teams(session: SessionDep, _: PrincipalDep) -> list[dict[str, Any]]:
+def list_teams(session: SessionDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+    """Every team for the admin; a team token's own team only (another team's quota,
+    namespaces and ServiceAccounts are not its business)."""
+    if principal.team is not None:
+        return [catalog.team_dict(catalog.get_named(session, TeamRow, principal.team))]
     return [catalog.team_dict(r) for r in catalog.list_named(session, TeamRow)]
 
 
@@ -61,7 +66,11 @@ def create_team(
 
 
 @router.get("/{name}")
-def get_team(name: NamePath, session: SessionDep, _: PrincipalDep) -> dict[str, Any]:
+def get_team(name: NamePath, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+    """A team token reads its own team; any other name is a 404 that lists no team names
+    (as another team's job is a 404 like a job that does not exist)."""
+    if not principal.may_act_for(name):
+        raise NotFound(f"team {name!r} not found")
     return catalog.team_dict(catalog.get_named(session, TeamRow, name))
 
 
