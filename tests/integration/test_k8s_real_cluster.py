@@ -7,7 +7,8 @@ are enough and no more; the apiserver's validation (422) and admission (403) ans
 the Binding and Eviction subresources; watches that end and resume from a
 resourceVersion; list pagination; DisruptionTarget conditions on graceful deletion;
 node loss through the node lifecycle and taint eviction controllers; Pods of other
-workloads (a batch/v1 Job scheduled by kube-scheduler) using the nodes' GPUs.
+workloads (a batch/v1 Job scheduled by kube-scheduler) using the nodes' GPUs; a suspended
+Job queued through the front door and run by the Job controller.
 Where the real behaviour exposes a defect not fixed yet, the test states the right
 behaviour and is marked ``xfail(strict=True)`` naming the defect, so it turns red (and
 the mark must go) the moment the defect is fixed.
@@ -18,8 +19,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import select
@@ -40,6 +43,7 @@ from tests.fakekube.objects import article_a100, gfd_v100
 from tests.realkube.fixtures import GPUQ_SA, OUTCOME_END, OUTCOME_START, RealKube, raw, wait_for
 
 CONFIG = A100_TRAINING_CONFIG
+EXAMPLES = Path(__file__).resolve().parents[2] / "k8s" / "examples"
 SC = {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
       "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
 
@@ -567,4 +571,54 @@ def test_dispatcher_preempts_with_a_graceful_eviction_on_the_real_cluster(kube, 
         assert statuses == ["pending", "running"], statuses
     finally:
         d.elector.release()
+        c.close()
+
+
+# ------------------------------------------------------------------ the front door
+
+
+def test_a_suspended_job_with_a_queue_label_runs_through_gpuq(kube, sf, db_url):
+    """k8s/examples/job.yaml as a user applies it: a batch/v1 Job created suspended with
+    ``gpuq.io/queue: nlp``. On the real Job controller gpuq queues it as a job, admits it
+    by ``spec.suspend: false``, binds the Pods the controller creates (``schedulerName:
+    gpuq``) on the cards it reserved, and the Job completes; the job ends ``succeeded``."""
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    d = Dispatcher(sf, c, elector=elector(db_url), grace_seconds=0)
+    job = yaml.safe_load((EXAMPLES / "job.yaml").read_text())
+    job["metadata"]["namespace"] = kube.namespace
+    batch = client.BatchV1Api(kube.s.admin)
+    batch.create_namespaced_job(kube.namespace, job)
+    name = job["metadata"]["name"]
+
+    def row() -> JobRow | None:
+        with sf() as s:
+            return s.scalars(select(JobRow).where(JobRow.name == name)).first()
+
+    def pods() -> list[dict]:
+        return [p for p in raw(kube.core.list_namespaced_pod(
+            kube.namespace, label_selector=f"batch.kubernetes.io/job-name={name}",
+            _preload_content=False))["items"] if not p["metadata"].get("deletionTimestamp")]
+
+    try:
+        wait_for(lambda: d.run_once() or len([p for p in pods()
+                                              if p["spec"].get("nodeName")]) == 2,
+                 60, "the Job's 2 Pods bound by gpuq")
+        r = row()
+        assert r is not None and r.team == "nlp" and r.spec["resources"]["gpus"] == 1
+        assert r.spec["resources"]["gpu_types"] == ["a100-80g"]  # from the node affinity
+        assert r.spec["resources"]["min_gpu_memory_gb"] == 40  # from the annotation
+        got = raw(batch.read_namespaced_job(name, kube.namespace, _preload_content=False))
+        assert got["spec"]["suspend"] is False
+        ps = pods()
+        assert {p["spec"]["schedulerName"] for p in ps} == {"gpuq"}
+        assert {p["spec"]["nodeName"] for p in ps} == {"a100-0"}
+        for p in ps:
+            kube.set_pod_phase(*_ns_name(p), "Succeeded")
+        wait_for(lambda: d.run_once() or (row() or r).status == "succeeded", 60,
+                 "the job succeeded")
+        wait_for(lambda: (raw(batch.read_namespaced_job(
+            name, kube.namespace, _preload_content=False)).get("status") or {}).get(
+                "succeeded") == 2, 30, "the Job complete")
+    finally:
         c.close()
