@@ -106,7 +106,17 @@ class OidcVerifier:
         except jwt.PyJWTError as e:
             raise Unauthorized(f"JWT refused: {e}", "Authorization") from None
         raw = claims.get(self.groups_claim) or []
-        groups = {raw} if isinstance(raw, str) else {str(g) for g in raw}
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, list) or not all(
+                isinstance(g, str | int) and not isinstance(g, bool) for g in raw):
+            # a number or an object is no group list (iterating it was a 500); numeric
+            # group ids in a list are read as their decimal text, as before
+            raise Unauthorized(
+                f"the token's {self.groups_claim} claim must be a string or a list of "
+                f"strings, not {type(raw).__name__}"
+                + (" holding other values" if isinstance(raw, list) else ""), "Authorization")
+        groups = {str(g) for g in raw}
         for group, scope in self.group_scopes.items():
             if group in groups:
                 return Principal.from_scope(scope, f"oidc:{claims['sub']}")

@@ -89,9 +89,12 @@ def test_jwt_accepted_and_subject_recorded(oidc):
         ({"kid": "unknown"}, 401, "unknown"),
         ({"groups": ["marketing"]}, 403, "groups"),
         ({"groups": []}, 403, "groups"),
+        ({"groups": 7}, 401, "groups claim must be a string or a list of strings"),  # was 500
+        ({"groups": {"ml-nlp": True}}, 401, "not dict"),
+        ({"groups": ["ml-nlp", {"a": 1}]}, 401, "not list holding other values"),
     ],
     ids=["bad-signature", "wrong-audience", "wrong-issuer", "expired", "unknown-kid",
-         "unknown-group", "no-group"],
+         "unknown-group", "no-group", "number-groups", "object-groups", "mixed-groups"],
 )
 def test_jwt_refused(oidc, claims, status, words):
     claims = dict(claims)
