@@ -13,6 +13,10 @@ enough not to be the bottleneck) drives them in alternating rounds of
 - batch submit, ``POST /v1/jobs:batch`` with the same 500-job body to both,
   at 2 connections: jobs/s and ratio.
 
+``gpuq api`` runs with the team limits off (``GPUQ_TEAM_MAX_PENDING=0``,
+``GPUQ_TEAM_SUBMIT_RATE=0``): this measures the submit path, and one team's thousands of
+jobs a second would pass the default rate and pending cap (``bench/flood.py`` measures those).
+
 Targets: single >= 0.5 x bare at 8 and 32 clients, P99 < 50 ms at 32;
 batch >= 0.3 x bare. Prints the load average before and after.
 
@@ -133,8 +137,11 @@ def main() -> int:
           f"Python {platform.python_version()}; before: {load()}")
     gp, bp = free_port(), free_port()
     with database() as url:
+        # the team limits off: one team submits thousands of jobs a second here, past the
+        # default rate and pending cap (a 429 stopped the run); bench/flood.py measures them
         env = {"DATABASE_URL": url, "GPUQ_ADMIN_TOKEN": ADMIN, "GPUQ_PORT": str(gp),
-               "GPUQ_DATA_DIR": str(ROOT / ".gpuq-bench")}
+               "GPUQ_DATA_DIR": str(ROOT / ".gpuq-bench"),
+               "GPUQ_TEAM_MAX_PENDING": "0", "GPUQ_TEAM_SUBMIT_RATE": "0"}
         subprocess.run([str(BIN / "gpuq"), "db", "upgrade"], cwd=ROOT, check=True,
                        env={**os.environ, **env}, stdout=subprocess.DEVNULL)
         bare_cmd = [str(BIN / "python"), "-m", "uvicorn", "bench.bare_app:app", "--port",
