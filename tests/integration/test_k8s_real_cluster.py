@@ -621,4 +621,55 @@ def test_a_suspended_job_with_a_queue_label_runs_through_gpuq(kube, sf, db_url):
             name, kube.namespace, _preload_content=False)).get("status") or {}).get(
                 "succeeded") == 2, 30, "the Job complete")
     finally:
+        d.elector.release()
+        c.close()
+
+
+def test_a_preempted_workload_is_suspended_again_and_requeued(kube, sf, db_url):
+    """The P2 Job of k8s/examples/job.yaml (2 Pods x 4 cards here) holds a100-0 when a P0
+    job arrives: gpuq preempts it by setting ``spec.suspend: true`` again, the Job
+    controller removes its Pods, the P0 job runs, and the workload's job waits
+    ``pending`` to be admitted again."""
+    kube.add_node(article_a100("a100-0"))
+    clock = ManualClock()
+    c = started_cluster(kube, sf)
+    d = Dispatcher(sf, c, clock=clock, elector=elector(db_url), grace_seconds=0)
+    job = yaml.safe_load((EXAMPLES / "job.yaml").read_text())
+    job["metadata"]["namespace"] = kube.namespace
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {
+        "nvidia.com/gpu": "4"}
+    batch = client.BatchV1Api(kube.s.admin)
+    batch.create_namespaced_job(kube.namespace, job)
+    name = job["metadata"]["name"]
+
+    def workload_status() -> str | None:
+        with sf() as s:
+            r = s.scalars(select(JobRow).where(JobRow.name == name)).first()
+            return r.status if r else None
+
+    def pods() -> list[dict]:
+        return [p for p in raw(kube.core.list_namespaced_pod(
+            kube.namespace, label_selector=f"batch.kubernetes.io/job-name={name}",
+            _preload_content=False))["items"] if not p["metadata"].get("deletionTimestamp")]
+
+    def suspended() -> bool:
+        return raw(batch.read_namespaced_job(name, kube.namespace, _preload_content=False))[
+            "spec"]["suspend"]
+
+    try:
+        wait_for(lambda: d.run_once() or workload_status() == "running", 60,
+                 "the Job running")
+        clock.advance(600)  # past the minimum run time before a job may be preempted
+        with sf() as s:
+            high = submit_job(s, JobSpec.model_validate({
+                "name": "serve", "team": "nlp", "priority": "P0",
+                "resources": {"gpus": 8, "gpu_types": ["a100-80g"]}}), now=clock()).job.id
+            s.commit()
+        wait_for(lambda: d.run_once() or _status(sf, high) == "running", 60,
+                 "the P0 job running")
+        assert suspended() is True
+        wait_for(lambda: d.run_once() or not pods(), 30, "the Job's Pods removed")
+        assert workload_status() == "pending"
+    finally:
+        d.elector.release()
         c.close()
