@@ -515,8 +515,10 @@ class Simulator:
             self._stop_run(j, finished=False)
             j.preemptions += 1
             by = by_id.get(pre.by_job or "")
+            # the forward replay's jobs (app/simulate/estimate.py) have no scenario spec
+            by_name = by.spec.name if by is not None and by.spec is not None else None
             self.event("reclaim" if pre.kind == "reclaim" else "preempt", j,
-                       by=by.spec.name if by else None, reason=pre.reason)
+                       by=by_name, reason=pre.reason)
             self._requeue(j)
             j.reason = pre.reason  # as the dispatcher writes it, until a cycle says more
             j.request = replace(

@@ -117,3 +117,16 @@ def test_a_simulated_cluster_runs_estimates_at_its_speed():
         app = SimpleNamespace(state=SimpleNamespace(session_factory=None, clock=None,
                                                     settings=settings))
         assert estimator_for(app).sim_speed == speed  # type: ignore[arg-type]
+
+
+def test_a_preemption_in_the_replay_dates_the_preemptor_now():
+    """A pending P0 job that preempts a running P1 one in the first replayed cycle starts
+    "now". The replay's jobs carry no scenario spec, and naming the preemptor for the
+    (unused) event log raised AttributeError: the whole estimate failed, for every job."""
+    low = job("low", gpus=4, gpu_types=("v100-16g",), duration_estimate_s=3600)
+    urgent = job("urgent", gpus=4, gpu_types=("v100-16g",), priority="P0",
+                 priority_value=1000, preemptible=False, submitted_at=10)
+    s = snap([node("n0", "v100-16g", 4)], [urgent], running=[holding(low)], now=NOW)
+    assert GPUQ(s).preemptions  # the core does preempt here
+    est = estimate_starts(s, GPUQ)
+    assert est.get("urgent") == NOW
