@@ -310,6 +310,11 @@ class TeamConfig(ConfigModel):
     default_priority: PriorityName = Field(
         default="P1", description="the priority class of its jobs that name none"
     )
+    max_priority: PriorityName | None = Field(
+        default=None, description="the highest priority class its jobs may name (by value; "
+        "a job naming a higher one is a 422, so a tenant cannot make its work unpreemptible "
+        "or jump the queue); unset: any class",
+    )
     # Pod policy (app/domain/pod_policy.py, docs/security.md). Only admins write
     # teams, so only an admin can lower a team to baseline or privileged.
     namespaces: list[Annotated[str, Field(json_schema_extra=LABEL_SCHEMA)]] = Field(
@@ -471,10 +476,25 @@ class GpuqConfig(ConfigModel):
             for t in [*p.gpu_types, *p.guaranteed, *p.lend_limit]:
                 if types and t not in types:
                     raise ValueError(f"pool {p.name}: unknown gpu type {t!r}")
+        values = {c.name: c.value for c in self.priority_classes}
         for tm in self.teams:
             for name in [tm.pool, *tm.allowed_pools]:
                 if pools and name not in pools:
                     raise ValueError(f"team {tm.name}: unknown pool {name!r}")
+            for key, prio in (("default_priority", tm.default_priority),
+                              ("max_priority", tm.max_priority)):
+                if prio is not None and prio not in values:
+                    raise ValueError(f"team {tm.name}: unknown {key} {prio!r}")
+            if tm.max_priority is not None and (
+                    values[tm.default_priority] > values[tm.max_priority]):
+                raise ValueError(f"team {tm.name}: default_priority {tm.default_priority} is "
+                                 f"above max_priority {tm.max_priority}")
+        caps = {tm.name: tm.max_priority for tm in self.teams if tm.max_priority is not None}
+        for i, j in enumerate(self.jobs):  # a scenario's jobs, as a submit would check them
+            top = caps.get(j.team)
+            if top is not None and j.priority in values and values[j.priority] > values[top]:
+                raise ValueError(f"jobs[{i}]: team {j.team} may name priority classes up to "
+                                 f"{top} (max_priority); {j.priority} is above it")
         return self
 
 

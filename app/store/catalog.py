@@ -162,6 +162,13 @@ def check_team_refs(session: Session, t: TeamConfig) -> None:
     _check_exist(session, PoolRow, t.allowed_pools, "allowed_pools")
     _check_exist(session, GpuTypeRow, t.quota_by_type, "quota_by_type")
     _check_exist(session, PriorityClassRow, [t.default_priority], "default_priority")
+    if t.max_priority is not None:
+        _check_exist(session, PriorityClassRow, [t.max_priority], "max_priority")
+        top = session.get(PriorityClassRow, t.max_priority)
+        default = session.get(PriorityClassRow, t.default_priority)
+        if top is not None and default is not None and default.value > top.value:
+            raise InputError(f"default_priority {t.default_priority} is above max_priority "
+                             f"{t.max_priority}", "default_priority")
     if t.namespaces:
         # a team's namespaces are its tenant boundary (docs/security.md): no two teams
         # list the same one, else each could name the other's Secrets and PVCs there
@@ -287,6 +294,8 @@ def referrers(session: Session, row: Any) -> list[str]:
     elif isinstance(row, PriorityClassRow):
         named("team", select(TeamRow.name).where(TeamRow.default_priority == name)
               .order_by(TeamRow.name), "default_priority")
+        named("team", select(TeamRow.name).where(TeamRow.max_priority == name)
+              .order_by(TeamRow.name), "max_priority")
         named("job", select(JobRow.id).where(JobRow.priority == name).order_by(JobRow.id))
     return found
 

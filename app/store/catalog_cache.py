@@ -38,11 +38,18 @@ class TeamRef:
     automount_service_account_token: bool = False
     max_pending: int | None = None  # None: the install's default
     submit_rate: float | None = None
+    max_priority: str | None = None  # None: any priority class
 
 
 @dataclass(frozen=True)
 class NameRef:
     name: str
+
+
+@dataclass(frozen=True)
+class PriorityRef:
+    name: str
+    value: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ class CatalogView:
     revision: int
     teams: dict[str, TeamRef]
     pools: dict[str, NameRef]
-    priorities: dict[str, NameRef]
+    priorities: dict[str, PriorityRef]
     types: dict[str, GpuTypeRef]
 
     def pod_policy(self, team: TeamRef, install: InstallPolicy) -> PodPolicy:
@@ -137,15 +144,17 @@ def current_catalog_of(conn: Connection) -> CatalogView:
                 bool(r.automount_service_account_token),
                 r.max_pending,
                 r.submit_rate,
+                r.max_priority,
             )
             for r in conn.execute(
                 select(t.name, t.pool, t.allowed_pools, t.default_priority, t.namespaces,
                        t.pod_security, t.service_accounts, t.automount_service_account_token,
-                       t.max_pending, t.submit_rate)
+                       t.max_pending, t.submit_rate, t.max_priority)
             )
         },
         pools={name: NameRef(name) for name in conn.scalars(select(PoolRow.name))},
-        priorities={name: NameRef(name) for name in conn.scalars(select(p.name))},
+        priorities={r.name: PriorityRef(r.name, r.value)
+                    for r in conn.execute(select(p.name, p.value))},
         types={
             r.name: GpuTypeRef(
                 r.name, r.weight, dict(r.mig_profiles or {}), r.shareable, r.resource_name

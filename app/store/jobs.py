@@ -24,6 +24,7 @@ from app.domain.states import CANCELLABLE, STATUSES, TERMINAL
 from app.store.catalog_cache import (
     CatalogView,
     NameRef,
+    PriorityRef,
     TeamRef,
     cached_catalog,
     current_catalog,
@@ -68,7 +69,7 @@ def resolve_references(
     spec: JobSpec,
     catalog: CatalogView | None = None,
     install: InstallPolicy | None = None,
-) -> tuple[TeamRef, NameRef, NameRef]:
+) -> tuple[TeamRef, NameRef, PriorityRef]:
     """Team, pool and priority of a spec; every unknown name is an :class:`InputError`,
     a ``pod_template`` the team's Pod policy refuses is one naming the field path
     (app/domain/pod_policy.py).
@@ -105,6 +106,12 @@ def resolve_references(
     prio = cat.priorities.get(prio_name)
     if prio is None:
         raise InputError(unknown("priority class", prio_name, cat.priorities), "priority")
+    top = cat.priorities.get(team.max_priority) if team.max_priority else None
+    if top is not None and prio.value > top.value:
+        raise InputError(
+            f"team {team.name} may name priority classes up to {top.name} (max_priority); "
+            f"{prio_name} is above it", "priority"
+        )
     r = spec.resources
     types = cat.types
     for fld, names in (

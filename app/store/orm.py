@@ -149,6 +149,10 @@ class TeamRow(ManagedBy, Timestamps, Base):
     default_priority: Mapped[str] = mapped_column(
         ForeignKey("priority_classes.name", ondelete="RESTRICT"), default="P1"
     )
+    # the highest priority class its jobs may name; NULL: any
+    max_priority: Mapped[str | None] = mapped_column(
+        ForeignKey("priority_classes.name", ondelete="RESTRICT")
+    )
     # Pod policy (app/domain/pod_policy.py): namespaces its Pods may use (empty: the
     # install's job namespace), Pod Security Standards level, ServiceAccount allowlist
     namespaces: Mapped[list[Any]] = mapped_column(

@@ -124,11 +124,11 @@ FIXES = {
     ),
     ("POST", "/v1/teams"): lambda b: _refs(
         b, pool=POOL_OF_TEAM, allowed_pools=[], quota_by_type={}, default_priority="P1",
-        namespaces=None, service_accounts=None,
+        max_priority=None, namespaces=None, service_accounts=None,
     ),
     ("PATCH", "/v1/teams/{name}"): lambda b: _refs(
         b, pool=POOL_OF_TEAM, allowed_pools=[], quota_by_type={}, default_priority="P1",
-        namespaces=None, service_accounts=None,
+        max_priority=None, namespaces=None, service_accounts=None,
     ),
     ("PUT", "/v1/teams/{name}/quota"): lambda b: _refs(b, quota_by_type={}),
     ("POST", "/v1/nodes"): lambda b: _refs(b, gpu_type=TYPE, mig_layout=None),

@@ -98,3 +98,24 @@ def test_malformed_yaml_shows_the_lines_and_a_caret(tmp_path, command):
     assert lines[1:] == ["    2 | team: nlp", "    3 | resources: {gpus: 1",
                          "    4 |   gpu_types: [v100-16g]", "      |            ^"], lines
     assert "<unicode string>" not in r.stderr
+
+
+@pytest.mark.parametrize("team, words", [
+    ("{name: nlp, pool: training, max_priority: P7}", "team nlp: unknown max_priority 'P7'"),
+    ("{name: nlp, pool: training, default_priority: P9}",
+     "team nlp: unknown default_priority 'P9'"),
+    ("{name: nlp, pool: training, default_priority: P0, max_priority: P2}",
+     "team nlp: default_priority P0 is above max_priority P2"),
+    ("{name: nlp, pool: training, default_priority: P2, max_priority: P1}\njobs:\n"
+     "  - {name: j, team: nlp, priority: P0, resources: {gpus: 1}}",
+     "jobs[0]: team nlp may name priority classes up to P1 (max_priority); P0 is above it"),
+])
+def test_a_teams_priority_classes_are_checked_in_the_file(team, words):
+    import yaml
+
+    text = f"pools:\n  - {{name: training}}\nteams:\n  - {team}\n"
+    with pytest.raises(ValidationError) as e:
+        GpuqConfig.model_validate(yaml.safe_load(text))
+    assert any(words in p for p in validation_problems(e.value)), validation_problems(e.value)
+    ok = "{name: nlp, pool: training, default_priority: P2, max_priority: P1}"
+    GpuqConfig.model_validate(yaml.safe_load(text.replace(team, ok).replace("P0,", "P1,")))
