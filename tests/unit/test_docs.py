@@ -296,6 +296,37 @@ def test_gpuq_commands_in_docs_exist() -> None:
     assert not bad, f"docs quote gpuq subcommands or options the CLI does not have: {bad}"
 
 
+def _make_targets(makefile: Path) -> set[str]:
+    """The Makefile's rule names, its variables expanded (`$(RUN_STAMP)`: .venv/.installed-run)."""
+    text = makefile.read_text()
+    var = dict(re.findall(r"^(\w+)\s*[:?]?=\s*(.*?)\s*$", text, re.M))
+
+    def expand(s: str) -> str:
+        return re.sub(r"\$\((\w+)\)", lambda m: expand(var.get(m.group(1), "")), s)
+
+    return {expand(t) for t in re.findall(r"^([^\s:#=][^:=]*):(?!=)", text, re.M)}
+
+
+def _unknown_make_targets(md: Path, targets: set[str]) -> list[str]:
+    bad = []
+    for line in _code_lines(md.read_text()):
+        for m in re.finditer(r"(?:^|[;&|]\s*)make((?:\s+[^\s;&|#]+)*)", line):
+            names = [w for w in m.group(1).split() if "=" not in w and not w.startswith("-")]
+            bad += [f"make {n}" for n in names if n not in targets]
+    return bad
+
+
+def test_make_targets_in_docs_exist() -> None:
+    targets = _make_targets(ROOT / "Makefile")
+    assert {"run", "test", "traces", ".venv/.installed-run"} <= targets
+    bad = {
+        str(md.relative_to(ROOT)): b
+        for md in _markdown_files()
+        if (b := _unknown_make_targets(md, targets))
+    }
+    assert not bad, f"docs run make targets the Makefile does not have: {bad}"
+
+
 def test_command_checkers_see_drift(tmp_path: Path) -> None:
     md = tmp_path / "doc.md"
     md.write_text(
@@ -306,6 +337,13 @@ def test_command_checkers_see_drift(tmp_path: Path) -> None:
         "`kubectl -n gpuq get pods` `gpuq nodes drain NODE --force`\n"
     )
     assert _missing_modules(md) == ["gpuq.simulate.suite"]
+    (tmp_path / "Makefile").write_text("S := .stamp\n$(S): x\nrun: $(S)\n\tgo\n")
+    md2 = tmp_path / "make.md"
+    md2.write_text(
+        "`make run` `make .stamp` `make traces TRACES_FROM=D`\n```\nmake -j2 run tset\n```\n"
+    )
+    assert _make_targets(tmp_path / "Makefile") == {".stamp", "run"}
+    assert _unknown_make_targets(md2, {".stamp", "run"}) == ["make tset", "make traces"]
     assert [b.split(" (")[1] for b in _bad_gpuq_commands(md)] == [
         "no option --polcy)",
         "no command 'submitt')",
