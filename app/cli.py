@@ -424,7 +424,8 @@ def tokens_list(
 @tokens_app.command("create")
 def tokens_create(
     scope: str = typer.Argument(..., metavar="SCOPE",
-                                help="admin, team:<name> or team:<name>:read"),
+                                help="admin, team:<name>, team:<name>:read or metrics "
+                                "(GET /metrics only, for Prometheus)"),
     name: str | None = typer.Option(None, metavar="NAME",
                                     help="who or what uses it (recorded as submitted_by)"),
     expires_in: float | None = typer.Option(None, metavar="SECONDS",
@@ -436,8 +437,9 @@ def tokens_create(
     """A new token; its value is printed once.
 
     \b
-    Example:
+    Examples:
       gpuq tokens create team:nlp --name ci-runner --expires-in 2592000
+      gpuq tokens create metrics --name prometheus
     """
     from app import client_cli as c
 

@@ -18,20 +18,26 @@ Families (all documented in README "Observability"):
 - leases: active leases and borrowed CU by borrower, lender, type;
 - teams: CU in use per GPU type, quota caps (total and per type);
 - alerts: head-of-line and type imbalance, 1 while firing.
+
+:meth:`GpuqMetrics.render` with a team renders a team token's view: the
+samples about that team and the cluster-wide ones, never another team's.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from app.reports.alerts import Alert
 from app.reports.utilization import TypeUtilization
 from app.scheduling.verdicts import ReasonCode, code_of
 
-__all__ = ["CONTENT_TYPE", "REASON_LABELS", "GpuqMetrics", "reason_category"]
+__all__ = ["CONTENT_TYPE", "REASON_LABELS", "GpuqMetrics", "reason_category", "sample_team"]
 
 # waits and JCT span seconds to days
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
@@ -62,6 +68,27 @@ def reason_category(reason: str | None) -> str:
     ``unknown`` for none). Read from the code, never the words."""
     code = code_of(reason)
     return "unknown" if code is None else REASON_LABELS[code]
+
+
+def sample_team(labels: Mapping[str, str]) -> str | None:
+    """The team a sample is about: its ``team`` label, or the ``key`` of a per-team
+    alert (``gpuq_alert_head_of_line{dimension="team"}``); None for a cluster-wide
+    sample (GPU types, pools, priorities, the dispatcher). No label names a job."""
+    if "team" in labels:
+        return labels["team"]
+    if labels.get("dimension") == "team":
+        return labels.get("key", "")
+    return None
+
+
+class _Families(Collector):
+    """Already collected families, for :func:`generate_latest`."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
 
 
 class GpuqMetrics:
@@ -193,8 +220,23 @@ class GpuqMetrics:
 
     # -- exposition ----------------------------------------------------------------------------
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, team: str | None = None) -> bytes:
+        """The exposition: every sample, or with ``team`` only the samples about that
+        team (:func:`sample_team`) and the cluster-wide ones. Samples are filtered,
+        not text lines, and a family left without a sample is left out (its HELP and
+        TYPE too), so nothing tells a team which families other teams fill."""
+        if team is None:
+            return generate_latest(self.registry)
+        kept = []
+        for family in self.registry.collect():
+            samples = [s for s in family.samples if sample_team(s.labels) in (None, team)]
+            if samples:
+                mine = copy.copy(family)
+                mine.samples = samples
+                kept.append(mine)
+        view = CollectorRegistry(auto_describe=False)
+        view.register(_Families(kept))
+        return generate_latest(view)
 
     # -- gauges set from a fresh picture each pass (clear first: label sets come and go) --------
 

@@ -74,16 +74,21 @@ def bearer_token(credentials: HTTPAuthorizationCredentials | None) -> str | None
     return credentials.credentials.strip() if credentials is not None else None
 
 
-def resolve_principal(state: Any, session: Session, token: str | None, now: datetime) -> Principal:
+def resolve_principal(
+    state: Any, session: Session, token: str | None, now: datetime, *, metrics: bool = False
+) -> Principal:
     """Who sends ``token``: an API token (cached per process, a revocation seen at once
     by every replica: app/store/tokens.py) or an OIDC JWT (app/api/oidc.py). The one
     lookup every route uses (the submit routes call it inside their one worker-thread
-    hop; others through :data:`PrincipalDep`). 401 when unknown, revoked or expired."""
+    hop; others through :data:`PrincipalDep`). 401 when unknown, revoked or expired.
+
+    A ``metrics`` token is refused here (403) unless the caller is ``GET /metrics``
+    (``metrics=True``): it reads every team's series and may do nothing else."""
     if not token:
         raise Unauthorized("missing 'Authorization: Bearer TOKEN' header", "Authorization")
     oidc: OidcVerifier | None = state.oidc
     if oidc is not None and looks_like_jwt(token):
-        return oidc.principal(token)
+        return only_metrics_reads(oidc.principal(token), metrics)
     principal = state.principals.resolve(session, token, now)
     # End the lookup's transaction: the pooled connection goes back to the pool
     # while this request waits for a worker thread to run its route. Held across
@@ -91,6 +96,12 @@ def resolve_principal(state: Any, session: Session, token: str | None, now: date
     session.commit()
     if principal is None:
         raise Unauthorized("unknown, revoked or expired token", "Authorization")
+    return only_metrics_reads(principal, metrics)
+
+
+def only_metrics_reads(principal: Principal, metrics: bool) -> Principal:
+    if principal.metrics_only and not metrics:
+        raise Forbidden("a token of scope metrics may only read GET /metrics", "Authorization")
     return principal
 
 

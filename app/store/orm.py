@@ -175,8 +175,9 @@ class TeamRow(ManagedBy, Timestamps, Base):
 class ApiTokenRow(Base):
     """An API token; only its SHA-256 is stored (tokens are random, 32 bytes).
 
-    ``scope`` is ``admin``, ``team:<name>`` or ``team:<name>:read`` (NULL on rows
-    written before migration 0006: ``team:<team>``). Admin tokens have no team.
+    ``scope`` is ``admin``, ``metrics``, ``team:<name>`` or ``team:<name>:read`` (NULL
+    on rows written before migration 0006: ``team:<team>``). Admin and metrics tokens
+    have no team.
     """
 
     __tablename__ = "api_tokens"

@@ -24,11 +24,18 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from app.domain.errors import Conflict, InputError, NotFound
-from app.domain.principal import ADMIN_SCOPE, Principal, parse_scope, team_scope
+from app.domain.principal import (
+    ADMIN_SCOPE,
+    METRICS_SCOPE,
+    Principal,
+    parse_scope,
+    team_scope,
+)
 from app.store.orm import ApiTokenRow, CatalogRevisionRow, TeamRow
 
 TEAM_PREFIX = "gpuqt_"
 ADMIN_PREFIX = "gpuqa_"
+METRICS_PREFIX = "gpuqm_"
 #: lock key serialising the first admin token's seeding across processes
 _SEED_LOCK = 0x67707571_00000001
 
@@ -64,7 +71,9 @@ def create_token(
     team, _read = parse_scope(scope)
     if team is not None and session.get(TeamRow, team) is None:
         raise NotFound(f"team {team!r} not found")
-    token = token or new_token(ADMIN_PREFIX if team is None else TEAM_PREFIX)
+    prefix = (TEAM_PREFIX if team is not None
+              else METRICS_PREFIX if scope == METRICS_SCOPE else ADMIN_PREFIX)
+    token = token or new_token(prefix)
     row = ApiTokenRow(
         team=team,
         token_hash=hash_token(token),

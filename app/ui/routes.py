@@ -104,6 +104,9 @@ def login(request: Request, session: SessionDep, form: FormDep) -> Response:
             error="that token is unknown, expired or revoked",
             status_code=401,
         )
+    except Forbidden as e:  # a metrics token: GET /metrics only, never the dashboard
+        return render(request, "login.html", title="Log in", refresh_s=None, next=target,
+                      error=e.detail, status_code=403)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,

@@ -19,7 +19,7 @@ from app.scheduling.model import Admission, CycleResult, Preemption, ReplicaPlac
 from app.scheduling.pools import PoolLedger
 from app.store.pool_ledger import ledger_from_db
 from app.store.snapshot import build_snapshot
-from tests.integration.conftest import job_body
+from tests.integration.conftest import ADMIN_TOKEN, job_body
 
 A100 = "a100-80g"
 
@@ -122,7 +122,7 @@ def test_usage_ledger_and_metrics_agree(client, admin, dispatcher, cluster, cloc
             pool_used[t] += row["used"]
     assert {t: v for t, v in pool_used.items() if v} == dict(team_used)
 
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).text
     allocated = {dict(k)["gpu_type"]: v for k, v in
                  _metric(text, "gpuq_gpu_allocated_units").items()}
     assert {t: v for t, v in allocated.items() if v} == dict(team_used)

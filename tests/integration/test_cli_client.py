@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.integration.obs_env import ADMIN, seeded_env, serving
@@ -133,6 +134,25 @@ def test_tokens_create_list_rotate_revoke(server):
     # team tokens do not manage tokens
     r = gpuq(url, "tokens", "list", token=second)
     assert r.returncode == 1
+
+
+def test_tokens_create_metrics_for_prometheus(server):
+    """`gpuq tokens create metrics --name prometheus` (docs/observability.md): a token
+    that scrapes /metrics and is refused by everything else. Fails on the old code
+    (the scope did not exist: a 422)."""
+    _env, url = server
+    r = gpuq(url, "tokens", "create", "metrics", "--name", "prometheus")
+    assert r.returncode == 0, r.stderr
+    assert "prometheus (metrics)" in r.stdout
+    token = r.stdout.strip().splitlines()[-1].strip()
+    assert token.startswith("gpuqm_")
+    auth = {"Authorization": f"Bearer {token}"}
+    r = httpx.get(f"{url}/metrics", headers=auth, timeout=30)
+    assert r.status_code == 200 and "gpuq_gpu_capacity_units" in r.text
+    r = gpuq(url, "jobs", token=token)
+    assert r.returncode == 1 and "metrics" in r.stderr, r.stderr
+    r = gpuq(url, "tokens", "list")
+    assert r.returncode == 0 and "metrics" in r.stdout, r.stderr
 
 
 def one_error_line(r) -> str:

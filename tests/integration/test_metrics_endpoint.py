@@ -1,4 +1,6 @@
-"""/metrics on a seeded cluster: every family present, values from the real dispatcher."""
+"""/metrics on a seeded cluster: every family present, values from the real dispatcher;
+a bearer token required, and each token reads its share (admin and metrics: all; a team:
+its own and the cluster-wide series)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from sqlalchemy import select
 
 from app.clock import from_epoch
 from app.store.orm import JobEventRow, JobRow, LeaseRow
-from tests.integration.obs_env import job, seeded_env
+from tests.integration.obs_env import AUTH, job, seeded_env
 
 FAMILIES = {
     "gpuq_gpu_capacity_units",
@@ -40,9 +42,9 @@ def env():
         yield e
 
 
-def scrape(env) -> tuple[set[str], dict]:
-    r = env.client.get("/metrics")  # open without a token
-    assert r.status_code == 200
+def scrape(env, headers: dict[str, str] = AUTH) -> tuple[set[str], dict]:
+    r = env.client.get("/metrics", headers=headers)
+    assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
     fams, vals = set(), {}
     for fam in text_string_to_metric_families(r.text):
@@ -145,3 +147,105 @@ def test_metrics_on_a_seeded_cluster(env):
     assert v[("gpuq_lease_reclaims_total", (("reason", "lease_expired"),))] == 1
     _, v = scrape(env)  # counted once
     assert v[("gpuq_preemptions_total", (("reason", "priority"),))] == 2
+
+
+def sample_team(labels: dict[str, str]) -> str | None:
+    """The team a sample is about (a ``team`` label, or a head-of-line alert keyed by
+    team); None: cluster-wide. No other label names a team's object (borrower and
+    lender are pools)."""
+    if "team" in labels:
+        return labels["team"]
+    return labels["key"] if labels.get("dimension") == "team" else None
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def new_token(env, scope: str, name: str) -> str:
+    r = env.client.post("/v1/tokens", json={"scope": scope, "name": name}, headers=AUTH)
+    assert r.status_code == 201, r.text
+    assert r.json()["scope"] == scope
+    return r.json()["token"]
+
+
+def test_metrics_needs_a_valid_token(env):
+    """Fails on the old code: /metrics answered 200 to anyone."""
+    r = env.client.get("/metrics")
+    assert r.status_code == 401, r.text
+    assert "Authorization" in r.json()["detail"]
+    for bad in (bearer("gpuqt_nope"), bearer("gpuqm_nope"), {"Authorization": "Basic abc"}):
+        r = env.client.get("/metrics", headers=bad)
+        assert r.status_code == 401 and r.json()["detail"], r.text
+    revoked = new_token(env, "metrics", "revoked-scraper")
+    rows = env.get("/v1/tokens")
+    token_id = next(t["id"] for t in rows if t["name"] == "revoked-scraper")
+    assert env.client.post(f"/v1/tokens/{token_id}/revoke", headers=AUTH).status_code == 200
+    assert env.client.get("/metrics", headers=bearer(revoked)).status_code == 401
+
+
+def test_each_token_reads_its_share_of_the_series(env):
+    """The admin and a metrics token read every series; a team token (read-write or
+    read-only) reads the series without a team (GPU types, pools, the dispatcher) and
+    its own team's, never a sample about another team (a ``team`` label, or a
+    head-of-line alert keyed by team). Fails on the old code: a team token read cv's
+    queue waits and usage (and without a token at all)."""
+    env.submit(job("mine-n", "nlp", 1, "v100"))
+    env.submit(job("mine-c", "cv", 1, "v100"))
+    env.advance(5)
+    env.dispatch()
+    metrics_token = new_token(env, "metrics", "prometheus")
+    assert metrics_token.startswith("gpuqm_")
+    scrape(env)  # a pass that sees the jobs; the scrapes below render it
+    state = env.client.app.state
+    max_age, state.metrics_max_age_s = getattr(state, "metrics_max_age_s", 5.0), 3600.0
+    try:
+        # a head-of-line alert per team, as the metrics loop sets them from the report
+        for team in ("nlp", "cv"):
+            env.services.metrics.alert_head_of_line.labels("team", team).set(1)
+        each_token_reads_its_share(env, metrics_token)
+    finally:
+        state.metrics_max_age_s = max_age
+
+
+def each_token_reads_its_share(env, metrics_token: str) -> None:
+    _, admin = scrape(env)
+    about = {k: sample_team(dict(k[1])) for k in admin}
+    assert {"nlp", "cv"} <= set(about.values()), sorted(set(about.values()), key=str)
+    assert about[("gpuq_alert_head_of_line", (("dimension", "team"), ("key", "cv")))] == "cv"
+    _, everything = scrape(env, bearer(metrics_token))
+    assert set(everything) == set(admin)
+
+    for scope, team, other in [("team:nlp", "nlp", "cv"), ("team:nlp:read", "nlp", "cv"),
+                               ("team:cv", "cv", "nlp"), ("team:cv:read", "cv", "nlp")]:
+        _, seen = scrape(env, bearer(new_token(env, scope, f"view-{scope.replace(':', '-')}")))
+        assert not [k for k in seen if sample_team(dict(k[1])) == other], scope
+        assert set(seen) == {k for k, t in about.items() if t in (None, team)}, scope
+        own = (("pool", "training" if team == "nlp" else "inference"),
+               ("priority", "P1" if team == "nlp" else "P2"), ("team", team))
+        assert seen[("gpuq_queue_wait_seconds_count", own)] >= 1, scope
+        assert ("gpuq_team_usage_units", (("gpu_type", "v100"), ("team", team))) in seen
+        assert ("gpuq_alert_head_of_line", (("dimension", "team"), ("key", team))) in seen
+        assert seen[("gpuq_gpu_capacity_units", (("gpu_type", "v100"),))] == 16
+
+
+def test_the_metrics_token_reads_metrics_and_nothing_else(env):
+    """Scope metrics: GET /metrics, and 403 everywhere else (the API, the dashboard).
+    Fails on the old code: the scope did not exist (POST /v1/tokens was a 422)."""
+    token = new_token(env, "metrics", "prometheus-only")
+    m = bearer(token)
+    assert env.client.get("/metrics", headers=m).status_code == 200
+    r = env.client.post("/v1/jobs", json=job("sneak", "nlp", 1, "v100"), headers=m)
+    assert r.status_code == 403, r.text
+    assert "metrics" in r.json()["detail"]
+    for path in ("/v1/jobs", "/v1/queue", "/v1/nodes", "/v1/gpu-types", "/v1/whoami",
+                 "/v1/tokens", "/v1/reports/fairness", "/v1/teams"):
+        r = env.client.get(path, headers=m)
+        assert r.status_code == 403 and r.json()["detail"], (path, r.text)
+    assert env.client.post("/v1/tokens", json={"scope": "metrics"}, headers=m).status_code == 403
+    assert env.client.get("/ui", headers=m).status_code == 403
+    r = env.client.post("/ui/login", data={"token": token, "next": "/ui"},
+                        follow_redirects=False)
+    assert r.status_code == 403 and "gpuq_ui_token" not in r.headers.get("set-cookie", "")
+    info = next(t for t in env.get("/v1/tokens") if t["name"] == "prometheus-only")
+    assert info["scope"] == "metrics" and info["team"] is None

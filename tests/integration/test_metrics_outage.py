@@ -53,7 +53,7 @@ def test_metrics_fail_during_an_outage_and_recover(database_url, demo, settings)
     proxy, engine, app = app_behind_a_proxy(database_url, settings)
     app.state.metrics_max_age_s = 0  # every scrape reads the database
     try:
-        with live_server(app) as base, httpx.Client(base_url=base, timeout=20) as c:
+        with live_server(app) as base, httpx.Client(base_url=base, timeout=20, headers=ADMIN) as c:
             assert c.post("/v1/jobs", headers=ADMIN, json=job_body()).status_code == 201
             r = c.get("/metrics")
             assert r.status_code == 200 and pending(r.text) == 1
@@ -86,7 +86,7 @@ def test_a_failed_pass_is_not_reused(database_url, demo, settings):
     proxy, engine, app = app_behind_a_proxy(database_url, settings)
     app.state.metrics_max_age_s = 3600.0  # a successful pass is reused all test long
     try:
-        with live_server(app) as base, httpx.Client(base_url=base, timeout=20) as c:
+        with live_server(app) as base, httpx.Client(base_url=base, timeout=20, headers=ADMIN) as c:
             assert c.post("/v1/jobs", headers=ADMIN, json=job_body()).status_code == 201
             proxy.cut()
             assert c.get("/metrics").status_code == 503

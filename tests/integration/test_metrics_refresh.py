@@ -39,7 +39,7 @@ def test_a_scrape_renders_the_background_pass(client):
         assert loop.stop_and_wait()
     calls = []
     loop.run_once = lambda: calls.append(1)  # a scrape that computed would land here
-    r = client.get("/metrics")
+    r = client.get("/metrics", headers=ADMIN)
     assert r.status_code == 200 and pending(r.text) == 1
     assert calls == []  # served from the refresher's pass
 
@@ -53,7 +53,7 @@ def test_with_the_refresher_an_outage_is_still_503(database_url, demo, settings)
     app.state.metrics_max_age_s = 1.0
     loop = None
     try:
-        with live_server(app) as base, httpx.Client(base_url=base, timeout=20) as c:
+        with live_server(app) as base, httpx.Client(base_url=base, timeout=20, headers=ADMIN) as c:
             assert c.post("/v1/jobs", headers=ADMIN, json=job_body()).status_code == 201
             loop = start_metrics_refresh(app, 0.1)
             wait_for("a pass that sees the job", lambda: pending(c.get("/metrics").text) == 1)

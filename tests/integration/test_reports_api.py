@@ -96,7 +96,7 @@ def test_fairness_report_matches_hand_computed_percentiles(env):
 
 
 def test_head_of_line_alert_is_a_metric(env):
-    text = env.client.get("/metrics").text
+    text = env.client.get("/metrics", headers=AUTH).text
     got = {
         (s.labels["dimension"], s.labels["key"])
         for fam in text_string_to_metric_families(text)
@@ -127,10 +127,10 @@ def test_type_imbalance_alert():
         alerts = [a for a in rep["alerts"] if a["type"] == "type_imbalance"]
         assert [a["key"] for a in alerts] == ["a100"]
         assert alerts[0]["figures"]["idle_types"] == {"v100": 1.0}
-        text = env.client.get("/metrics").text
+        text = env.client.get("/metrics", headers=AUTH).text
         assert 'gpuq_alert_type_imbalance{gpu_type="a100"} 1.0' in text
         # ten queued is not "more than 10": cancel one and the alert clears
         first = env.get("/v1/jobs", team="nlp", limit=1)["items"][0]
         env.client.post(f"/v1/jobs/{first['id']}/cancel", headers=AUTH)
         assert env.get("/v1/reports/utilization")["alerts"] == []
-        assert "gpuq_alert_type_imbalance{" not in env.client.get("/metrics").text
+        assert "gpuq_alert_type_imbalance{" not in env.client.get("/metrics", headers=AUTH).text

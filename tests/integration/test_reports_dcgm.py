@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.integration.obs_env import free_port, seeded_env
+from tests.integration.obs_env import AUTH, free_port, seeded_env
 
 RESULT = [
     {"metric": {"Hostname": "a100-0", "gpu": "0"}, "value": [0, "90"]},
@@ -59,7 +59,7 @@ def test_dcgm_utilization_per_type(prometheus):
         assert util["a100"] == pytest.approx(0.6) and util["v100"] == pytest.approx(0.05)
         assert rep["gpu_util_source"] == prometheus and rep["gpu_util_note"] is None
         assert any("DCGM_FI_DEV_GPU_UTIL" in q for q in PromHandler.queries)
-        text = env.client.get("/metrics").text
+        text = env.client.get("/metrics", headers=AUTH).text
         assert 'gpuq_gpu_utilization_ratio{gpu_type="a100"} 0.6' in text
         assert "gpuq_gpu_utilization_known 1.0" in text
 
@@ -70,4 +70,4 @@ def test_unreachable_prometheus_says_unknown():
         rep = env.get("/v1/reports/utilization")
         assert all(r["gpu_util"] is None for r in rep["gpu_types"])
         assert "did not answer" in rep["gpu_util_note"]
-        assert "gpuq_gpu_utilization_known 0.0" in env.client.get("/metrics").text
+        assert "gpuq_gpu_utilization_known 0.0" in env.client.get("/metrics", headers=AUTH).text

@@ -247,7 +247,7 @@ def test_openapi_bearer_scheme_on_every_protected_route(client):
     assert spec["components"]["securitySchemes"]["bearer"] == {
         "type": "http", "scheme": "bearer",
         "description": spec["components"]["securitySchemes"]["bearer"]["description"]}
-    open_paths = {"/healthz", "/readyz", "/metrics"}
+    open_paths = {"/healthz", "/readyz"}
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
             if path in open_paths or not path.startswith("/v1"):

@@ -80,7 +80,7 @@ def test_tuner_recommend_cooldown_then_auto_applies_through_the_store():
         hist = env.get("/v1/tuning/history")["items"]
         assert [h["action"] for h in hist] == ["applied", "proposed"]
         assert hist[0]["triggers"] and hist[0]["gate"]["before"]["jobs"] > 0
-        assert 'gpuq_tuner_weight{gpu_type="v100"} 3.2' in c.get("/metrics").text
+        assert 'gpuq_tuner_weight{gpu_type="v100"} 3.2' in c.get("/metrics", headers=AUTH).text
         # and the dispatcher now fits a fifth job in the same quota
         env.advance(1)
         env.dispatch()

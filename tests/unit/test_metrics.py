@@ -110,3 +110,61 @@ def test_reason_categories():
     assert reason_category(None) == "unknown"
     assert reason_category(Reason(ReasonCode.RECLAIMED, "anything")) == "lease_expired"
     assert reason_category("lease 4 expired") == "other"
+
+
+def _view(m: GpuqMetrics, team: str | None) -> tuple[set[str], dict[tuple[str, tuple], float]]:
+    """(families, samples) of ``m.render(team)``, parsed as Prometheus parses it."""
+    fams, out = set(), {}
+    for fam in text_string_to_metric_families(m.render(team).decode()):
+        fams.add(fam.name)
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return fams, out
+
+
+def test_a_team_view_keeps_its_own_and_the_cluster_wide_samples_only():
+    """render(team) drops every sample about another team: a ``team`` label, or a
+    head-of-line alert keyed by team; it keeps cluster-wide samples with their values,
+    and leaves out families left without a sample (HELP/TYPE included). The old
+    render had no team view: every tenant read every team's figures."""
+    m = GpuqMetrics()
+    snap = snapshot([job(10), job(11, gpu_types=("v100",))])
+    m.record_utilization(utilization(snap), {"a100": 10})
+    m.record_leases({("inference", "training", "a100"): 1}, {})
+    m.observe_wait("training", "P1", "nlp", 30)
+    m.observe_wait("inference", "P2", "cv", 90)
+    m.observe_completion("inference", "P2", "cv", 700)  # cv only
+    m.record_teams({("nlp", "a100"): 20.0, ("cv", "v100"): 4.0}, {"nlp": 100.0, "cv": None},
+                   {("cv", "v100"): 8.0})
+    m.record_alerts([
+        Alert(type="head_of_line", message="", dimension="team", key="cv"),
+        Alert(type="head_of_line", message="", dimension="team", key="nlp"),
+        Alert(type="head_of_line", message="", dimension="pool", key="inference"),
+    ])
+    everything = samples(m)
+    fams, nlp = _view(m, "nlp")
+    assert not [k for k in nlp if ("team", "cv") in k[1] or ("key", "cv") in k[1]]
+    assert nlp == {k: v for k, v in everything.items()
+                   if dict(k[1]).get("team", "nlp") == "nlp"
+                   and (dict(k[1]).get("dimension") != "team" or dict(k[1])["key"] == "nlp")}
+    assert nlp[("gpuq_queue_wait_seconds_sum",
+                (("pool", "training"), ("priority", "P1"), ("team", "nlp")))] == 30
+    assert nlp[("gpuq_team_usage_units", (("gpu_type", "a100"), ("team", "nlp")))] == 20
+    assert nlp[("gpuq_alert_head_of_line", (("dimension", "team"), ("key", "nlp")))] == 1
+    assert nlp[("gpuq_alert_head_of_line", (("dimension", "pool"), ("key", "inference")))] == 1
+    assert nlp[("gpuq_gpu_capacity_units", (("gpu_type", "a100"),))] == everything[
+        ("gpuq_gpu_capacity_units", (("gpu_type", "a100"),))]
+    assert ("gpuq_active_leases", (("borrower", "inference"), ("gpu_type", "a100"),
+                                   ("lender", "training"))) in nlp  # pools are shared
+    # cv's alone: nlp's view has neither its samples nor its HELP/TYPE lines
+    assert "gpuq_job_completion_seconds" not in fams
+    assert "gpuq_team_quota_type_units" not in fams
+    assert "gpuq_job_completion_seconds" not in m.render("nlp").decode()
+    _, cv = _view(m, "cv")
+    assert not [k for k in cv if ("team", "nlp") in k[1] or ("key", "nlp") in k[1]]
+    assert cv[("gpuq_team_quota_type_units", (("gpu_type", "v100"), ("team", "cv")))] == 8
+    # a team with nothing of its own sees the cluster-wide samples only
+    _, other = _view(m, "robotics")
+    assert other == {k: v for k, v in everything.items()
+                     if "team" not in dict(k[1]) and dict(k[1]).get("dimension") != "team"}
+    assert m.render(None) == m.render()

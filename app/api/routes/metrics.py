@@ -1,4 +1,10 @@
-"""``GET /metrics``: Prometheus exposition (open without a token).
+"""``GET /metrics``: Prometheus exposition, behind a bearer token like every route.
+
+Who sees what: the admin token and a ``metrics`` token (scope ``metrics``, for
+Prometheus: ``gpuq tokens create metrics``; it can do nothing else) read every
+series; a team token reads the cluster-wide series (no ``team`` label) and its
+own team's, never another team's (:meth:`app.metrics.GpuqMetrics.render`).
+Without a valid token: 401.
 
 While the database is unavailable a scrape fails (503 with Retry-After, as
 every route does): the gauges could only repeat what was true before the
@@ -8,12 +14,14 @@ outage, and a failed scrape is what Prometheus users alert on (``up == 0``).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Request, Response, Security
+from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from app.api.deps import NowDep, SessionDep, bearer, bearer_token, resolve_principal
 from app.dispatch.metrics_loop import MetricsLoop
 from app.metrics import CONTENT_TYPE
 from app.store.deadline import RequestTimedOut
@@ -45,7 +53,17 @@ def metrics_loop_of(state: Any) -> MetricsLoop:
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(request: Request) -> Response:
+def metrics(
+    request: Request,
+    session: SessionDep,
+    now: NowDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None,
+) -> Response:
+    # first who asks (401 without a valid token; the lookup reads the database, so
+    # during an outage this is already the 503)
+    principal = resolve_principal(
+        request.app.state, session, bearer_token(credentials), now, metrics=True
+    )
     try:
         # scrapes closer than this reuse the last pass (tests set 0 to always refresh);
         # the app's background refresh (GPUQ_METRICS_REFRESH_S) keeps one fresher than
@@ -56,4 +74,5 @@ def metrics(request: Request) -> Response:
         raise
     except Exception:  # serve what we have (and count the failure) rather than a 500
         log.exception("metrics refresh failed")
-    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
+    team = None if principal.sees_every_team else principal.team
+    return Response(request.app.state.metrics.render(team), media_type=CONTENT_TYPE)

@@ -102,8 +102,9 @@ class ScopedTokenIn(NewToken):
     """A token of any scope (POST /v1/tokens)."""
 
     scope: str = Field(
-        description="admin, team:<name> or team:<name>:read",
-        pattern=r"^(admin|team:[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(:read)?)$",
+        description="admin, team:<name>, team:<name>:read or metrics (GET /metrics only, "
+        "every team's series: for Prometheus)",
+        pattern=r"^(admin|metrics|team:[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(:read)?)$",
     )
 
 
