@@ -346,6 +346,12 @@ def test_servicemonitor_labels_for_the_prometheus_selector(target: str, release:
     assert selected == {"gpuq", "gpuq-dispatcher"}
     ports = {p["name"] for s in services for p in s["spec"]["ports"]}
     assert {e["port"] for e in sm["spec"]["endpoints"]} <= ports
+    # /metrics takes a bearer token: every endpoint sends the `metrics` token from the
+    # Secret the docs tell the operator to create (without it every scrape is a 401)
+    for endpoint in sm["spec"]["endpoints"]:
+        assert endpoint["authorization"] == {
+            "type": "Bearer", "credentials": {"name": "gpuq-metrics-token", "key": "token"}}
+        assert "bearerTokenSecret" not in endpoint and "bearerTokenFile" not in endpoint
 
 
 def test_front_door_rbac_is_exactly_what_the_integrations_use() -> None:

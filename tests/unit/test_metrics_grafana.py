@@ -53,3 +53,8 @@ def test_scrape_configs_parse_and_point_at_metrics():
     assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
     jobs = yaml.safe_load((ROOT / "k8s/grafana/prometheus-scrape-config.yaml").read_text())
     assert {j["job_name"] for j in jobs} == {"gpuq", "dcgm-exporter"}
+    # /metrics takes a bearer token (a `metrics` token, docs/observability.md)
+    assert sm["spec"]["endpoints"][0]["authorization"]["type"] == "Bearer"
+    gpuq = next(j for j in jobs if j["job_name"] == "gpuq")
+    assert gpuq["authorization"]["type"] == "Bearer"
+    assert gpuq["authorization"]["credentials_file"].endswith("/gpuq-metrics-token/token")
