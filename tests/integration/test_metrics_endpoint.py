@@ -249,3 +249,11 @@ def test_the_metrics_token_reads_metrics_and_nothing_else(env):
     assert r.status_code == 403 and "gpuq_ui_token" not in r.headers.get("set-cookie", "")
     info = next(t for t in env.get("/v1/tokens") if t["name"] == "prometheus-only")
     assert info["scope"] == "metrics" and info["team"] is None
+    # rotated (docs/observability.md): the successor is a metrics token too
+    r = env.client.post(f"/v1/tokens/{info['id']}/rotate", headers=AUTH)
+    assert r.status_code in (200, 201), r.text
+    successor = r.json()["token"]
+    assert successor.startswith("gpuqm_") and r.json()["scope"] == "metrics"
+    assert env.client.get("/metrics", headers=m).status_code == 401
+    assert env.client.get("/metrics", headers=bearer(successor)).status_code == 200
+    assert env.client.get("/v1/jobs", headers=bearer(successor)).status_code == 403
