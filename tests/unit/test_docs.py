@@ -330,6 +330,38 @@ def test_make_targets_in_docs_exist() -> None:
     assert not bad, f"docs run make targets the Makefile does not have: {bad}"
 
 
+ENV_NAME = re.compile(r"\bGPUQ_[A-Z0-9_]*[A-Z0-9]\b")
+ENV_SOURCES = ("app", "tests", "bench", "tools", "k8s", "release")
+
+
+def _known_env_names() -> set[str]:
+    """Every GPUQ_* name the code, tests, benchmarks and manifests read or set, and the
+    Kubernetes settings (GPUQ_K8S_ + field, read through env_prefix)."""
+    known = {f"GPUQ_K8S_{name.upper()}" for name in KubeSettings.model_fields}
+    files = [ROOT / "Makefile", ROOT / "docker-compose.yml", ROOT / ".ci" / "run"]
+    files += [p for d in ENV_SOURCES for p in (ROOT / d).rglob("*") if p.is_file()]
+    for path in files:
+        if path.suffix in {".py", ".yaml", ".yml", ".sh", ".mod", ""} and path.exists():
+            known |= set(ENV_NAME.findall(path.read_text(errors="replace")))
+    return known
+
+
+def _unknown_env_names(md: Path, known: set[str]) -> list[str]:
+    return sorted(set(ENV_NAME.findall(md.read_text())) - known)
+
+
+def test_environment_variables_in_docs_exist() -> None:
+    """A setting renamed or removed leaves the prose pointing at a variable nobody reads."""
+    known = _known_env_names()
+    assert {"GPUQ_PORT", "GPUQ_K8S_NAMESPACE", "GPUQ_TRACE_DIR"} <= known
+    bad = {
+        str(md.relative_to(ROOT)): b
+        for md in _markdown_files()
+        if (b := _unknown_env_names(md, known))
+    }
+    assert not bad, f"docs name GPUQ_* variables nothing reads or sets: {bad}"
+
+
 def test_command_checkers_see_drift(tmp_path: Path) -> None:
     md = tmp_path / "doc.md"
     md.write_text(
@@ -347,6 +379,9 @@ def test_command_checkers_see_drift(tmp_path: Path) -> None:
     )
     assert _make_targets(tmp_path / "Makefile") == {".stamp", "run"}
     assert _unknown_make_targets(md2, {".stamp", "run"}) == ["make tset", "make traces"]
+    md3 = tmp_path / "env.md"
+    md3.write_text("`GPUQ_PORT` and GPUQ_PORTS, GPUQ_K8S_NAMESPACE; GPUQ_\n")
+    assert _unknown_env_names(md3, {"GPUQ_PORT", "GPUQ_K8S_NAMESPACE"}) == ["GPUQ_PORTS"]
     assert [b.split(" (")[1] for b in _bad_gpuq_commands(md)] == [
         "no option --polcy)",
         "no command 'submitt')",
