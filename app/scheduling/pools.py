@@ -233,6 +233,18 @@ class PoolLedger:
             self.shared_free(t), max(0.0, self.shared_limit(pool, t) - self.shared_used(pool, t))
         )
 
+    def _whole_share(self, pool: str, t: str, want: float, fits: float) -> float:
+        """Shared CU for a job larger than the pool's whole weighted share: a pool below
+        its share may take such a job out of free shared capacity, past the share. Else
+        the job could never start while another pool wanted the type, and the cards
+        stayed idle: two pools each with a gang of the whole type were capped at half
+        of it each, forever. The pool then holds more than its share by at most this one
+        job; at or above its share it takes nothing more while others contend."""
+        limit = self.shared_limit(pool, t)
+        if want <= limit + EPS or self.shared_used(pool, t) >= limit - EPS:
+            return fits
+        return min(want, self.shared_free(t))
+
     def own_headroom(self, pool: str, t: str) -> float:
         return max(0.0, self.guarantee(pool, t) - self.own(pool, t) - self.lent[(pool, t)])
 
@@ -302,6 +314,8 @@ class PoolLedger:
                 continue
             o = min(u, self.own_headroom(pool, t))
             s = min(u - o, self.shared_headroom(pool, t))
+            if s < u - o - EPS:
+                s = self._whole_share(pool, t, u - o, s)
             rest = u - o - s
             grants: list[tuple[str, str, float]] = []
             can_borrow = job.preemptible and may_borrow

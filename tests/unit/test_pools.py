@@ -57,6 +57,32 @@ def test_shared_capacity_split_by_weight_among_active_pools() -> None:
     assert lg.shared_limit("q", "a100") == 160
 
 
+def test_a_gang_larger_than_its_pools_share_starts_from_idle_shared_capacity() -> None:
+    """Two pools without a guarantee, each with a gang of the whole type: each was capped
+    at half (its weighted share), neither ever started and every card stayed idle."""
+    pools = [PoolInfo("p"), PoolInfo("q")]
+    gang = dict(gpus=8, replicas=2, min_available=2)
+    pending = [job("x", pool="p", **gang), job("y", pool="q", submitted_at=1.0, **gang)]
+    res = schedule(snapshot(A, pools, pending))
+    assert [a.job_id for a in res.admissions] == ["x"]  # the first in the order, whole
+    assert "y" in res.reasons  # the other waits for the cards, not for a share it cannot get
+    # once x holds the type, y does not start beside it, and p takes nothing more
+    full = [running(x, n.name, "a100", tuple(range(8)))
+            for x, n in zip((pending[0], pending[0]), A, strict=True)]
+    res = schedule(snapshot(A, pools, [pending[1], job("z", pool="p", gpus=1)], full, now=5))
+    assert res.admissions == []
+    # a pool at or above its share (p: weight 1 of 4, 40 CU) does not pass it with a job
+    # larger than the share, although the cards are free; below it, it may
+    pools = [PoolInfo("p", weight=1), PoolInfo("q", weight=3)]
+    w = job("w", pool="p", gpus=4, replicas=2, min_available=2)  # 80 CU
+    v = job("v", pool="q", gpus=1, submitted_at=2.0)
+    held = [running(job("h", pool="p", gpus=4), "a0", "a100", (0, 1, 2, 3))]  # 40 CU
+    res = schedule(snapshot(A, pools, [w, v], held, now=5))
+    assert [a.job_id for a in res.admissions] == ["v"]
+    res = schedule(snapshot(A, pools, [w, v], now=5))
+    assert sorted(a.job_id for a in res.admissions) == ["v", "w"]
+
+
 def test_lend_limit_caps_lending() -> None:
     pools = [PoolInfo("p", guaranteed={"a100": 80}),
              PoolInfo("q", guaranteed={"a100": 80}, lend_limit={"a100": 20})]
