@@ -29,7 +29,14 @@ import copy
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -89,6 +96,21 @@ class _Families(Collector):
 
     def collect(self) -> Iterable[Metric]:
         return self.families
+
+
+class _ProcessWide(Collector):
+    """The families of this process's Kubernetes backend (``gpuq_k8s_*``,
+    app/cluster/k8s_metrics.py: process-wide objects on prometheus_client's default
+    registry, as the backend is one per process) in the app's exposition. ``/metrics``
+    renders the app's own registry only, so they were documented and never served."""
+
+    PREFIX = "gpuq_k8s_"
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # names come and go with the backend: nothing to reserve at register
+
+    def collect(self) -> Iterable[Metric]:
+        return [f for f in REGISTRY.collect() if f.name.startswith(self.PREFIX)]
 
 
 class GpuqMetrics:
@@ -217,6 +239,7 @@ class GpuqMetrics:
         self.metrics_pass_errors = Counter(
             "gpuq_metrics_pass_errors_total", "metrics loop passes that failed", registry=r
         )
+        r.register(_ProcessWide())
 
     # -- exposition ----------------------------------------------------------------------------
 

@@ -168,3 +168,21 @@ def test_a_team_view_keeps_its_own_and_the_cluster_wide_samples_only():
     assert other == {k: v for k, v in everything.items()
                      if "team" not in dict(k[1]) and dict(k[1]).get("dimension") != "team"}
     assert m.render(None) == m.render()
+
+
+def test_the_kubernetes_backends_families_are_served():
+    """docs/operations.md lists gpuq_k8s_* on /metrics; they live on prometheus_client's
+    default registry, which /metrics did not render, so none was ever served."""
+    from app.cluster import k8s_metrics
+
+    k8s_metrics.EVICTIONS.labels("eviction").inc()
+    k8s_metrics.UNMATCHED_GPU_NODES.labels("NVIDIA-H200").set(2)
+    m = GpuqMetrics()
+    for text in (m.render(), m.render(team="nlp")):  # cluster-wide: every token sees them
+        got = {(s.name, tuple(sorted(s.labels.items())))
+               for fam in text_string_to_metric_families(text.decode())
+               for s in fam.samples}
+        assert ("gpuq_k8s_evictions_total", (("method", "eviction"),)) in got
+        assert ("gpuq_k8s_unmatched_gpu_nodes", (("product", "NVIDIA-H200"),)) in got
+    assert b"python_gc" not in m.render()  # the rest of the default registry stays out
+    GpuqMetrics()  # a second app in the process registers the same view without a clash
