@@ -26,7 +26,7 @@ from app.cluster.interface import BindRequest, PodPhase
 from app.cluster.k8s_devices import MIG_SINGLE, SHARE_UNSUPPORTED, DeviceLayer, UnsupportedDevice
 from app.cluster.k8s_nodes import mig_prefix
 from app.cluster.k8s_settings import KubeSettings
-from app.domain.pod_policy import PodPolicy
+from app.domain.pod_policy import OWN_DEVICE_ENV, PodPolicy
 from app.scheduling.model import GpuType, ReplicaPlacement
 
 _NAME_BAD = re.compile(r"[^a-z0-9-]")
@@ -198,6 +198,17 @@ def placement_annotations(req: BindRequest, p: ReplicaPlacement) -> dict[str, st
     return {k: v for k, v in out.items() if v}
 
 
+# On every container that the device plugin gives no card (a CPU-only job, a sidecar, an
+# init container): the NVIDIA container runtime exposes every card of the node to a
+# container whose image sets NVIDIA_VISIBLE_DEVICES=all (CUDA base images do), or to a
+# legacy CUDA image without it, while "void" makes it act as runc: no device, no driver.
+# Upstream: NVIDIA/nvidia-container-toolkit internal/config/image/cuda_image.go
+# (devicesFromEnvvars: unset with a legacy image means "all") and devices.go
+# (NewVisibleDevices: "void"). A template may not set the variable (app/domain/pod_policy.py,
+# DEVICE_ENV), so this value is gpuq's own (OWN_DEVICE_ENV, the one the check at bind lets by).
+NO_DEVICES = OWN_DEVICE_ENV
+
+
 def build_pod(
     req: BindRequest,
     p: ReplicaPlacement,
@@ -267,6 +278,8 @@ def build_pod(
     for i, c in enumerate(containers):
         c = dict(c)
         c["env"] = [e for e in (c.get("env") or []) if e.get("name") not in ours] + env
+        if i or not accel:
+            c["env"].append(dict(NO_DEVICES))  # no card of its own: none of the node's
         if i == 0:  # the first container is the workload: it gets the devices
             res = dict(c.get("resources") or {})
             requests = dict(res.get("requests") or {})
@@ -286,6 +299,9 @@ def build_pod(
             c["resources"] = res
         out_containers.append(c)
     spec["containers"] = out_containers
+    if spec.get("initContainers"):
+        spec["initContainers"] = [{**c, "env": [*(c.get("env") or []), dict(NO_DEVICES)]}
+                                  for c in spec["initContainers"]]
     spec["schedulerName"] = ks.scheduler_name
     if is_gang(req):  # a stable DNS name per replica through the job's headless Service
         spec["hostname"] = f"{service_name(req)}-{p.replica}"

@@ -781,6 +781,10 @@ DEVICE_ENV = frozenset({
 })
 
 
+# what gpuq itself sets on a container the device plugin gives no card (the Pod at bind)
+OWN_DEVICE_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+
+
 def device_violations(
     meta: Mapping[str, Any], spec: Mapping[str, Any], policy: PodPolicy, base: dict[str, str],
     *, template: bool,
@@ -801,6 +805,8 @@ def device_violations(
                              "devices come from the job's resources, not DRA claims"))
     for path, c in containers(spec, base["spec"]):
         for i, e in enumerate(c.get("env") or []):
+            if not template and e == OWN_DEVICE_ENV:
+                continue  # gpuq's own "no device" on a container without a card (k8s_pods)
             if isinstance(e, dict) and str(e.get("name", "")) in DEVICE_ENV:
                 out.append(Violation(f"{path}.env[{i}].name",
                                      f"{e['name']} selects devices; gpuq assigns them"))

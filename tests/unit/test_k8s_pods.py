@@ -198,3 +198,32 @@ def test_bind_request_carries_the_specs_labels():
                           spec={"labels": {"exp": "1"}, "pod_template": {}})
     p = ReplicaPlacement(0, "a100-2", "a100-80g", (0,), units=10)
     assert bind_request(row, [p]).labels == {"exp": "1"}
+
+
+def test_a_container_without_a_card_sees_none_of_the_nodes():
+    """A container the device plugin gives no card (a sidecar, an init container, a job
+    without GPUs) saw every card of its GPU node under the NVIDIA runtime when its image
+    set NVIDIA_VISIBLE_DEVICES=all (CUDA base images do); "void" makes the runtime act as
+    runc (nvidia-container-toolkit internal/config/image/devices.go)."""
+    from app.domain.pod_policy import PodPolicy, check_pod
+
+    one = ReplicaPlacement(0, "a100-2", "a100-80g", (0, 1), units=20)
+    template = {"spec": {"initContainers": [{"name": "fetch", "image": "cuda:12"}],
+                         "containers": [{"name": "train", "image": "cuda:12"},
+                                        {"name": "logs", "image": "cuda:12"}]}}
+    pod = build_pod(req([one], template), one, bind_id="abcde", gpu_type=TYPES["a100-80g"],
+                    ks=KS)
+    spec = pod["spec"]
+    assert "NVIDIA_VISIBLE_DEVICES" not in env(spec["containers"][0])  # the device plugin's
+    assert env(spec["containers"][1])["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env(spec["initContainers"][0])["NVIDIA_VISIBLE_DEVICES"] == "void"
+    # a job without GPUs on a GPU node (scheduler.cpu_jobs_on_gpu_nodes)
+    cpu = ReplicaPlacement(0, "a100-2", None, (), cpu=2)
+    pod0 = build_pod(req([cpu]), cpu, bind_id="abcde", gpu_type=None, ks=KS)
+    assert [env(c)["NVIDIA_VISIBLE_DEVICES"] for c in pod0["spec"]["containers"]] == ["void"]
+    # gpuq's own value passes the check at bind; a template's is still refused
+    policy = PodPolicy(level="privileged")
+    assert check_pod(pod, policy) == [] and check_pod(pod0, policy) == []
+    spec["containers"][1]["env"][-1] = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
+    assert [v.path for v in check_pod(pod, policy)] == [
+        f"spec.containers[1].env[{len(spec['containers'][1]['env']) - 1}].name"]
