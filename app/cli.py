@@ -464,11 +464,15 @@ def tokens_revoke(
 def tokens_reset_admin() -> None:
     """Break-glass: with database access (DATABASE_URL, or the embedded database),
     revoke every admin token and print one new admin token (shown once)."""
+    from app.runtime import kept_admin_token_path
     from app.server import reset_admin_token
     from app.settings import get_settings
 
-    token = reset_admin_token(get_settings())
-    typer.echo("every admin token is revoked; the new admin token (shown once):")
+    settings = get_settings()
+    token = reset_admin_token(settings)
+    kept = kept_admin_token_path(settings)
+    typer.echo("every admin token is revoked; the new admin token"
+               + (f" (also written to {kept}):" if kept else " (shown once):"))
     typer.echo(token)
 
 

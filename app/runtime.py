@@ -119,6 +119,30 @@ def check_admin_token(token: str) -> str:
     return token
 
 
+def kept_admin_token_path(settings: Settings) -> Path | None:
+    """The data folder's admin token file, when gpuq keeps one there (GPUQ_ADMIN_TOKEN
+    unset and the file made by :func:`resolve_admin_token`), else None."""
+    if settings.admin_token:
+        return None
+    path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
+    return path if path.exists() else None
+
+
+def replace_kept_admin_token(settings: Settings, token: str) -> Path | None:
+    """After a break-glass reset the kept file holds the new token: it is what
+    ``make run``'s users and the README read (``cat .gpuq/admin_token``), and it held a
+    revoked one. Written whole (0600, then renamed over the old file)."""
+    path = kept_admin_token_path(settings)
+    if path is None:
+        return None
+    new = path.with_name(path.name + ".new")
+    fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.replace(new, path)
+    return path
+
+
 def resolve_admin_token(settings: Settings, announce: Callable[[str], None] = print) -> str:
     """GPUQ_ADMIN_TOKEN (refused when short or an example), else the one kept in
     the data folder (generated and shown once). Either only seeds the first admin

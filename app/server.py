@@ -17,7 +17,13 @@ from app.clock import utcnow
 from app.domain.config import load_config_text
 from app.domain.yaml_input import read_text_bounded
 from app.main import create_app
-from app.runtime import UnsafeAdminToken, check_admin_token, open_services, resolve_database
+from app.runtime import (
+    UnsafeAdminToken,
+    check_admin_token,
+    open_services,
+    replace_kept_admin_token,
+    resolve_database,
+)
 from app.settings import Settings
 from app.store import migrate
 from app.store.audit import WriteBy
@@ -183,13 +189,15 @@ def reset_admin_token(settings: Settings) -> str:
     admin token lost, expired or rotated away). Needs database access (DATABASE_URL,
     or the embedded database of this data folder), not a token: whoever can write the
     database already owns gpuq. Revokes every admin token, issues one new one without
-    an expiry and returns it; audited as actor ``reset-admin``."""
+    an expiry and returns it; audited as actor ``reset-admin``. The data folder's
+    admin token file, when gpuq keeps one, gets the new token (it held a revoked one)."""
     with database_session(settings) as session:
         now = utcnow()
         row, token = reset_admin(session, now)
         WriteBy("reset-admin", now).record(session, "create", "token", str(row.id), None,
                                            token_dict(row))
         session.commit()
+    replace_kept_admin_token(settings, token)
     return token
 
 

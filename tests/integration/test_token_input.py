@@ -68,3 +68,20 @@ def test_break_glass_reset_admin(client, admin, database_url, tmp_path):
     assert [t["state"] for t in admins].count("active") == 1
     r = client.get("/v1/audit?kind=token", headers=bearer(token))
     assert r.json()[0]["actor"] == "reset-admin"  # newest first
+
+
+def test_reset_admin_replaces_the_kept_token_file(client, admin, database_url, tmp_path):
+    """`make run` keeps the admin token in the data folder and the README reads it from
+    there; after a reset it still held the revoked token."""
+    kept = tmp_path / "admin_token"
+    kept.write_text("gpuqa_revoked-soon\n")
+    kept.chmod(0o600)
+    token = reset_admin_token(Settings(DATABASE_URL=database_url, GPUQ_DATA_DIR=tmp_path))
+    assert kept.read_text().strip() == token
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert client.get("/v1/tokens", headers=bearer(kept.read_text().strip())).status_code == 200
+    # with GPUQ_ADMIN_TOKEN set gpuq keeps no file: nothing is written
+    other = tmp_path / "elsewhere"
+    reset_admin_token(Settings(DATABASE_URL=database_url, GPUQ_DATA_DIR=other,
+                               GPUQ_ADMIN_TOKEN="x" * 40))
+    assert not (other / "admin_token").exists()
