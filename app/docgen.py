@@ -14,6 +14,7 @@ has none, the ``#`` comment on or directly above its line in the class body.
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import io
 import json
@@ -393,8 +394,12 @@ DOCS: dict[Path, Callable[[], str]] = {CONFIG_DOC: config_markdown, API_DOC: api
 
 def main(argv: list[str] | None = None) -> int:
     """Rewrite the generated documents (``--check``: only report the ones that differ)."""
-    args = sys.argv[1:] if argv is None else argv
-    check = "--check" in args
+    ap = argparse.ArgumentParser(
+        prog="python -m app.docgen",
+        description="Regenerate docs/configuration.md and docs/api.md from the code.")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 naming the documents that are out of date")
+    check = ap.parse_args(sys.argv[1:] if argv is None else argv).check
     stale = []
     for path, render in DOCS.items():
         text = render()

@@ -387,3 +387,16 @@ def test_command_checkers_see_drift(tmp_path: Path) -> None:
         "no command 'submitt')",
         "no option --force)",
     ]
+
+
+def test_docgen_help_writes_nothing(capsys) -> None:
+    """`python -m app.docgen --help` regenerated both documents instead of helping."""
+    import pytest
+
+    before = {p: p.stat().st_mtime_ns for p in docgen.DOCS}
+    with pytest.raises(SystemExit) as e:
+        docgen.main(["--help"])
+    assert e.value.code == 0 and "--check" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in docgen.DOCS} == before
+    with pytest.raises(SystemExit):
+        docgen.main(["--chek"])  # a typo is an error, not a rewrite
