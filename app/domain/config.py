@@ -392,6 +392,23 @@ class TraceConfig(ConfigModel):
     )
 
 
+def above_max_priority(team: str, prio: str, values: Mapping[str, int],
+                       top: str | None) -> str | None:
+    """Why ``team``'s job may not name ``prio`` (above its ``max_priority`` ``top``, by the
+    classes' ``values``), or None: the one rule of a submit and of a scenario file."""
+    if top is None or prio not in values or top not in values or values[prio] <= values[top]:
+        return None
+    return f"team {team} may name priority classes up to {top} (max_priority); {prio} is above it"
+
+
+def default_above_max(default: str, values: Mapping[str, int], top: str | None) -> str | None:
+    """Why a team's ``default_priority`` does not fit its ``max_priority``, or None."""
+    if top is None or default not in values or top not in values or (
+            values[default] <= values[top]):
+        return None
+    return f"default_priority {default} is above max_priority {top}"
+
+
 class GpuqConfig(ConfigModel):
     """The whole file; `jobs` and `trace` only matter to `gpuq simulate`."""
 
@@ -485,16 +502,14 @@ class GpuqConfig(ConfigModel):
                               ("max_priority", tm.max_priority)):
                 if prio is not None and prio not in values:
                     raise ValueError(f"team {tm.name}: unknown {key} {prio!r}")
-            if tm.max_priority is not None and (
-                    values[tm.default_priority] > values[tm.max_priority]):
-                raise ValueError(f"team {tm.name}: default_priority {tm.default_priority} is "
-                                 f"above max_priority {tm.max_priority}")
+            why = default_above_max(tm.default_priority, values, tm.max_priority)
+            if why is not None:
+                raise ValueError(f"team {tm.name}: {why}")
         caps = {tm.name: tm.max_priority for tm in self.teams if tm.max_priority is not None}
         for i, j in enumerate(self.jobs):  # a scenario's jobs, as a submit would check them
-            top = caps.get(j.team)
-            if top is not None and j.priority in values and values[j.priority] > values[top]:
-                raise ValueError(f"jobs[{i}]: team {j.team} may name priority classes up to "
-                                 f"{top} (max_priority); {j.priority} is above it")
+            why = above_max_priority(j.team, j.priority or "", values, caps.get(j.team))
+            if why is not None:
+                raise ValueError(f"jobs[{i}]: {why}")
         return self
 
 

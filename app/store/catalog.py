@@ -22,6 +22,7 @@ from app.domain.config import (
     PoolConfig,
     PriorityClassConfig,
     TeamConfig,
+    default_above_max,
 )
 from app.domain.errors import Conflict, InputError, NotFound, unknown
 from app.store.audit import WriteBy
@@ -164,11 +165,11 @@ def check_team_refs(session: Session, t: TeamConfig) -> None:
     _check_exist(session, PriorityClassRow, [t.default_priority], "default_priority")
     if t.max_priority is not None:
         _check_exist(session, PriorityClassRow, [t.max_priority], "max_priority")
-        top = session.get(PriorityClassRow, t.max_priority)
-        default = session.get(PriorityClassRow, t.default_priority)
-        if top is not None and default is not None and default.value > top.value:
-            raise InputError(f"default_priority {t.default_priority} is above max_priority "
-                             f"{t.max_priority}", "default_priority")
+        values = {r.name: r.value for r in (session.get(PriorityClassRow, n)
+                                            for n in (t.default_priority, t.max_priority)) if r}
+        why = default_above_max(t.default_priority, values, t.max_priority)
+        if why is not None:
+            raise InputError(why, "default_priority")
     if t.namespaces:
         # a team's namespaces are its tenant boundary (docs/security.md): no two teams
         # list the same one, else each could name the other's Secrets and PVCs there

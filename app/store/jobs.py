@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select, text
 from sqlalchemy.orm import Session, selectinload
 
+from app.domain.config import above_max_priority
 from app.domain.errors import Conflict, InputError, NotFound, PodPolicyError, unknown
 from app.domain.pod_policy import InstallPolicy, Violation, check_template
 from app.domain.pod_resources import template_violations
@@ -106,12 +107,11 @@ def resolve_references(
     prio = cat.priorities.get(prio_name)
     if prio is None:
         raise InputError(unknown("priority class", prio_name, cat.priorities), "priority")
-    top = cat.priorities.get(team.max_priority) if team.max_priority else None
-    if top is not None and prio.value > top.value:
-        raise InputError(
-            f"team {team.name} may name priority classes up to {top.name} (max_priority); "
-            f"{prio_name} is above it", "priority"
-        )
+    if team.max_priority is not None:
+        values = {p.name: p.value for p in cat.priorities.values()}
+        why = above_max_priority(team.name, prio_name, values, team.max_priority)
+        if why is not None:
+            raise InputError(why, "priority")
     r = spec.resources
     types = cat.types
     for fld, names in (
