@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import Select, select
 
 from app.cluster import k8s_labels as L
 from app.cluster.workloads.adaptor import Unhonourable, WorkloadAdaptor
@@ -63,6 +63,15 @@ EVENT = {"queued": ("GpuqQueued", "Normal"), "admitted": ("GpuqAdmitted", "Norma
          "finished": ("GpuqFinished", "Normal"), "failed": ("GpuqFailed", "Warning"),
          "cancelled": ("GpuqCancelled", "Warning")}
 OPEN = ("pending", "admitted", "running", "unschedulable")
+
+
+def made_by(keys: list[str]) -> Select[tuple[JobRow]]:
+    """The jobs the front door made for workloads of these keys (``k8s-uid:<uid>``): by
+    the key's own index (migration 0016), not by a scan of the job table. Only jobs it
+    made: a REST job keyed like a workload (refused since: app/api/routes/jobs.py
+    ``reserved_key``) must not stand for it, or the workload would never be queued."""
+    return select(JobRow).where(JobRow.idempotency_key.in_(keys),
+                                JobRow.submitted_by.startswith(PREFIX))
 
 
 @dataclass
@@ -100,9 +109,8 @@ class FrontDoor(Part):
                     seen[meta["uid"]] = (a, o, queue)
         with self.session_factory() as session:
             keys = [WorkloadOwner("", "", "", "", uid).idempotency_key() for uid in seen]
-            rows = {r.idempotency_key: r for r in session.scalars(
-                select(JobRow).where(JobRow.idempotency_key.in_(keys))
-            )} if keys else {}
+            rows = {r.idempotency_key: r for r in session.scalars(made_by(keys))
+                    } if keys else {}
             # their places in the queue, as GET /v1/jobs shows them (computed, not stored)
             fill_queue_positions(session, rows.values())
             for uid, (a, obj, queue) in seen.items():

@@ -217,6 +217,9 @@ class JobRow(Base):
         Index("ix_jobs_team_id", "team", "id"),
         # a team's pending jobs, counted against its cap at submit (migration 0009)
         Index("ix_jobs_team_pending", "team", postgresql_where=text("status = 'pending'")),
+        # the front door's lookup of the jobs its workloads made, by key (migration 0016)
+        Index("ix_jobs_idempotency_key", "idempotency_key",
+              postgresql_where=text("idempotency_key IS NOT NULL")),
         # windowed reports: jobs submitted, admitted or finished since T (migration 0004)
         Index("ix_jobs_submitted_at", "submitted_at"),
         *(

@@ -69,6 +69,17 @@ def test_idempotent_submit_returns_same_job(client, admin, team_token):
     assert len(client.get("/v1/jobs", headers=admin).json()["items"]) == 2
 
 
+def test_a_workload_key_is_refused_and_nothing_written(client, admin, team_token):
+    """``k8s-uid:<uid>`` is how the front door finds the job a workload made: a REST job
+    with such a key would stand for another team's workload, which would never queue."""
+    nlp = team_token("nlp")
+    r = client.post("/v1/jobs", json=job_body(),
+                    headers={**nlp, "Idempotency-Key": "k8s-uid:0b7c1d2e-aaaa-bbbb-cccc-1234"})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith("Idempotency-Key: keys beginning 'k8s-uid:'")
+    assert client.get("/v1/jobs", headers=admin).json()["items"] == []
+
+
 def test_list_filters_and_cursor_pagination(client, admin):
     ids = []
     for i in range(7):

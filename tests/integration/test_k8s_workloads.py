@@ -232,6 +232,26 @@ def test_rest_and_workload_share_one_queue_and_quota(kube, sf, world):
         "metadata"]["annotations"])  # admitted: no estimate
 
 
+def test_a_rest_job_keyed_like_a_workload_does_not_stand_for_it(kube, sf, world):
+    """A job another team wrote with the workload's key (``k8s-uid:<uid>``, refused by the
+    API since) is not the workload's job: the workload is still queued and bound."""
+    w, c, d = world
+    add_a100(kube, c, "a100-0")
+    add_a100(kube, c, "a100-1")  # room for both
+    job = apply(w, example("indexed-job.yaml"))
+    with sf() as s:
+        squat = submit_job(s, JobSpec.model_validate(
+            {"name": "squat", "team": "cv", "replicas": 1,
+             "resources": {"gpus": 1, "gpu_types": ["a100-80g"]}}), now=utcnow(),
+            idempotency_key=f"k8s-uid:{job['metadata']['uid']}", submitted_by="cv-ci").job.id
+        s.commit()
+    settle(d, lambda: len([p for p in pods_of(kube, "sft-indexed")
+                           if p["spec"].get("nodeName")]) == 4)
+    row = job_row(sf, "sft-indexed")
+    assert row.team == "nlp" and row.id != squat
+    assert row.submitted_by == "kubernetes:batch/v1/Job/gpuq-jobs/sft-indexed"
+
+
 def test_preempted_workload_is_suspended_requeued_and_runs_again(kube, sf, world):
     w, c, d = world
     add_a100(kube, c, "a100-0")

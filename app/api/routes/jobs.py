@@ -37,6 +37,7 @@ from app.api.schemas import (
     new_job_out,
 )
 from app.domain.errors import InputError
+from app.domain.owner import KEY_PREFIX
 from app.domain.spec import JobSpec
 from app.domain.states import JobStatus
 from app.store import jobs as job_store
@@ -80,7 +81,8 @@ async def submit_job(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Submit one job: 201 with the job (200 with the earlier job for a repeated
-    ``Idempotency-Key`` with the same body, 409 with another body). A
+    ``Idempotency-Key`` with the same body, 409 with another body; a key beginning
+    ``k8s-uid:`` is a 422, kept for the jobs of Kubernetes workloads). A
     ``pod_template`` the team's Pod policy refuses is a 422 naming the field path
     (docs/security.md), and nothing is written.
 
@@ -90,10 +92,21 @@ async def submit_job(
     and the answer is built from what was written (no ORM objects, no read back).
     """
     state = request.app.state
+    reserved_key(idempotency_key)
     status, body = await run_in_threadpool(
         _submit_one, state, bearer_token(credentials), spec, state.clock(), idempotency_key
     )
     return Response(body, status_code=status, media_type="application/json")
+
+
+def reserved_key(key: str | None) -> None:
+    """Refuse a key of the front door's form: the front door finds the job a Kubernetes
+    workload made by ``k8s-uid:<uid>`` (app/dispatch/workloads.py), so a REST job with
+    that key would stand for the workload, and the workload would never be queued."""
+    if key is not None and key.startswith(KEY_PREFIX):
+        raise InputError(f"keys beginning {KEY_PREFIX!r} are kept for the jobs gpuq makes "
+                         "from Kubernetes workloads; choose another key",
+                         field="Idempotency-Key")
 
 
 def _submit_one(
