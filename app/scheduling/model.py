@@ -339,9 +339,8 @@ class SchedulerConfig:
     max_reservations: int = 4
     unknown_duration_s: float = 3600.0  # assumed remaining run time when no estimate is given
     # jobs without GPUs may run on GPU nodes: off by default, they run on CPU-only nodes.
-    # A container the device plugin gave no card still sees every card of its node when
-    # the node's default runtime is nvidia and the image sets NVIDIA_VISIBLE_DEVICES=all
-    # (CUDA base images do): a zero-GPU job on a GPU node uses GPUs at 0 CU
+    # gpuq's Pods give a container without a card NVIDIA_VISIBLE_DEVICES=void, but a
+    # zero-GPU job still takes CPU and memory a GPU job of the node may need
     cpu_jobs_on_gpu_nodes: bool = False
 
     @classmethod

@@ -54,7 +54,8 @@ def test_gpu_types_crud(client, admin, team_token):
 
 def test_nodes_show_free_capacity_and_crud(client, admin, dispatcher):
     nodes = {n["name"]: n for n in client.get("/v1/nodes", headers=admin).json()}
-    assert len(nodes) == 7
+    assert len(nodes) == 8
+    assert nodes["cpu-0"]["gpus"] == 0 and nodes["cpu-0"]["gpu_type"] is None
     a0 = nodes["a100-0"]
     assert a0["network"] == "ib" and a0["gpus"] == 8
     assert a0["free"]["gpus"] == 7  # device 0 is cut into MIG slices

@@ -57,8 +57,8 @@ def test_serve_refuses_a_database_that_is_not_current(empty_database, tmp_path):
     svc = open_services(settings, with_loops=True)
     try:
         with svc.session_factory() as s:
-            assert s.scalar(select(func.count()).select_from(NodeRow)) == 7
-        assert svc.cluster is not None and len(svc.cluster.list_nodes()) == 7
+            assert s.scalar(select(func.count()).select_from(NodeRow)) == 8
+        assert svc.cluster is not None and len(svc.cluster.list_nodes()) == 8
     finally:
         svc.close()
         eng.dispose()
