@@ -124,6 +124,10 @@ class _Track:
     # followed from Pods this process found, not bound (the watch's guess of the current
     # attempt, corrected as more of the job's Pods show: KubernetesCluster._readopt)
     adopted: bool = False
+    # where the attempt's Pods may be (the team's namespaces; a workload's own), known
+    # when this process bound it: a Pod elsewhere with the job's labels is not the job's
+    # (anyone who may create a Pod may write those labels); empty: not known
+    namespaces: tuple[str, ...] = ()
 
 
 def attempt_id(attempt: str) -> str:
@@ -455,8 +459,9 @@ class KubernetesCluster:
             if old is not None and not old.stopped:
                 old.stopped = True
                 old.stopped_at = time.monotonic()
-            self._tracks[req.job_id] = _Track(bind_id, len(req.placements), seen=False,
-                                              workload=req.owner is not None)
+            self._tracks[req.job_id] = track = _Track(
+                bind_id, len(req.placements), seen=False, workload=req.owner is not None,
+                namespaces=(req.owner.namespace,) if req.owner is not None else ())
         if req.owner is not None:
             try:
                 self.workloads.admit(req, bind_id)  # its controller makes the Pods
@@ -466,6 +471,7 @@ class KubernetesCluster:
                 raise
             return
         policy = self.pod_policy(req.team)
+        track.namespaces = policy.allowed_namespaces  # where build_pod may put them
         # one Pod: created on its node; a gang's: unbound (nobody else schedules them)
         bound_on_create = len(req.placements) == 1
         created: list[tuple[str, str]] = []
@@ -738,15 +744,24 @@ class KubernetesCluster:
             return
         labels = pod["metadata"]["labels"]
         job_id, bind_id = L.job_id_of(pod), labels.get(L.BIND_ID, "")
-        key = f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}"
+        ns = pod["metadata"].get("namespace")
+        key = f"{ns}/{pod['metadata'].get('name')}"
         with self._lock:
+            t = self._tracks.get(job_id)
+            if (t is not None and t.namespaces and ns not in t.namespaces
+                    and type_ != "DELETED"):  # (a deletion only forgets what was kept)
+                # another team's Pod wearing this job's labels: never the job's (its phase
+                # would end the job, its node hold the job's place)
+                if type_ == "ADDED":
+                    log.warning("pod %s has the labels of job %s but not its namespace "
+                                "(%s): ignored", key, job_id, ", ".join(t.namespaces))
+                return
             if type_ == "DELETED":
                 self._by_job.get(job_id, {}).pop(key, None)
                 if not self._by_job.get(job_id, True):
                     del self._by_job[job_id]
             else:
                 self._by_job.setdefault(job_id, {})[key] = pod
-            t = self._tracks.get(job_id)
             if t is None:
                 # Pods this process did not create: a previous leader's, or ours
                 # before a restart. Adopt the attempt; reconcile() judges it.

@@ -65,7 +65,7 @@ EVENT = {"queued": ("GpuqQueued", "Normal"), "admitted": ("GpuqAdmitted", "Norma
 OPEN = ("pending", "admitted", "running", "unschedulable")
 
 
-def made_by(keys: list[str]) -> Select[tuple[JobRow]]:
+def made_by(keys: list[str]) -> Select[JobRow]:
     """The jobs the front door made for workloads of these keys (``k8s-uid:<uid>``): by
     the key's own index (migration 0016), not by a scan of the job table. Only jobs it
     made: a REST job keyed like a workload (refused since: app/api/routes/jobs.py

@@ -252,6 +252,28 @@ def test_a_rest_job_keyed_like_a_workload_does_not_stand_for_it(kube, sf, world)
     assert row.submitted_by == "kubernetes:batch/v1/Job/gpuq-jobs/sft-indexed"
 
 
+def test_a_pod_of_another_namespace_with_the_attempts_labels_is_not_bound(kube, sf, world):
+    """Another team's unbound Pod wearing the admitted Job's labels, in its own namespace,
+    is not bound onto the Job's reserved cards (app/cluster/workloads/pods.py): the
+    Job's own Pods are, and the forged one stays unbound."""
+    w, c, d = world
+    add_a100(kube, c, "a100-0")
+    apply(w, example("indexed-job.yaml"))
+    k8s_job = w.objects[("Job", "gpuq-jobs", "sft-indexed")]
+    settle(d, lambda: L.BIND_ID in (k8s_job["spec"]["template"]["metadata"].get("labels") or {}))
+    labels = {k: v for k, v in k8s_job["spec"]["template"]["metadata"]["labels"].items()
+              if k.startswith(("gpuq.io/", "app.kubernetes.io/managed-by"))}
+    code, _ = kube.create_pod("other-team", {  # as the API server's POST would
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "forged-0", "namespace": "other-team", "labels": labels},
+        "spec": {"schedulerName": "gpuq", "containers": [{"name": "c", "image": "x"}]}})
+    assert code == 201
+    settle(d, lambda: len([p for p in pods_of(kube, "sft-indexed")
+                           if p["spec"].get("nodeName")]) == 4)
+    with kube.cond:
+        assert not kube.pods[("other-team", "forged-0")]["spec"].get("nodeName")
+
+
 def test_preempted_workload_is_suspended_requeued_and_runs_again(kube, sf, world):
     w, c, d = world
     add_a100(kube, c, "a100-0")

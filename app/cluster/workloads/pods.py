@@ -94,7 +94,12 @@ class WorkloadPods:
         bound = 0
         for job_id, r in list(self.reserved.items()):
             owner = self.owners[job_id]
-            pods = pods_of(job_id, r.bind_id)
+            # only Pods in the workload's namespace: its labels say which job and attempt a
+            # Pod is of, and anyone who may create a Pod may write them, so a Pod another
+            # team made in its own namespace with this job's labels would otherwise be
+            # bound onto this job's reserved cards (or, bound, hold them from its Pods)
+            pods = [p for p in pods_of(job_id, r.bind_id)
+                    if p["metadata"].get("namespace") == owner.namespace]
             held = {held_key(p) for p in pods
                     if (p.get("spec") or {}).get("nodeName")
                     and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}

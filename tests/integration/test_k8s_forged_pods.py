@@ -1,0 +1,52 @@
+"""A Pod is a job's only where the job's Pods may be. Anyone who may create a Pod may
+give it gpuq's labels (the job id and bind id of another team's job: job ids are
+sequential, bind ids follow the job's revision), and before this gpuq's watch took such
+a Pod, in any namespace, for one of the job's: a failed one failed the job. Now a Pod
+outside the namespaces the job was bound to (its team's; a workload's own) is ignored.
+Run on the fake API server and on the real control plane."""
+
+from __future__ import annotations
+
+from app.cluster import k8s_labels as L
+from app.dispatch.dispatcher import Dispatcher
+from tests.fakekube.db import A100_TRAINING_CONFIG
+from tests.fakekube.fixtures import job_row, started_cluster, submit_a100_job, wait_until
+from tests.fakekube.objects import article_a100
+from tests.realkube.both import BOTH, kube  # noqa: F401  (the fixture: fake and real)
+from tests.realkube.fixtures import job_namespace
+
+CONFIG = A100_TRAINING_CONFIG
+COPIED = (L.MANAGED_BY, L.JOB_ID, L.BIND_ID, L.REPLICAS, L.TEAM)
+
+
+@BOTH
+def test_a_pod_with_a_jobs_labels_in_another_namespace_does_not_end_the_job(kube, sf):
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    try:
+        d = Dispatcher(sf, c)
+        job_id = submit_a100_job(sf)
+        wait_until(lambda: d.run_once() or kube.gpuq_pods(), 30)
+        [pod] = kube.gpuq_pods()
+        ns, name = job_namespace(kube), pod["metadata"]["name"]
+        kube.set_pod_phase(ns, name, "Running")
+        wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "running", 30)
+        # another tenant's Pod, in a namespace of its own, wearing the job's labels
+        labels = {k: pod["metadata"]["labels"][k] for k in COPIED}
+        forged = kube.add_pod({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "forged", "namespace": "default", "labels": labels},
+            "spec": {"nodeName": "a100-0", "restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "busybox"}]},
+        })
+        assert forged["metadata"]["namespace"] != ns
+        kube.set_pod_phase(forged["metadata"]["namespace"], "forged", "Failed")
+        for _ in range(5):
+            d.run_once()
+        row = job_row(sf, job_id)
+        assert row.status == "running", (row.status, row.reason)
+        # the job's own Pod still tells its end
+        kube.set_pod_phase(ns, name, "Succeeded")
+        wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "succeeded", 30)
+    finally:
+        c.close()
