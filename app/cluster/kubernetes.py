@@ -748,11 +748,15 @@ class KubernetesCluster:
         key = f"{ns}/{pod['metadata'].get('name')}"
         with self._lock:
             t = self._tracks.get(job_id)
-            if (t is not None and t.namespaces and ns not in t.namespaces
-                    and type_ != "DELETED"):  # (a deletion only forgets what was kept)
+            if t is not None and t.namespaces and ns not in t.namespaces:
                 # another team's Pod wearing this job's labels: never the job's (its phase
-                # would end the job, its node hold the job's place)
-                if type_ == "ADDED":
+                # or its deletion would end the job, its node hold the job's place); a
+                # deletion only forgets what an earlier attempt's track kept of it
+                if type_ == "DELETED":
+                    self._by_job.get(job_id, {}).pop(key, None)
+                    if not self._by_job.get(job_id, True):
+                        del self._by_job[job_id]
+                elif type_ == "ADDED":
                     log.warning("pod %s has the labels of job %s but not its namespace "
                                 "(%s): ignored", key, job_id, ", ".join(t.namespaces))
                 return
@@ -815,7 +819,7 @@ class KubernetesCluster:
             return t
         expected = max(int(p["metadata"]["labels"].get(L.REPLICAS, "1") or 1) for p in pods)
         t = self._tracks[job_id] = _Track(bind_ids.pop(), expected, workload=t.workload,
-                                           adopted=True)
+                                           adopted=True, namespaces=t.namespaces)
         self._events = [e for e in self._events if e.job_id != job_id]
         self._gangs_ended = [g for g in self._gangs_ended if g[0] != job_id]
         return t

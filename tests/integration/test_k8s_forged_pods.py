@@ -45,6 +45,12 @@ def test_a_pod_with_a_jobs_labels_in_another_namespace_does_not_end_the_job(kube
             d.run_once()
         row = job_row(sf, job_id)
         assert row.status == "running", (row.status, row.reason)
+        # nor does its deletion (a Pod of the job deleted outside gpuq requeues the job)
+        kube.delete_pod(forged["metadata"]["namespace"], "forged")
+        for _ in range(5):
+            d.run_once()
+        row = job_row(sf, job_id)
+        assert row.status == "running", (row.status, row.reason)
         # the job's own Pod still tells its end
         kube.set_pod_phase(ns, name, "Succeeded")
         wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "succeeded", 30)
