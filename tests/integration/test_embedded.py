@@ -35,7 +35,7 @@ def _run(tmp_path: Path) -> None:
     try:
         assert svc.embedded is not None
         with svc.session_factory() as s:
-            assert s.scalar(select(func.count()).select_from(NodeRow)) == 7
+            assert s.scalar(select(func.count()).select_from(NodeRow)) == 8  # the demo cluster
             spec = JobSpec.model_validate(
                 {"name": "keep-me", "team": "nlp", "resources": {"gpus": 1}}
             )
