@@ -181,12 +181,14 @@ class Cluster(Protocol):
         active_job_ids: set[str],
         placements: Mapping[str, Sequence[ReplicaPlacement]] | None = None,
         grace_seconds: float = 30.0,
+        owners: Mapping[str, tuple[str, str | None]] | None = None,
     ) -> ReconcileReport:
         """After a restart, leader change or failed pass: square the cluster's
         Pods with the jobs that hold capacity (adopt, remove orphans and
         half-bound gangs) and report again, as events, the phase of every
         active job's Pods -- finished ones included -- so nothing a standby or
-        a failed pass dropped is lost."""
+        a failed pass dropped is lost. ``owners``: each active job's team and, for a
+        workload's job, the workload's namespace (where its Pods may be)."""
         ...
 
     def set_gpu_types(self, gpu_types: Sequence[GpuTypeConfig]) -> None:

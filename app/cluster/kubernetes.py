@@ -1046,8 +1046,15 @@ class KubernetesCluster:
         active_job_ids: set[str],
         placements: Mapping[str, Sequence[ReplicaPlacement]] | None = None,
         grace_seconds: float = 30.0,
+        owners: Mapping[str, tuple[str, str | None]] | None = None,
     ) -> ReconcileReport:
         """After a restart or failover: square the database with the Pods.
+
+        A job's Pods are those in the namespaces it may use (``owners``: its team's, a
+        workload's own) when it has any there: a Pod elsewhere with its labels is
+        another tenant's (:attr:`_Track.namespaces`). Only a job whose Pods all sit
+        elsewhere (its team's namespaces changed while it ran) is judged by them, so
+        its running Pods are never taken for absent and the job bound twice.
 
         * active job with its whole gang bound -> adopted (its phase is
           reported again, also for jobs already followed, so the caller
@@ -1077,8 +1084,27 @@ class KubernetesCluster:
             ):
                 report.orphans.add(jid)
                 self.stop(jid, "orphan: gpuq's database does not run this job", 0)
+        where = self._namespaces_of(owners or {})
         for job_id in active_job_ids:
-            pods = _current_attempt(self._not_told(job_id, by_job.get(job_id, [])))
+            mine = by_job.get(job_id, [])
+            allowed = where.get(job_id)
+            if allowed:
+                inside = [p for p in mine if p["metadata"].get("namespace") in allowed]
+                if inside and len(inside) < len(mine):
+                    # the watch adopted the job before this judgement and may have
+                    # reported what another tenant's Pod did: drop that; the phase of the
+                    # job's own Pods is reported below
+                    with self._lock:
+                        self._events = [e for e in self._events if e.job_id != job_id]
+                        self._gangs_ended = [g for g in self._gangs_ended
+                                             if g[0] != job_id]
+                        kept = self._by_job.get(job_id, {})
+                        for p in mine:
+                            if p["metadata"].get("namespace") not in allowed:
+                                kept.pop(f"{p['metadata'].get('namespace')}/"
+                                         f"{p['metadata'].get('name')}", None)
+                mine = inside or mine
+            pods = _current_attempt(self._not_told(job_id, mine))
             bind_ids = {p["metadata"]["labels"].get(L.BIND_ID, "") for p in pods}
             expected = max((int(p["metadata"]["labels"].get(L.REPLICAS, "1")) for p in pods),
                            default=0)
@@ -1111,6 +1137,8 @@ class KubernetesCluster:
                     t.reported = phase
                 else:
                     t = self._tracks[job_id] = _Track(bind_id, expected, reported=phase)
+                # from now on the watch takes only Pods where the adopted ones are
+                t.namespaces = tuple(sorted({p["metadata"].get("namespace", "") for p in pods}))
                 t.outcome_pending = phase in TERMINAL
                 # Reported again even when already followed: an earlier report may
                 # have been polled by a standby or by a pass whose transaction failed
@@ -1126,6 +1154,22 @@ class KubernetesCluster:
                     self._events.append(JobStatusEvent(job_id, phase, message,
                                                        pods_gone=not holding))
         return report
+
+    def _namespaces_of(
+        self, owners: Mapping[str, tuple[str, str | None]]
+    ) -> dict[str, tuple[str, ...]]:
+        """Job id -> the namespaces its Pods may be in: a workload's own, else its team's
+        (one policy read per team)."""
+        by_team: dict[str, tuple[str, ...]] = {}
+        out: dict[str, tuple[str, ...]] = {}
+        for job_id, (team, workload_ns) in owners.items():
+            if workload_ns is not None:
+                out[job_id] = (workload_ns,)
+                continue
+            if team not in by_team:
+                by_team[team] = self.pod_policy(team).allowed_namespaces
+            out[job_id] = by_team[team]
+        return out
 
     def _void_running(self, job_id: str) -> None:
         """Drop the queued "running" reports of a job whose Pods :meth:`reconcile` has

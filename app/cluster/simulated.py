@@ -171,11 +171,13 @@ class SimulatedCluster:
         active_job_ids: set[str],
         placements: Mapping[str, Sequence[ReplicaPlacement]] | None = None,
         grace_seconds: float = 30.0,
+        owners: Mapping[str, tuple[str, str | None]] | None = None,
     ) -> ReconcileReport:
         """After a restart or a failed pass of the dispatcher (this cluster outlived
         it): report again, as events, what every active job's pods are doing --
         running, or how they ended. A moved job's pods elsewhere than
-        ``placements`` say are stopped (the job is then bound where it belongs)."""
+        ``placements`` say are stopped (the job is then bound where it belongs).
+        ``owners`` is not read: nobody else makes pods here."""
         report = ReconcileReport()
         # pods of jobs the database does not run are named, not stopped here: the
         # reconcile step stops them with every other job that holds no capacity

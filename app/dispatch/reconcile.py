@@ -21,7 +21,7 @@ from app.dispatch.loops import Part, log
 from app.dispatch.plan import Plan, bind_request
 from app.dispatch.releasing_view import cluster_view
 from app.scheduling.model import Node
-from app.store.dispatch_rows import active_states, jobs_with_allocations, lock_job
+from app.store.dispatch_rows import active_owners, active_states, jobs_with_allocations, lock_job
 from app.store.node_rows import fingerprint, gpu_type_configs, sync_node_rows
 from app.store.orm import JobRow
 from app.store.releasing_rows import finalise, moved_placements
@@ -61,8 +61,9 @@ class Reconcile(Part):
                 if self.elector is not None and not self.elector.still_leader():
                     raise NotLeader("leadership lost before reconciling the cluster")
                 # a moved job's old Pods are not its current attempt
+                owners = active_owners(session)
                 report = self.cluster.reconcile(
-                    set(active_states(session)), moved_placements(session), self.grace_seconds
+                    set(owners), moved_placements(session), self.grace_seconds, owners
                 )
                 log.info(
                     "reconciled with the cluster: %d adopted, %d to rebind or requeue, "

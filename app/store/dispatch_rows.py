@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from app.domain.owner import owner_of
 from app.domain.spec import job_id_number
 from app.domain.states import ACTIVE
 from app.store.orm import JobEventRow, JobRow
@@ -49,6 +50,19 @@ def active_states(session: Session) -> dict[str, str]:
             select(JobRow.id, JobRow.status).where(JobRow.status.in_(ACTIVE))
         )
     }
+
+
+def active_owners(session: Session) -> dict[str, tuple[str, str | None]]:
+    """Job id -> (team, the workload's namespace or None) of every job holding capacity:
+    where each one's Pods may be (the reconcile after a restart reads it)."""
+    out: dict[str, tuple[str, str | None]] = {}
+    for i, team, by, key in session.execute(
+        select(JobRow.id, JobRow.team, JobRow.submitted_by, JobRow.idempotency_key)
+        .where(JobRow.status.in_(ACTIVE))
+    ):
+        owner = owner_of(by, key)
+        out[str(i)] = (team, owner.namespace if owner is not None else None)
+    return out
 
 
 def jobs_with_allocations(session: Session, job_ids: list[int]) -> list[JobRow]:

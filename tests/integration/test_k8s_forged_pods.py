@@ -19,28 +19,39 @@ CONFIG = A100_TRAINING_CONFIG
 COPIED = (L.MANAGED_BY, L.JOB_ID, L.BIND_ID, L.REPLICAS, L.TEAM)
 
 
+def _running_job(kube, sf, d) -> tuple[int, str, dict]:
+    job_id = submit_a100_job(sf)
+    wait_until(lambda: d.run_once() or kube.gpuq_pods(), 30)
+    [pod] = kube.gpuq_pods()
+    ns = job_namespace(kube)
+    kube.set_pod_phase(ns, pod["metadata"]["name"], "Running")
+    wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "running", 30)
+    return job_id, ns, pod
+
+
+def _forge(kube, pod: dict, phase: str) -> dict:
+    """Another tenant's Pod, in a namespace of its own, wearing ``pod``'s labels."""
+    labels = {k: pod["metadata"]["labels"][k] for k in COPIED}
+    forged = kube.add_pod({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "forged", "namespace": "default", "labels": labels},
+        "spec": {"nodeName": "a100-0", "restartPolicy": "Never",
+                 "containers": [{"name": "c", "image": "busybox"}]},
+    })
+    assert forged["metadata"]["namespace"] != pod["metadata"]["namespace"]
+    kube.set_pod_phase(forged["metadata"]["namespace"], "forged", phase)
+    return forged
+
+
 @BOTH
 def test_a_pod_with_a_jobs_labels_in_another_namespace_does_not_end_the_job(kube, sf):
     kube.add_node(article_a100("a100-0"))
     c = started_cluster(kube, sf)
     try:
         d = Dispatcher(sf, c)
-        job_id = submit_a100_job(sf)
-        wait_until(lambda: d.run_once() or kube.gpuq_pods(), 30)
-        [pod] = kube.gpuq_pods()
-        ns, name = job_namespace(kube), pod["metadata"]["name"]
-        kube.set_pod_phase(ns, name, "Running")
-        wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "running", 30)
-        # another tenant's Pod, in a namespace of its own, wearing the job's labels
-        labels = {k: pod["metadata"]["labels"][k] for k in COPIED}
-        forged = kube.add_pod({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "forged", "namespace": "default", "labels": labels},
-            "spec": {"nodeName": "a100-0", "restartPolicy": "Never",
-                     "containers": [{"name": "c", "image": "busybox"}]},
-        })
-        assert forged["metadata"]["namespace"] != ns
-        kube.set_pod_phase(forged["metadata"]["namespace"], "forged", "Failed")
+        job_id, ns, pod = _running_job(kube, sf, d)
+        name = pod["metadata"]["name"]
+        forged = _forge(kube, pod, "Failed")
         for _ in range(5):
             d.run_once()
         row = job_row(sf, job_id)
@@ -53,6 +64,30 @@ def test_a_pod_with_a_jobs_labels_in_another_namespace_does_not_end_the_job(kube
         assert row.status == "running", (row.status, row.reason)
         # the job's own Pod still tells its end
         kube.set_pod_phase(ns, name, "Succeeded")
+        wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "succeeded", 30)
+    finally:
+        c.close()
+
+
+@BOTH
+def test_after_a_restart_the_forged_pod_is_not_the_jobs_either(kube, sf):
+    """The Pod shows while no dispatcher runs: the next one's watch and reconcile find both
+    Pods, and take only the one in the job's namespace for the job's."""
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    try:
+        job_id, ns, pod = _running_job(kube, sf, Dispatcher(sf, c))
+    finally:
+        c.close()
+    _forge(kube, pod, "Failed")
+    c = started_cluster(kube, sf)
+    try:
+        d = Dispatcher(sf, c)
+        for _ in range(5):
+            d.run_once()
+        row = job_row(sf, job_id)
+        assert row.status == "running", (row.status, row.reason)
+        kube.set_pod_phase(ns, pod["metadata"]["name"], "Succeeded")
         wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "succeeded", 30)
     finally:
         c.close()
