@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -241,10 +241,13 @@ def node_view(
     types: Sequence[GpuTypeConfig],
     ks: KubeSettings,
     foreign: Mapping[str, Decimal] | None = None,
+    own: Callable[[Mapping], bool] = L.is_gpuq_pod,
 ) -> NodeView:
     """``pods_on_node``: gpuq's Pods there (and any others, summed like ``foreign``);
     ``foreign``: the summed requests of the Pods gpuq does not manage that hold
-    resources there (:class:`app.cluster.k8s_usage.NodeUsage`)."""
+    resources there (:class:`app.cluster.k8s_usage.NodeUsage`); ``own``: is a Pod
+    gpuq's (its labels alone prove nothing: anyone who may create a Pod may write
+    them), else what it requests counts as another workload's."""
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
     status = node.get("status") or {}
@@ -303,7 +306,7 @@ def node_view(
     for pod in pods_on_node:
         if not pod_holds_resources(pod):
             continue
-        if L.is_gpuq_pod(pod):
+        if own(pod):
             ann = (pod.get("metadata") or {}).get("annotations") or {}
             gpuq_devices.update(int(x) for x in ann.get(L.ANN_DEVICES, "").split(",") if x)
             for item in ann.get(L.ANN_MIG, "").split(";"):
@@ -371,6 +374,7 @@ def node_views(
     types: Sequence[GpuTypeConfig],
     ks: KubeSettings,
     foreign: Mapping[str, Mapping[str, Decimal]] | None = None,
+    own: Callable[[Mapping], bool] = L.is_gpuq_pod,
 ) -> list[NodeView]:
     """Every node's view. ``foreign``: node -> summed requests of the Pods gpuq does
     not manage, kept per event (so a pass costs O(nodes + gpuq's Pods), not O(all
@@ -384,5 +388,5 @@ def node_views(
     for n in nodes:
         name = (n.get("metadata") or {}).get("name", "")
         out.append(node_view(n, by_node.get(name, ()), types, ks,
-                             (foreign or {}).get(name)))
+                             (foreign or {}).get(name), own))
     return out

@@ -355,7 +355,18 @@ class KubernetesCluster:
     # ---------------------------------------------------------------- nodes
     def node_views(self) -> list[NodeView]:
         return node_views(self.nodes.items(), self.pods.items(), self.type_configs, self.ks,
-                          self.usage.by_node())
+                          self.usage.by_node(), self._is_own)
+
+    def _is_own(self, pod: Mapping) -> bool:
+        """A Pod with gpuq's labels is gpuq's unless it sits outside the namespaces of the
+        job it names (:attr:`_Track.namespaces`): another tenant's, whose requests count
+        on its node like any other workload's, and whose device annotations claim
+        nothing."""
+        if not L.is_gpuq_pod(pod):
+            return False
+        t = self._tracks.get(L.job_id_of(pod))  # type: ignore[arg-type]
+        return (t is None or not t.namespaces
+                or (pod.get("metadata") or {}).get("namespace") in t.namespaces)
 
     def list_nodes(self) -> list[Node]:
         """The nodes as the informers see them; raises :class:`StaleCache` when they

@@ -1,9 +1,11 @@
 """A Pod is a job's only where the job's Pods may be. Anyone who may create a Pod may
 give it gpuq's labels (the job id and bind id of another team's job: job ids are
 sequential, bind ids follow the job's revision), and before this gpuq's watch took such
-a Pod, in any namespace, for one of the job's: a failed one failed the job. Now a Pod
-outside the namespaces the job was bound to (its team's; a workload's own) is ignored.
-Run on the fake API server and on the real control plane."""
+a Pod, in any namespace, for one of the job's: a failed one failed the job, a deleted one
+requeued it, and the card it held was counted by nobody. Now a Pod outside the namespaces
+the job was bound to (its team's; a workload's own) is not the job's, and what it requests
+counts on its node as another workload's. Run on the fake API server and on the real
+control plane."""
 
 from __future__ import annotations
 
@@ -36,11 +38,17 @@ def _forge(kube, pod: dict, phase: str) -> dict:
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "forged", "namespace": "default", "labels": labels},
         "spec": {"nodeName": "a100-0", "restartPolicy": "Never",
-                 "containers": [{"name": "c", "image": "busybox"}]},
+                 "containers": [{"name": "c", "image": "busybox", "resources": {
+                     "limits": {"nvidia.com/gpu": "1"}}}]},
     })
     assert forged["metadata"]["namespace"] != pod["metadata"]["namespace"]
     kube.set_pod_phase(forged["metadata"]["namespace"], "forged", phase)
     return forged
+
+
+def _external_cards(c, node: str) -> int:
+    [n] = [n for n in c.list_nodes() if n.name == node]
+    return sum(1 for d in n.devices if d.external)
 
 
 @BOTH
@@ -51,7 +59,11 @@ def test_a_pod_with_a_jobs_labels_in_another_namespace_does_not_end_the_job(kube
         d = Dispatcher(sf, c)
         job_id, ns, pod = _running_job(kube, sf, d)
         name = pod["metadata"]["name"]
-        forged = _forge(kube, pod, "Failed")
+        forged = _forge(kube, pod, "Running")
+        # while it runs, its card is another workload's (it was counted by nobody)
+        wait_until(lambda: _external_cards(c, "a100-0") == 1, 30)
+        kube.set_pod_phase(forged["metadata"]["namespace"], "forged", "Failed")
+        wait_until(lambda: _external_cards(c, "a100-0") == 0, 30)
         for _ in range(5):
             d.run_once()
         row = job_row(sf, job_id)
