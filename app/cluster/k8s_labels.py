@@ -68,7 +68,7 @@ def is_gpuq_pod(pod: Mapping[str, Any]) -> bool:
     return labels.get(MANAGED_BY) == MANAGED_BY_VALUE and JOB_ID in labels
 
 
-def job_id_of(pod: dict) -> str:
+def job_id_of(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return (meta.get("annotations") or {}).get(ANN_JOB_ID) or (meta.get("labels") or {})[JOB_ID]
 

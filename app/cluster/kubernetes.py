@@ -364,7 +364,7 @@ class KubernetesCluster:
         nothing."""
         if not L.is_gpuq_pod(pod):
             return False
-        t = self._tracks.get(L.job_id_of(pod))  # type: ignore[arg-type]
+        t = self._tracks.get(L.job_id_of(pod))
         return (t is None or not t.namespaces
                 or (pod.get("metadata") or {}).get("namespace") in t.namespaces)
 
