@@ -129,6 +129,17 @@ class _Track:
     # (anyone who may create a Pod may write those labels); empty: not known
     namespaces: tuple[str, ...] = ()
 
+    def may_hold(self, pod: Mapping) -> bool:
+        """Could ``pod`` be one of this job's, by where it is (:attr:`namespaces`)?"""
+        return not self.namespaces or (
+            (pod.get("metadata") or {}).get("namespace") in self.namespaces)
+
+
+def _pod_key(pod: Mapping) -> str:
+    """``namespace/name``: a Pod's key in :attr:`KubernetesCluster._by_job`."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
 
 def attempt_id(attempt: str) -> str:
     """The bind id of an admission: five base-36 digits of the job's revision when it
@@ -365,8 +376,7 @@ class KubernetesCluster:
         if not L.is_gpuq_pod(pod):
             return False
         t = self._tracks.get(L.job_id_of(pod))
-        return (t is None or not t.namespaces
-                or (pod.get("metadata") or {}).get("namespace") in t.namespaces)
+        return t is None or t.may_hold(pod)
 
     def list_nodes(self) -> list[Node]:
         """The nodes as the informers see them; raises :class:`StaleCache` when they
@@ -755,26 +765,21 @@ class KubernetesCluster:
             return
         labels = pod["metadata"]["labels"]
         job_id, bind_id = L.job_id_of(pod), labels.get(L.BIND_ID, "")
-        ns = pod["metadata"].get("namespace")
-        key = f"{ns}/{pod['metadata'].get('name')}"
+        key = _pod_key(pod)
         with self._lock:
             t = self._tracks.get(job_id)
-            if t is not None and t.namespaces and ns not in t.namespaces:
+            if t is not None and not t.may_hold(pod):
                 # another team's Pod wearing this job's labels: never the job's (its phase
                 # or its deletion would end the job, its node hold the job's place); a
                 # deletion only forgets what an earlier attempt's track kept of it
                 if type_ == "DELETED":
-                    self._by_job.get(job_id, {}).pop(key, None)
-                    if not self._by_job.get(job_id, True):
-                        del self._by_job[job_id]
+                    self._forget(job_id, key)
                 elif type_ == "ADDED":
                     log.warning("pod %s has the labels of job %s but not its namespace "
                                 "(%s): ignored", key, job_id, ", ".join(t.namespaces))
                 return
             if type_ == "DELETED":
-                self._by_job.get(job_id, {}).pop(key, None)
-                if not self._by_job.get(job_id, True):
-                    del self._by_job[job_id]
+                self._forget(job_id, key)
             else:
                 self._by_job.setdefault(job_id, {})[key] = pod
             if t is None:
@@ -814,6 +819,12 @@ class KubernetesCluster:
                         if node:
                             self.rejected.add(job_id, node)
                 self._report(job_id, t, phase, message)
+
+    def _forget(self, job_id: str, key: str) -> None:
+        """Drop the Pod ``key`` (namespace/name) from the job's Pods (under the lock)."""
+        self._by_job.get(job_id, {}).pop(key, None)
+        if not self._by_job.get(job_id, True):
+            del self._by_job[job_id]
 
     def _readopt(self, job_id: str, t: _Track) -> _Track:
         """A Pod of another attempt showed for a job followed from Pods found (under the
@@ -1109,11 +1120,9 @@ class KubernetesCluster:
                         self._events = [e for e in self._events if e.job_id != job_id]
                         self._gangs_ended = [g for g in self._gangs_ended
                                              if g[0] != job_id]
-                        kept = self._by_job.get(job_id, {})
                         for p in mine:
                             if p["metadata"].get("namespace") not in allowed:
-                                kept.pop(f"{p['metadata'].get('namespace')}/"
-                                         f"{p['metadata'].get('name')}", None)
+                                self._forget(job_id, _pod_key(p))
                 mine = inside or mine
             pods = _current_attempt(self._not_told(job_id, mine))
             bind_ids = {p["metadata"]["labels"].get(L.BIND_ID, "") for p in pods}
