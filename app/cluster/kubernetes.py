@@ -933,6 +933,17 @@ class KubernetesCluster:
             self._release(ns, name)
             self._delete(ns, name, 1)
 
+    def _pod_refusal(self, team: str, pod: Mapping) -> str | None:
+        """Why the team's Pod policy of now refuses a workload's ``pod`` (None: it
+        does not); what :meth:`bind` checks of the Pods gpuq builds."""
+        violations = check_pod(pod, self.pod_policy(team))
+        return describe(violations) if violations else None
+
+    def _refuse_workload(self, job_id: str, message: str) -> None:
+        """A workload job whose Pod was refused at bind: it ends failed (its workload is
+        then suspended, :class:`app.dispatch.workloads.FrontDoor`)."""
+        self.report_finished(job_id, "failed", message)
+
     def report_finished(self, job_id: str, phase: str, message: str) -> None:
         """A workload's controller says it is over (the front door reads it)."""
         with self._lock:
@@ -944,7 +955,7 @@ class KubernetesCluster:
             self._events.append(JobStatusEvent(job_id, phase, message))  # type: ignore[arg-type]
 
     def poll_events(self) -> list[JobStatusEvent]:
-        self.workloads.bind_pending(self._job_pods)
+        self.workloads.bind_pending(self._job_pods, self._pod_refusal, self._refuse_workload)
         with self._lock:
             out, self._events = self._events, []
             ended, self._gangs_ended = self._gangs_ended, []

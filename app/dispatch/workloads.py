@@ -39,7 +39,7 @@ from sqlalchemy import Select, select
 from app.cluster import k8s_labels as L
 from app.cluster.workloads.adaptor import Unhonourable, WorkloadAdaptor
 from app.cluster.workloads.client import owner_of_object
-from app.cluster.workloads.requests import job_spec
+from app.cluster.workloads.requests import job_spec, policy_templates
 from app.dispatch.loops import Part, log
 from app.domain.errors import GpuqError
 from app.domain.owner import PREFIX, WorkloadOwner, owner_of
@@ -47,7 +47,7 @@ from app.domain.spec import JobSpec
 from app.domain.states import ACTIVE, TERMINAL
 from app.store.catalog_cache import current_catalog
 from app.store.job_refs import JobRefs
-from app.store.jobs import submit_job
+from app.store.jobs import check_pod_sets, submit_job
 from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
 from app.store.queue_order import fill_queue_positions
@@ -158,10 +158,12 @@ class FrontDoor(Part):
                             scheduler_name=self.cluster.ks.scheduler_name)  # type: ignore[attr-defined]
             body["failure_policy"] = {"action": "fail"}  # its own controller retries
             spec = JobSpec.model_validate(body)
+            install = self.cluster.ks.install_policy()  # type: ignore[attr-defined]
+            check_pod_sets(session, spec, policy_templates(obj, a.pod_sets(obj), types),
+                           install=install)
             got = submit_job(session, spec, now=self.clock(),
                              idempotency_key=owner.idempotency_key(),
-                             submitted_by=owner.submitted_by(),
-                             install=self.cluster.ks.install_policy())  # type: ignore[attr-defined]
+                             submitted_by=owner.submitted_by(), install=install)
             session.commit()
         except (Unhonourable, GpuqError, ValidationError) as e:
             session.rollback()

@@ -175,6 +175,24 @@ def check_pod(pod: Mapping[str, Any], policy: PodPolicy) -> list[Violation]:
     )
 
 
+def token_violations(template: Mapping[str, Any], policy: PodPolicy,
+                     where: str = "pod_template") -> list[Violation]:
+    """A Pod gpuq does not build (a workload's, made by its controller) gets its service
+    account's token mounted unless its spec says ``automountServiceAccountToken:
+    false`` (kubernetes ``plugin/pkg/admission/serviceaccount/admission.go``,
+    ``shouldAutomount``: the Pod's field, else the ServiceAccount's, else true); gpuq
+    sets the field on its own Pods (``app.cluster.k8s_pods``). So a team that may not
+    mount a token must say false in such a template, or its Pods are refused at bind."""
+    if policy.automount_token:
+        return []
+    _meta, spec, base = split_template(template, where)
+    if spec.get("automountServiceAccountToken") is False:
+        return []
+    return [Violation(f"{base['spec']}.automountServiceAccountToken",
+                      "must be false: this team may not mount a service account token, "
+                      "and a Pod that leaves it unset gets one")]
+
+
 def split_template(
     template: Mapping[str, Any], where: str = "pod_template"
 ) -> tuple[dict, dict, dict[str, str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,7 +19,13 @@ from sqlalchemy.orm import Session, selectinload
 
 from app.domain.config import above_max_priority
 from app.domain.errors import Conflict, InputError, NotFound, PodPolicyError, unknown
-from app.domain.pod_policy import InstallPolicy, Violation, check_template
+from app.domain.pod_policy import (
+    InstallPolicy,
+    PodPolicy,
+    Violation,
+    check_template,
+    token_violations,
+)
 from app.domain.pod_resources import template_violations
 from app.domain.spec import JobSpec, job_id_number
 from app.domain.states import CANCELLABLE, STATUSES, TERMINAL
@@ -65,6 +72,46 @@ def spec_hash(spec: JobSpec) -> str:
     ).hexdigest()
 
 
+def _template_violations(template: Mapping[str, Any], policy: PodPolicy, spec: JobSpec,
+                         where: str = "pod_template") -> list[Violation]:
+    """The Pod policy's violations of ``template``; when none, what it asks that gpuq
+    would contradict or ignore (requests, limits, node selection): refused now, not a
+    Pod the apiserver or kubelet refuses."""
+    violations = check_template(template, policy, where)
+    if violations:
+        return violations
+    return [Violation(p, m) for p, m in template_violations(
+        template, spec.resources.cpu, spec.resources.memory_gb, where)]
+
+
+def check_pod_sets(
+    session: Session,
+    spec: JobSpec,
+    templates: Sequence[tuple[str, Mapping[str, Any]]],
+    install: InstallPolicy | None = None,
+) -> None:
+    """The team's Pod policy over each pod set's template of a workload (a PyTorchJob's
+    master and workers, a JobSet's replicated Jobs): :class:`PodPolicyError` with paths
+    ``pod_template[<pod set>]...``. ``spec.pod_template`` is only the first set's; the
+    others run Pods on the same nodes, so one of them asking for every card (a device
+    variable, a RuntimeClass) would pass unseen. The workload's controller, not gpuq,
+    makes the Pods, so each template must also refuse the token (``token_violations``)."""
+    if not templates:
+        return
+    cat = current_catalog(session)
+    team = cat.teams.get(spec.team)
+    if team is None:
+        raise InputError(unknown("team", spec.team, cat.teams), "team")
+    policy = cat.pod_policy(team, install or InstallPolicy())
+    out: list[Violation] = []
+    for name, template in templates:
+        where = f"pod_template[{name}]"
+        out += _template_violations(template, policy, spec, where)
+        out += token_violations(template, policy, where)
+    if out:
+        raise PodPolicyError(out)
+
+
 def resolve_references(
     session: Session | None,
     spec: JobSpec,
@@ -83,17 +130,10 @@ def resolve_references(
     if team is None:
         raise InputError(unknown("team", spec.team, cat.teams), "team")
     if spec.pod_template:
-        violations = check_template(
-            spec.pod_template, cat.pod_policy(team, install or InstallPolicy())
-        )
+        violations = _template_violations(
+            spec.pod_template, cat.pod_policy(team, install or InstallPolicy()), spec)
         if violations:
             raise PodPolicyError(violations)
-        # what the template asks that gpuq would contradict or ignore (requests,
-        # limits, node selection): a 422 now, not a Pod the apiserver or kubelet refuses
-        contradictions = template_violations(spec.pod_template, spec.resources.cpu,
-                                             spec.resources.memory_gb)
-        if contradictions:
-            raise PodPolicyError([Violation(p, m) for p, m in contradictions])
     pool_name = spec.pool or team.pool
     pool = cat.pools.get(pool_name)
     if pool is None:

@@ -32,7 +32,7 @@ from app.cluster.interface import BindError, BindRequest, InvalidPodError
 from app.cluster.k8s_settings import KubeSettings
 from app.cluster.kubernetes import KubernetesCluster
 from app.dispatch.dispatcher import Dispatcher
-from app.domain.pod_policy import PodPolicy, check_pod
+from app.domain.pod_policy import PodPolicy, check_pod, token_violations
 from app.domain.spec import JobSpec
 from app.scheduling.model import ReplicaPlacement
 from app.store.jobs import submit_job
@@ -287,6 +287,31 @@ def test_gpuqs_restricted_check_agrees_with_pod_security_admission(kube, cluster
             assert e.status == 403, e.body
             theirs = False
         assert (not ours) == theirs, (name, ours)
+
+
+def test_a_pod_that_leaves_the_token_unset_gets_one_and_gpuq_refuses_it(kube, cluster):
+    """What the front door's token rule rests on (``token_violations``): the
+    apiserver's ServiceAccount admission mounts the token into a Pod whose spec leaves
+    ``automountServiceAccountToken`` unset, so the check at bind (``check_pod``, the
+    default policy: no token) refuses the Pod the apiserver made of such a template,
+    and takes the one made of a template that says false."""
+    api = client.CoreV1Api(kube.gpuq_api_client())
+    policy = PodPolicy(install=KubeSettings(namespace=kube.namespace).install_policy())
+    for automount in (None, False):
+        spec: dict = {"containers": [{"name": "c", "image": "x:1", "securityContext": SC}]}
+        if automount is not None:
+            spec["automountServiceAccountToken"] = automount
+        template = {"metadata": {"namespace": kube.namespace}, "spec": spec}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "token"}, "spec": spec}
+        made = raw(api.create_namespaced_pod(kube.namespace, pod, dry_run="All",
+                                             _preload_content=False))
+        mounted = any("serviceAccountToken" in src
+                      for v in made["spec"].get("volumes") or []
+                      for src in (v.get("projected") or {}).get("sources") or [])
+        refused = check_pod(made, policy)
+        assert mounted == (automount is None), made["spec"].get("volumes")
+        assert bool(refused) == mounted, refused
+        assert bool(token_violations(template, policy)) == mounted
 
 
 # ------------------------------------------------------------------ eviction, disruption

@@ -416,3 +416,67 @@ def test_deleting_the_pytorchjob_frees_its_cards(kube, sf, world):
     settle(d, lambda: job_row(sf, "ddp-resnet").status == "cancelled")
     with sf() as s:
         assert s.get(JobRow, waiting).status in ("admitted", "running")
+
+
+def test_every_pod_set_is_held_to_the_teams_pod_policy(kube, sf, world):
+    """A PyTorchJob's workers run Pods as its master does: a worker template that selects
+    every card of its node (a device variable; the NVIDIA runtime reads it) is refused
+    like the master's would be. Only the first pod set's template was checked, so a
+    worker could see the cards of another team's Pods on its node."""
+    w, c, d = world
+    add_a100(kube, c, "a100-0")
+    pt = example("pytorchjob.yaml")
+    specs = pt["spec"]["pytorchReplicaSpecs"]
+    worker = specs["Worker"]["template"] = copy.deepcopy(specs["Worker"]["template"])
+    worker["spec"]["containers"][0].setdefault("env", []).append(
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+    apply(w, pt)
+    settle(d, lambda: any(r == "GpuqRefused" for r, _ in events_on(kube, "ddp-resnet")))
+    [said] = [m for r, m in events_on(kube, "ddp-resnet") if r == "GpuqRefused"]
+    assert "pod_template[worker].spec.containers[0].env[" in said, said
+    assert "NVIDIA_VISIBLE_DEVICES" in said, said
+    assert job_row(sf, "ddp-resnet") is None
+    assert not pods_of(kube, "ddp-resnet")
+
+
+def test_a_template_that_leaves_the_token_to_its_service_account_is_refused(kube, sf, world):
+    """The Job controller's Pods get their ServiceAccount's token unless the template
+    says ``automountServiceAccountToken: false``; gpuq sets it on its own Pods, and a
+    team that may not mount a token (the default) must set it on a workload's."""
+    w, c, d = world
+    add_a100(kube, c, "a100-0")
+    job = example("job.yaml")
+    del job["spec"]["template"]["spec"]["automountServiceAccountToken"]
+    apply(w, job)
+    settle(d, lambda: any(r == "GpuqRefused" for r, _ in events_on(kube, "eval-sweep")))
+    [said] = [m for r, m in events_on(kube, "eval-sweep") if r == "GpuqRefused"]
+    assert "pod_template[main].spec.automountServiceAccountToken: must be false" in said
+    assert job_row(sf, "eval-sweep") is None
+
+
+def test_a_pod_set_changed_while_it_waits_is_refused_at_bind(kube, sf, world):
+    """A PyTorchJob's templates may change after gpuq queued it: the Pods its operator
+    then makes are checked against the team's Pod policy before they are bound (as
+    gpuq's own are). A worker that selects every card of its node is not bound; the job
+    ends failed with the reason and the PyTorchJob is suspended again."""
+    w, c, d = world
+    apply(w, example("pytorchjob.yaml"))  # no node yet: queued, waits
+    settle(d, lambda: (r := job_row(sf, "ddp-resnet")) is not None
+           and r.status in ("pending", "unschedulable"))
+    with kube.cond:
+        pt = w.objects[("PyTorchJob", "gpuq-jobs", "ddp-resnet")]
+        specs = pt["spec"]["pytorchReplicaSpecs"]
+        worker = specs["Worker"]["template"] = copy.deepcopy(specs["Worker"]["template"])
+        worker["spec"]["containers"][0].setdefault("env", []).append(
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+    add_a100(kube, c, "a100-0")
+    settle(d, lambda: job_row(sf, "ddp-resnet").status == "failed")
+    row = job_row(sf, "ddp-resnet")
+    assert "refused by the Pod policy of team nlp" in row.reason, row.reason
+    assert "NVIDIA_VISIBLE_DEVICES" in row.reason, row.reason
+    assert not [name for _, name, _ in kube.bindings if name.startswith("ddp-resnet")]
+    settle(d, lambda: w.objects[("PyTorchJob", "gpuq-jobs", "ddp-resnet")]["spec"][
+        "runPolicy"]["suspend"] is True)
+    with sf() as s:
+        assert not s.scalars(select(AllocationRow).where(
+            AllocationRow.job_id == row.id)).all()

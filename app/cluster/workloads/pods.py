@@ -89,8 +89,17 @@ class WorkloadPods:
             log.warning("suspend %s: %s %s", owner.ref, e.status, _message(e))
         return True
 
-    def bind_pending(self, pods_of: Callable[[str, str], list[dict]]) -> int:
-        """Bind every reserved attempt's unbound Pods; returns how many were bound."""
+    def bind_pending(self, pods_of: Callable[[str, str], list[dict]],
+                     refusal: Callable[[str, dict], str | None] = lambda _t, _p: None,
+                     refuse: Callable[[str, str], None] = lambda _j, _m: None) -> int:
+        """Bind every reserved attempt's unbound Pods; returns how many were bound.
+
+        ``refusal(team, pod)``: why the team's Pod policy refuses the Pod, or None. A
+        workload's Pods come from templates checked when it was queued, but a
+        PyTorchJob's templates may change after that, and whoever may create a Pod in
+        the namespace may give it the attempt's labels; gpuq's own Pods are checked the
+        same way before they are created. A refused Pod is not bound: the job ends
+        failed through ``refuse(job_id, message)`` and its workload is suspended."""
         bound = 0
         for job_id, r in list(self.reserved.items()):
             owner = self.owners[job_id]
@@ -110,6 +119,14 @@ class WorkloadPods:
                  and (p.get("status") or {}).get("phase", "Pending") == "Pending"),
                 key=ADAPTORS[owner.kind].pod_order,
             )
+            why = next((f"pod {p['metadata']['name']} is refused by the Pod policy of "
+                        f"team {r.req.team}: {w}"
+                        for p in unbound if (w := refusal(r.req.team, p)) is not None), None)
+            if why is not None:
+                log.warning("%s: %s", owner.ref, why)
+                self.reserved.pop(job_id, None)
+                refuse(job_id, why)
+                continue
             for pod, pl in zip(unbound, free, strict=False):
                 ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
                 try:

@@ -169,6 +169,21 @@ def _policy_template(template: Mapping[str, Any],
     return t
 
 
+def policy_templates(obj: Mapping[str, Any], sets: Sequence[PodSet],
+                     gpu_types: Sequence[GpuTypeConfig]) -> list[tuple[str, dict[str, Any]]]:
+    """(pod set name, its template as the team's Pod policy sees it) for every pod set,
+    in the workload's namespace. The first is the job's ``pod_template``; the others
+    (a PyTorchJob's workers, a JobSet's other replicated Jobs) run Pods as well, so each
+    is held to the same rules (``app.store.jobs.check_pod_sets``)."""
+    ns = (obj.get("metadata") or {}).get("namespace") or "default"
+    out = []
+    for s in sets:
+        t = _policy_template(s.template, gpu_types)
+        t.setdefault("metadata", {})["namespace"] = ns
+        out.append((s.name, t))
+    return out
+
+
 def job_spec(
     obj: Mapping[str, Any],
     adaptor: WorkloadAdaptor,
@@ -210,8 +225,7 @@ def job_spec(
     mem = _number(_annotation(obj, sets, L.WL_MIN_GPU_MEMORY), L.WL_MIN_GPU_MEMORY)
     if mem is not None:
         resources["min_gpu_memory_gb"] = mem
-    template = _policy_template(sets[0].template, gpu_types)
-    template.setdefault("metadata", {})["namespace"] = meta.get("namespace") or "default"
+    template = policy_templates(obj, sets, gpu_types)[0][1]
     spec: dict[str, Any] = {
         "name": L.label_value(meta.get("name", "")).lower() or "workload",
         "team": team,
