@@ -933,11 +933,16 @@ class KubernetesCluster:
             self._release(ns, name)
             self._delete(ns, name, 1)
 
-    def _pod_refusal(self, team: str, pod: Mapping) -> str | None:
-        """Why the team's Pod policy of now refuses a workload's ``pod`` (None: it
-        does not); what :meth:`bind` checks of the Pods gpuq builds."""
-        violations = check_pod(pod, self.pod_policy(team))
-        return describe(violations) if violations else None
+    def _pod_refusal(self, team: str, pods: list[dict]) -> str | None:
+        """Why the team's Pod policy of now refuses one of a workload's ``pods`` (None:
+        it refuses none); what :meth:`bind` checks of the Pods gpuq builds."""
+        policy = self.pod_policy(team)  # one read for the lot
+        for pod in pods:
+            violations = check_pod(pod, policy)
+            if violations:
+                return (f"pod {pod['metadata'].get('name')} is refused by the Pod policy "
+                        f"of team {team}: {describe(violations)}")
+        return None
 
     def _refuse_workload(self, job_id: str, message: str) -> None:
         """A workload job whose Pod was refused at bind: it ends failed (its workload is

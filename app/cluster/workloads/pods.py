@@ -90,11 +90,11 @@ class WorkloadPods:
         return True
 
     def bind_pending(self, pods_of: Callable[[str, str], list[dict]],
-                     refusal: Callable[[str, dict], str | None] = lambda _t, _p: None,
+                     refusal: Callable[[str, list[dict]], str | None] = lambda _t, _p: None,
                      refuse: Callable[[str, str], None] = lambda _j, _m: None) -> int:
         """Bind every reserved attempt's unbound Pods; returns how many were bound.
 
-        ``refusal(team, pod)``: why the team's Pod policy refuses the Pod, or None. A
+        ``refusal(team, pods)``: why the team's Pod policy refuses one of them, or None. A
         workload's Pods come from templates checked when it was queued, but a
         PyTorchJob's templates may change after that, and whoever may create a Pod in
         the namespace may give it the attempt's labels; gpuq's own Pods are checked the
@@ -119,9 +119,7 @@ class WorkloadPods:
                  and (p.get("status") or {}).get("phase", "Pending") == "Pending"),
                 key=ADAPTORS[owner.kind].pod_order,
             )
-            why = next((f"pod {p['metadata']['name']} is refused by the Pod policy of "
-                        f"team {r.req.team}: {w}"
-                        for p in unbound if (w := refusal(r.req.team, p)) is not None), None)
+            why = refusal(r.req.team, unbound) if unbound else None
             if why is not None:
                 log.warning("%s: %s", owner.ref, why)
                 self.reserved.pop(job_id, None)
