@@ -103,3 +103,54 @@ def test_after_a_restart_the_forged_pod_is_not_the_jobs_either(kube, sf):
         wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "succeeded", 30)
     finally:
         c.close()
+
+
+RESTRICTED = {"securityContext": {"runAsNonRoot": True,
+                                  "seccompProfile": {"type": "RuntimeDefault"}}}
+CONTAINER_SC = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+@BOTH
+def test_a_pod_with_gpuqs_labels_for_a_job_gpuq_does_not_run_is_removed(kube, sf):
+    """A Pod wearing gpuq's labels for a job that is over (in the job's own namespace),
+    and one naming a job that never existed (elsewhere), each holding a card: gpuq stops
+    both as orphans, and an 8-card job then gets the node. Until a stray is gone its card
+    is in nobody's books (gpuq takes it for one of its own Pods, and the database holds
+    nothing for the job): a job bound there meanwhile meets the kubelet's device refusal,
+    which requeues it (``k8s_rejections``)."""
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    try:
+        d = Dispatcher(sf, c)
+        job_id, ns, pod = _running_job(kube, sf, d)
+        kube.set_pod_phase(ns, pod["metadata"]["name"], "Succeeded")
+        wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "succeeded", 30)
+        labels = {k: pod["metadata"]["labels"][k] for k in COPIED}
+        strays = [(ns, "stray", labels), ("default", "stray2", {**labels, L.JOB_ID: "99999"})]
+        made = []
+        for where, name, lab in strays:
+            made.append(kube.add_pod({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": where, "labels": lab},
+                "spec": {"nodeName": "a100-0", "restartPolicy": "Never", **RESTRICTED,
+                         "containers": [{"name": "c", "image": "busybox",
+                                         "securityContext": CONTAINER_SC,
+                                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            }))
+
+        def gone() -> bool:
+            d.run_once()
+            left = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in c.pods.items()
+                    if not p["metadata"].get("deletionTimestamp")
+                    and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+            return not left & {(m["metadata"]["namespace"], m["metadata"]["name"])
+                               for m in made}
+
+        wait_until(gone, 30)
+        big = submit_a100_job(sf, gpus=8, name="big")
+        wait_until(lambda: d.run_once() or job_row(sf, big).status == "admitted"
+                   or bool([p for p in kube.gpuq_pods()
+                            if p["metadata"]["labels"].get(L.JOB_ID) == str(big)]), 30)
+        assert job_row(sf, big).status in ("admitted", "running")
+    finally:
+        c.close()
