@@ -87,6 +87,7 @@ from app.cluster.workloads.pods import WorkloadPods
 from app.domain.config import GpuTypeConfig
 from app.domain.from_config import gpu_type_from_config
 from app.domain.pod_policy import PodPolicy, check_pod, describe
+from app.domain.pod_resources import selection_refuses
 from app.scheduling.model import Node, ReplicaPlacement
 
 log = logging.getLogger(__name__)
@@ -474,6 +475,7 @@ class KubernetesCluster:
         backlog of 10,000 Pods halves what the API server and etcd do for gpuq (the
         bind's cost there, measured with bench/throughput_kube.py). A gang's Pods are
         all created unbound first, so a refused create leaves none of them bound."""
+        self._check_selection(req)
         bind_id = attempt_id(req.attempt) if req.attempt else uuid.uuid4().hex[:5]
         with self._lock:
             old = self._tracks.get(req.job_id)
@@ -932,6 +934,22 @@ class KubernetesCluster:
         for ns, name in doomed:
             self._release(ns, name)
             self._delete(ns, name, 1)
+
+    def _check_selection(self, req: BindRequest) -> None:
+        """:class:`BindError` before anything is made when a placement's node fails the
+        template's node selection (:func:`selection_refuses`): its kubelet would refuse
+        the Pods (a workload's controller would then spend its retries on them, the
+        same reserved node each time). The node is avoided for the job a while
+        (:attr:`rejected`), so the next placement looks elsewhere."""
+        for p in req.placements:
+            node = self.nodes.get(p.node) or {}
+            why = selection_refuses(req.pod_template,
+                                    (node.get("metadata") or {}).get("labels") or {})
+            if why is not None:
+                with self._lock:
+                    self.rejected.add(req.job_id, p.node)
+                M.BIND_FAILURES.labels(reason="BindError").inc()
+                raise BindError(f"node {p.node} does not meet the Pod template's {why}")
 
     def _pod_refusal(self, team: str, pods: list[dict]) -> str | None:
         """Why the team's Pod policy of now refuses one of a workload's ``pods`` (None:

@@ -222,6 +222,37 @@ def _selection_violations(spec: Mapping[str, Any], base: str) -> list[tuple[str,
     return out
 
 
+def selection_refuses(template: Mapping[str, Any] | None,
+                      labels: Mapping[str, str]) -> str | None:
+    """Why the kubelet of a node with ``labels`` would refuse a Pod of ``template`` for
+    its node selection (``NodeAffinity``), or None. Only product terms pass the policy
+    (:func:`_selection_violations`): the ``nodeSelector`` must match, and one required
+    node affinity term with all its ``In`` expressions (kubernetes
+    ``pkg/kubelet/lifecycle/predicate.go`` through ``component-helpers/scheduling/corev1/
+    nodeaffinity``). gpuq maps the products to GPU types by each type's product pattern,
+    and a type may span products the template does not name (or nodes without the
+    label), so a placement is checked against the Pod's own terms before anything is
+    made."""
+    if not template:
+        return None
+    spec = _pod_spec(template)
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return f"nodeSelector {k}={v} (the node has {labels.get(k) or 'no such label'})"
+    req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = req.get("nodeSelectorTerms") or []
+    if terms and not any(
+        all(labels.get(e.get("key")) in (e.get("values") or [])
+            for e in term.get("matchExpressions") or [])
+        for term in terms
+    ):
+        keys = sorted({str(e.get("key")) for t in terms for e in t.get("matchExpressions") or []})
+        have = ", ".join(f"{k}={labels.get(k) or '(none)'}" for k in keys)
+        return f"required node affinity (the node has {have})"
+    return None
+
+
 def tolerations(template: Mapping[str, Any] | None) -> tuple[tuple[str, str, str], ...]:
     """The template's tolerations as the core's (key, value, effect); an empty value
     or effect tolerates any, ``operator: Exists`` with no key tolerates every taint."""

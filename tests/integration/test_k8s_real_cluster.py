@@ -602,12 +602,21 @@ def test_dispatcher_preempts_with_a_graceful_eviction_on_the_real_cluster(kube, 
 # ------------------------------------------------------------------ the front door
 
 
+def a100_with_product(name: str) -> dict:
+    """An A100 node with the GPU feature discovery product label k8s/examples/job.yaml's
+    required node affinity names: a node of the type without it is not used for that Job
+    (its kubelet would refuse the Pods, NodeAffinity; kwok does not check it)."""
+    n = article_a100(name)
+    n["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
+    return n
+
+
 def test_a_suspended_job_with_a_queue_label_runs_through_gpuq(kube, sf, db_url):
     """k8s/examples/job.yaml as a user applies it: a batch/v1 Job created suspended with
     ``gpuq.io/queue: nlp``. On the real Job controller gpuq queues it as a job, admits it
     by ``spec.suspend: false``, binds the Pods the controller creates (``schedulerName:
     gpuq``) on the cards it reserved, and the Job completes; the job ends ``succeeded``."""
-    kube.add_node(article_a100("a100-0"))
+    kube.add_node(a100_with_product("a100-0"))
     c = started_cluster(kube, sf)
     d = Dispatcher(sf, c, elector=elector(db_url), grace_seconds=0)
     job = yaml.safe_load((EXAMPLES / "job.yaml").read_text())
@@ -655,7 +664,7 @@ def test_a_preempted_workload_is_suspended_again_and_requeued(kube, sf, db_url):
     job arrives: gpuq preempts it by setting ``spec.suspend: true`` again, the Job
     controller removes its Pods, the P0 job runs, and the workload's job waits
     ``pending`` to be admitted again."""
-    kube.add_node(article_a100("a100-0"))
+    kube.add_node(a100_with_product("a100-0"))
     clock = ManualClock()
     c = started_cluster(kube, sf)
     d = Dispatcher(sf, c, clock=clock, elector=elector(db_url), grace_seconds=0)

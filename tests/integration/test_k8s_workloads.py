@@ -57,10 +57,17 @@ def world(kube, sf) -> Iterator[tuple]:
     w.close()
 
 
-def add_a100(kube, c, name: str) -> None:
+SXM4 = "NVIDIA-A100-SXM4-80GB"  # the product k8s/examples/job.yaml's affinity names
+
+
+def add_a100(kube, c, name: str, product: str | None = None) -> None:
     """An A100 node that gpuq's node informer has seen before the test goes on: a pass
-    before that plans on a cluster without it (its reason names no node's cards)."""
-    kube.add_node(article_a100(name))
+    before that plans on a cluster without it (its reason names no node's cards).
+    ``product``: its ``nvidia.com/gpu.product`` label (GPU feature discovery's)."""
+    n = article_a100(name)
+    if product is not None:
+        n["metadata"]["labels"][L.GFD_PRODUCT] = product
+    kube.add_node(n)
     wait_until(lambda: any(n.name == name for n in c.list_nodes()))
 
 
@@ -480,3 +487,52 @@ def test_a_pod_set_changed_while_it_waits_is_refused_at_bind(kube, sf, world):
     with sf() as s:
         assert not s.scalars(select(AllocationRow).where(
             AllocationRow.job_id == row.id)).all()
+
+
+def test_a_sidecar_without_a_card_runs_only_when_it_says_it_sees_none(kube, sf, world):
+    """A Job with a sidecar (no card): refused until the sidecar sets
+    NVIDIA_VISIBLE_DEVICES=void, as gpuq does on its own Pods; with it, the Pods pass
+    the check at bind and are bound."""
+    w, c, d = world
+    add_a100(kube, c, "a100-0", product=SXM4)
+    job = example("job.yaml")
+    spec = job["spec"]["template"]["spec"]
+    spec["containers"].append({"name": "logs", "image": "busybox:1.36",
+                               "securityContext": spec["containers"][0]["securityContext"]})
+    apply(w, job)
+    settle(d, lambda: any(r == "GpuqRefused" for r, _ in events_on(kube, "eval-sweep")))
+    [said] = [m for r, m in events_on(kube, "eval-sweep") if r == "GpuqRefused"]
+    assert "container(s) logs get no card" in said, said
+    assert job_row(sf, "eval-sweep") is None
+    fixed = example("job.yaml")
+    fixed["metadata"]["name"] = "eval-sweep-2"
+    fixed["spec"]["template"]["spec"]["containers"].append(
+        {**spec["containers"][1], "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]})
+    apply(w, fixed)
+    settle(d, lambda: len([p for p in pods_of(kube, "eval-sweep-2")
+                           if p["spec"].get("nodeName")]) == 2)
+    assert job_row(sf, "eval-sweep-2").status in ("admitted", "running")
+
+
+def test_a_node_the_templates_affinity_excludes_is_not_used(kube, sf, world):
+    """job.yaml requires ``nvidia.com/gpu.product In [NVIDIA-A100-SXM4-80GB]``; gpuq maps
+    that to the GPU type a100-80g, whose nodes need not carry that label. A node of the
+    type without it would refuse the Pods (the kubelet's NodeAffinity), and the Job
+    controller would spend its retries on the same reserved node until the Job failed:
+    such a node is not used (the Job stays suspended, no Pod is made), and the job runs
+    on a node that has the product."""
+    w, c, d = world
+    add_a100(kube, c, "a100-0")  # the type's labels only, no product label
+    apply(w, example("job.yaml"))
+    settle(d, lambda: (r := job_row(sf, "eval-sweep")) is not None
+           and "does not meet the Pod template's required node affinity" in (r.reason or ""))
+    for _ in range(3):
+        d.run_once()
+    row = job_row(sf, "eval-sweep")
+    assert row.status in ("pending", "unschedulable"), (row.status, row.reason)
+    assert not pods_of(kube, "eval-sweep")
+    assert w.objects[("Job", "gpuq-jobs", "eval-sweep")]["spec"]["suspend"] is True
+    add_a100(kube, c, "a100-1", product=SXM4)
+    settle(d, lambda: len([p for p in pods_of(kube, "eval-sweep")
+                           if p["spec"].get("nodeName")]) == 2)
+    assert {p["spec"]["nodeName"] for p in pods_of(kube, "eval-sweep")} == {"a100-1"}

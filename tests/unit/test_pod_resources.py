@@ -9,6 +9,7 @@ from app.domain.pod_resources import (
     booked,
     effective_requests,
     quantity,
+    selection_refuses,
     template_violations,
     tolerations,
 )
@@ -90,3 +91,27 @@ def test_tolerations_become_the_cores():
         {"key": "maintenance", "operator": "Exists"}, {"operator": "Exists"}]}}
     assert tolerations(t) == (("dedicated", "p0", "NoSchedule"), ("maintenance", "", ""),
                               ("", "", ""))
+
+
+def test_selection_refuses_as_the_kubelet_does():
+    """nodeSelector must match; of the required node affinity terms one must hold, with
+    every expression of it (kubelet NodeAffinity): only product terms pass the policy."""
+    key = "nvidia.com/gpu.product"
+    sxm, pcie = "NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-PCIe-80GB"
+
+    def terms(*values_per_term):
+        return {"spec": {"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": key, "operator": "In", "values": list(v)}]}
+                for v in values_per_term]}}}}}
+
+    assert selection_refuses(None, {}) is None
+    assert selection_refuses({"spec": {}}, {}) is None
+    assert selection_refuses(terms([sxm]), {key: sxm}) is None
+    assert selection_refuses(terms([sxm], [pcie]), {key: pcie}) is None  # terms are ORed
+    why = selection_refuses(terms([sxm]), {key: pcie})
+    assert why == f"required node affinity (the node has {key}={pcie})"
+    assert "(none)" in selection_refuses(terms([sxm]), {})
+    sel = {"spec": {"nodeSelector": {key: sxm}}}
+    assert selection_refuses(sel, {key: sxm}) is None
+    assert selection_refuses(sel, {}) == f"nodeSelector {key}={sxm} (the node has no such label)"

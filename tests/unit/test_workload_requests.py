@@ -150,3 +150,29 @@ def test_an_unknown_workload_kind_is_refused_at_start(monkeypatch) -> None:
         KubeSettings()
     monkeypatch.setenv("GPUQ_K8S_WORKLOAD_KINDS", "Job,PyTorchJob")
     assert KubeSettings().workload_kinds == ["Job", "PyTorchJob"]
+
+
+def test_a_container_without_a_card_must_say_it_sees_none():
+    """gpuq puts NVIDIA_VISIBLE_DEVICES=void on every container of its own Pods that gets
+    no card; a workload's Pods are made by its controller, so the template must: else a
+    sidecar whose image says ``all`` (CUDA images do) sees every card of its node."""
+    job = ex("job.yaml")
+    spec = job["spec"]["template"]["spec"]
+    sidecar = {"name": "logs", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+               "securityContext": spec["containers"][0]["securityContext"]}
+    spec["containers"].append(sidecar)
+    spec["initContainers"] = [{**sidecar, "name": "fetch"}]
+    with pytest.raises(Unhonourable, match=r"pod set main: container\(s\) fetch, logs get no "
+                                           r"card: give each the env NVIDIA_VISIBLE_DEVICES=void"):
+        spec_of(job)
+    void = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+    sidecar["env"] = [void]
+    with pytest.raises(Unhonourable, match=r"container\(s\) fetch get"):
+        spec_of(job)
+    spec["initContainers"] = [{**sidecar, "name": "fetch"}]
+    body = spec_of(job)
+    # what the policy then reads has no device variable left (gpuq's own value)
+    got = body["pod_template"]["spec"]
+    assert all("env" not in c or void not in c["env"]
+               for c in got["containers"] + got["initContainers"])
+    assert body["resources"]["gpus"] == 1

@@ -30,6 +30,7 @@ from app.cluster import k8s_labels as L
 from app.cluster.k8s_nodes import match_gpu_type, mig_prefix, pod_requests
 from app.cluster.workloads.adaptor import PodSet, Unhonourable, WorkloadAdaptor
 from app.domain.config import GpuTypeConfig
+from app.domain.pod_policy import OWN_DEVICE_ENV
 from app.domain.pod_resources import GB, container_requests
 
 
@@ -145,27 +146,53 @@ def _priority(raw: str | None, template: Mapping[str, Any], priorities: Sequence
                        f"({', '.join(prefix + p.lower() for p in priorities)})")
 
 
-def _policy_template(template: Mapping[str, Any],
+def _policy_template(name: str, template: Mapping[str, Any],
                      types: Sequence[GpuTypeConfig]) -> dict[str, Any]:
-    """The Pod template as the team's Pod policy sees it (the job's ``pod_template``):
-    without what gpuq read into ``resources`` (accelerator requests) and ``priority``
-    (``priorityClassName``) and the ``schedulerName`` it checked above: the fields
-    a REST job leaves to gpuq."""
+    """The Pod template of pod set ``name`` as the team's Pod policy sees it (the job's
+    ``pod_template``): without what gpuq read into ``resources`` (accelerator
+    requests) and ``priority`` (``priorityClassName``), the ``schedulerName`` it checked
+    above, and the ``NVIDIA_VISIBLE_DEVICES=void`` of containers without a card: the
+    fields a REST job leaves to gpuq.
+
+    gpuq sets that ``void`` on every container of its own Pods that the device plugin
+    gives no card, or the NVIDIA runtime shows such a container every card of its node
+    when its image says ``all`` (CUDA images do; nvidia-container-toolkit
+    ``internal/config/image/cuda_image.go``). It cannot set it on Pods a workload's
+    controller makes, so the template must: a container or init container without a
+    card and without it is :class:`Unhonourable`."""
     t = copy.deepcopy(dict(template))
     spec = t.setdefault("spec", {})
     spec.pop("schedulerName", None)
     spec.pop("priorityClassName", None)  # read into ``priority`` (checked there)
     names = {ty.resource_name for ty in types} | {"nvidia.com/gpu"}
     prefixes = tuple(mig_prefix(n) for n in names)
-    for c in spec.get("containers") or []:
-        res = c.get("resources") or {}
-        for part in ("limits", "requests"):
-            kept = {k: v for k, v in (res.get(part) or {}).items()
-                    if k not in names and not k.startswith(prefixes)}
-            if kept:
-                res[part] = kept
-            else:
-                res.pop(part, None)
+    blind: list[str] = []
+    for part in ("initContainers", "containers"):
+        for c in spec.get(part) or []:
+            res = c.get("resources") or {}
+            card = any(k in names or k.startswith(prefixes)
+                       for p in ("limits", "requests") for k in (res.get(p) or {}))
+            if not card:
+                env = c.get("env") or []
+                if OWN_DEVICE_ENV in env:
+                    c["env"] = [e for e in env if e != OWN_DEVICE_ENV]
+                else:
+                    blind.append(str(c.get("name")))
+                continue
+            if part == "initContainers":
+                continue  # the policy refuses its accelerator request (owned)
+            for p in ("limits", "requests"):
+                kept = {k: v for k, v in (res.get(p) or {}).items()
+                        if k not in names and not k.startswith(prefixes)}
+                if kept:
+                    res[p] = kept
+                else:
+                    res.pop(p, None)
+    if blind:
+        raise Unhonourable(
+            f"pod set {name}: container(s) {', '.join(blind)} get no card: give each the "
+            "env NVIDIA_VISIBLE_DEVICES=void (else the NVIDIA runtime shows a container "
+            "every card of its node when its image says all, as CUDA images do)")
     return t
 
 
@@ -178,7 +205,7 @@ def policy_templates(obj: Mapping[str, Any], sets: Sequence[PodSet],
     ns = (obj.get("metadata") or {}).get("namespace") or "default"
     out = []
     for s in sets:
-        t = _policy_template(s.template, gpu_types)
+        t = _policy_template(s.name, s.template, gpu_types)
         t.setdefault("metadata", {})["namespace"] = ns
         out.append((s.name, t))
     return out
