@@ -87,6 +87,20 @@ def test_jobset_pod_sets_of_different_shapes_are_refused():
         spec_of(js)
 
 
+def test_pod_sets_that_select_nodes_differently_are_refused():
+    """One gang is placed on one set of GPU types and every node of it is checked against
+    one selection (the first set's): a worker set that asks for another product would be
+    refused by its kubelet (NodeAffinity) on the nodes gpuq chose."""
+    pt = ex("pytorchjob.yaml")
+    specs = pt["spec"]["pytorchReplicaSpecs"]
+    worker = specs["Worker"]["template"] = copy.deepcopy(specs["Worker"]["template"])
+    worker["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    with pytest.raises(Unhonourable, match="the pod sets select nodes differently"):
+        spec_of(pt)
+    specs["Master"]["template"] = copy.deepcopy(worker)  # the same on both: accepted
+    assert spec_of(pt)["resources"]["gpu_types"] == ["a100-80g"]
+
+
 def test_admit_and_suspend_patches():
     a = JobAdaptor()
     job = ex("indexed-job.yaml")

@@ -70,6 +70,13 @@ def _products(spec: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _selection(spec: Mapping[str, Any]) -> tuple[Any, Any]:
+    """A template's node selection (nodeSelector, required node affinity), to compare."""
+    return (spec.get("nodeSelector") or {}, (((spec.get("affinity") or {})
+            .get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+            or {}))
+
+
 def _shape(template: Mapping[str, Any], types: Sequence[GpuTypeConfig]) -> dict[str, Any]:
     """Per-Pod resources (JobSpec ``resources`` fields) of one Pod template."""
     spec = template.get("spec") or {}
@@ -241,6 +248,12 @@ def job_spec(
             + "; ".join(f"{s.name}: {sh}" for s, sh in zip(sets, shapes, strict=True))
             + "); gpuq runs one gang of one shape"
         )
+    selections = [_selection(s.template.get("spec") or {}) for s in sets]
+    if any(sel != selections[0] for sel in selections[1:]):
+        raise Unhonourable(
+            "the pod sets select nodes differently (nodeSelector or required node "
+            f"affinity of {', '.join(s.name for s in sets)}); gpuq maps one selection to "
+            "GPU types and checks every node of the gang against it: give them the same")
     resources = dict(shapes[0])
     types = _gpu_types(_annotation(obj, sets, L.WL_GPU_TYPES),
                        _products(sets[0].template.get("spec") or {}), gpu_types)
