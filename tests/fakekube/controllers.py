@@ -6,6 +6,9 @@ applies them under its lock and emits the watch events).
   admission.go): a Pod created without them gets ``node.kubernetes.io/not-ready`` and
   ``node.kubernetes.io/unreachable`` ``NoExecute`` tolerations for 300 s
   (``--default-*-toleration-seconds``).
+* **ServiceAccount** (plugin/pkg/admission/serviceaccount/admission.go): a Pod gets
+  ``serviceAccountName: default`` and, unless it says ``automountServiceAccountToken:
+  false``, a projected token volume mounted in every container (:func:`service_account`).
 * **Node lifecycle** (pkg/controller/nodelifecycle/node_lifecycle_controller.go
   ``tryUpdateNodeHealth``): a node whose kubelet has not posted status (its Lease) for
   ``--node-monitor-grace-period`` (50 s since 1.32, 40 s before) gets every condition
@@ -31,6 +34,7 @@ applies them under its lock and emits the watch events).
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -54,6 +58,34 @@ def default_tolerations(pod: dict, seconds: int = DEFAULT_TOLERATION_S) -> None:
                          "tolerationSeconds": seconds})
     if not tols:
         pod["spec"].pop("tolerations")
+
+
+def service_account(pod: dict) -> None:
+    """The ServiceAccount admission plug-in (kubernetes
+    ``plugin/pkg/admission/serviceaccount/admission.go``): ``serviceAccountName`` defaults
+    to ``default``, and unless the Pod says ``automountServiceAccountToken: false``
+    (``shouldAutomount``; the fake's ServiceAccounts never say it) every container and init
+    container mounts a projected ``kube-api-access-*`` volume with the token
+    (``TokenVolumeSource``: token, the root CA ConfigMap, the namespace). Not modelled: the
+    refusal of a Pod naming a ServiceAccount that does not exist."""
+    spec = pod.setdefault("spec", {})
+    spec.setdefault("serviceAccountName", "default")
+    if spec.get("automountServiceAccountToken") is False:
+        return
+    name = "kube-api-access-" + hashlib.sha256(
+        pod["metadata"]["name"].encode()).hexdigest()[:5]
+    spec.setdefault("volumes", []).append({"name": name, "projected": {
+        "defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt",
+                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}})
+    for part in ("initContainers", "containers"):
+        for c in spec.get(part) or []:
+            c.setdefault("volumeMounts", []).append({
+                "name": name, "readOnly": True,
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
 
 
 def mark_unknown(node: dict, now: float) -> bool:

@@ -559,8 +559,10 @@ class FakeKube:
             pod = self._stamp(copy.deepcopy(body), ns)
             pod["kind"], pod["apiVersion"] = "Pod", "v1"
             pod.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
-            # the DefaultTolerationSeconds admission plug-in (tests/fakekube/controllers.py)
+            # the DefaultTolerationSeconds and ServiceAccount admission plug-ins
+            # (tests/fakekube/controllers.py)
             controllers.default_tolerations(pod, self.default_toleration_s)
+            controllers.service_account(pod)
             target = pod["spec"].get("nodeName")
             if target and name in self.bind_failures:  # created bound: the bind refused
                 code, reason = self.bind_failures[name]

@@ -536,3 +536,25 @@ def test_a_node_the_templates_affinity_excludes_is_not_used(kube, sf, world):
     settle(d, lambda: len([p for p in pods_of(kube, "eval-sweep")
                            if p["spec"].get("nodeName")]) == 2)
     assert {p["spec"]["nodeName"] for p in pods_of(kube, "eval-sweep")} == {"a100-1"}
+
+
+def test_a_worker_that_drops_the_token_rule_while_it_waits_is_refused_at_bind(kube, sf, world):
+    """The apiserver mounts the ServiceAccount token into a Pod whose spec leaves
+    ``automountServiceAccountToken`` unset (the fake models the admission plug-in, as the
+    real control plane shows in test_k8s_real_cluster.py): a PyTorchJob whose worker
+    template drops ``false`` after it was queued gets Pods with a token, which the team
+    may not mount; they are not bound and the job fails."""
+    w, c, d = world
+    apply(w, example("pytorchjob.yaml"))
+    settle(d, lambda: (r := job_row(sf, "ddp-resnet")) is not None
+           and r.status in ("pending", "unschedulable"))
+    with kube.cond:
+        pt = w.objects[("PyTorchJob", "gpuq-jobs", "ddp-resnet")]
+        specs = pt["spec"]["pytorchReplicaSpecs"]
+        worker = specs["Worker"]["template"] = copy.deepcopy(specs["Worker"]["template"])
+        del worker["spec"]["automountServiceAccountToken"]
+    add_a100(kube, c, "a100-0")
+    settle(d, lambda: job_row(sf, "ddp-resnet").status == "failed")
+    reason = job_row(sf, "ddp-resnet").reason
+    assert "may not mount a service account token" in reason, reason
+    assert not [name for _, name, _ in kube.bindings if name.startswith("ddp-resnet")]
