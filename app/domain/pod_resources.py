@@ -188,6 +188,13 @@ def template_violations(template: Mapping[str, Any] | None, cpu: float, memory_g
     return out
 
 
+def required_node_affinity(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A Pod spec's ``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``
+    (empty when it has none)."""
+    return (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+            .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+
+
 def _selection_violations(spec: Mapping[str, Any], base: str) -> list[tuple[str, str]]:
     why = ("gpuq places the Pod itself and does not evaluate a template's node selection; "
            "the kubelet would refuse the Pod (NodeAffinity) after the job waited. Choose "
@@ -198,9 +205,7 @@ def _selection_violations(spec: Mapping[str, Any], base: str) -> list[tuple[str,
         if k not in PRODUCT_KEYS:
             out.append((f"{base}.nodeSelector.{k}", why))
     aff = spec.get("affinity") or {}
-    req = ((aff.get("nodeAffinity") or {})
-           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    for i, term in enumerate(req.get("nodeSelectorTerms") or []):
+    for i, term in enumerate(required_node_affinity(spec).get("nodeSelectorTerms") or []):
         tpath = (f"{base}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuring"
                  f"Execution.nodeSelectorTerms[{i}]")
         if term.get("matchFields"):
@@ -239,9 +244,7 @@ def selection_refuses(template: Mapping[str, Any] | None,
     for k, v in (spec.get("nodeSelector") or {}).items():
         if labels.get(k) != v:
             return f"nodeSelector {k}={v} (the node has {labels.get(k) or 'no such label'})"
-    req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = req.get("nodeSelectorTerms") or []
+    terms = required_node_affinity(spec).get("nodeSelectorTerms") or []
     if terms and not any(
         all(labels.get(e.get("key")) in (e.get("values") or [])
             for e in term.get("matchExpressions") or [])

@@ -31,7 +31,7 @@ from app.cluster.k8s_nodes import match_gpu_type, mig_prefix, pod_requests
 from app.cluster.workloads.adaptor import PodSet, Unhonourable, WorkloadAdaptor
 from app.domain.config import GpuTypeConfig
 from app.domain.pod_policy import OWN_DEVICE_ENV
-from app.domain.pod_resources import GB, container_requests
+from app.domain.pod_resources import GB, container_requests, required_node_affinity
 
 
 def _annotation(obj: Mapping[str, Any], sets: Sequence[PodSet], key: str) -> str | None:
@@ -61,9 +61,7 @@ def _products(spec: Mapping[str, Any]) -> list[str]:
     sel = (spec.get("nodeSelector") or {}).get(L.GFD_PRODUCT)
     if sel:
         out.append(sel)
-    req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    for term in req.get("nodeSelectorTerms") or []:
+    for term in required_node_affinity(spec).get("nodeSelectorTerms") or []:
         for e in term.get("matchExpressions") or []:
             if e.get("key") == L.GFD_PRODUCT and e.get("operator") == "In":
                 out.extend(e.get("values") or [])
@@ -72,9 +70,7 @@ def _products(spec: Mapping[str, Any]) -> list[str]:
 
 def _selection(spec: Mapping[str, Any]) -> tuple[Any, Any]:
     """A template's node selection (nodeSelector, required node affinity), to compare."""
-    return (spec.get("nodeSelector") or {}, (((spec.get("affinity") or {})
-            .get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-            or {}))
+    return spec.get("nodeSelector") or {}, required_node_affinity(spec)
 
 
 def _shape(template: Mapping[str, Any], types: Sequence[GpuTypeConfig]) -> dict[str, Any]:
@@ -265,7 +261,7 @@ def job_spec(
     mem = _number(_annotation(obj, sets, L.WL_MIN_GPU_MEMORY), L.WL_MIN_GPU_MEMORY)
     if mem is not None:
         resources["min_gpu_memory_gb"] = mem
-    template = policy_templates(obj, sets, gpu_types)[0][1]
+    template = policy_templates(obj, sets[:1], gpu_types)[0][1]  # the others: check_pod_sets
     spec: dict[str, Any] = {
         "name": L.label_value(meta.get("name", "")).lower() or "workload",
         "team": team,
