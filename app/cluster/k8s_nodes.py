@@ -37,7 +37,7 @@ from app.cluster import k8s_labels as L
 from app.cluster.k8s_devices import MIG_SINGLE, DeviceLayer, device_layer
 from app.cluster.k8s_settings import KubeSettings
 from app.domain.config import GpuTypeConfig
-from app.domain.pod_resources import effective_requests
+from app.domain.pod_resources import PRODUCT_KEYS, effective_requests
 from app.scheduling.model import Device, Node
 
 EPS = 1e-6
@@ -360,7 +360,9 @@ def node_view(
         rack=rack,
         network=network if network in NETWORKS else "eth",
         nvlink_domain=labels.get(ks.nvlink_label),
-        labels=labels,
+        # only what a job may select it by: every other label (the hostname's above all)
+        # would make each node's signature its own and placement score node by node
+        labels={k: labels[k] for k in sorted(PRODUCT_KEYS) if k in labels},
         taints=tuple(taints),
         schedulable=not reasons,
         device_layer=layer.as_dict(),

@@ -30,6 +30,10 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from app.scheduling.filters import NO_NODE, labels_selected, selection_text
+
+Selection = tuple[tuple[tuple[str, tuple[str, ...]], ...], ...]
+
 GB = Decimal(10**9)
 _SUFFIX: dict[str, int | Decimal] = {
     "": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
@@ -37,8 +41,9 @@ _SUFFIX: dict[str, int | Decimal] = {
     "Pi": 2**50, "Ei": 2**60,
 }
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
-#: label keys a template's node selection may name: the GPU product, which placement
-#: already decides through the job's GPU types (the front door maps it to them)
+#: label keys a template's node selection may name: the GPU product (the front door maps
+#: it to the job's GPU types, and placement keeps to the nodes of the named products:
+#: :func:`node_selection`)
 PRODUCT_KEYS = frozenset({"nvidia.com/gpu.product"})
 
 
@@ -227,33 +232,42 @@ def _selection_violations(spec: Mapping[str, Any], base: str) -> list[tuple[str,
     return out
 
 
+def node_selection(template: Mapping[str, Any] | None) -> Selection:
+    """The template's node selection as the core's :attr:`JobRequest.node_selector`: each
+    required node affinity term's ``In`` expressions with the ``nodeSelector`` folded in
+    (the kubelet requires both: ``pkg/kubelet/lifecycle/predicate.go`` through
+    ``component-helpers/scheduling/corev1/nodeaffinity``). An empty term matches no node,
+    so a selection of only empty terms is :data:`NO_NODE`. Only product keys with ``In``
+    pass the Pod policy (:func:`_selection_violations`); any other operator is read as
+    ``In`` its values here, never looser."""
+    spec = _pod_spec(template)
+    pinned = tuple((str(k), (str(v),)) for k, v in sorted(
+        (spec.get("nodeSelector") or {}).items()))
+    terms = required_node_affinity(spec).get("nodeSelectorTerms") or []
+    if not terms:
+        return (pinned,) if pinned else ()
+    out = []
+    for term in terms:
+        exprs = (term or {}).get("matchExpressions") or []
+        if not exprs:
+            continue  # matches no node
+        out.append(pinned + tuple(
+            (str(e.get("key")), tuple(sorted(str(v) for v in e.get("values") or [])))
+            for e in exprs))
+    return tuple(out) or NO_NODE
+
+
 def selection_refuses(template: Mapping[str, Any] | None,
                       labels: Mapping[str, str]) -> str | None:
     """Why the kubelet of a node with ``labels`` would refuse a Pod of ``template`` for
-    its node selection (``NodeAffinity``), or None. Only product terms pass the policy
-    (:func:`_selection_violations`): the ``nodeSelector`` must match, and one required
-    node affinity term with all its ``In`` expressions (kubernetes
-    ``pkg/kubelet/lifecycle/predicate.go`` through ``component-helpers/scheduling/corev1/
-    nodeaffinity``). gpuq maps the products to GPU types by each type's product pattern,
-    and a type may span products the template does not name (or nodes without the
-    label), so a placement is checked against the Pod's own terms before anything is
-    made."""
-    if not template:
+    its node selection (``NodeAffinity``), or None: the check at bind of what placement
+    already keeps to (:func:`node_selection`), for a node relabelled since."""
+    selection = node_selection(template)
+    if labels_selected(selection, labels):
         return None
-    spec = _pod_spec(template)
-    for k, v in (spec.get("nodeSelector") or {}).items():
-        if labels.get(k) != v:
-            return f"nodeSelector {k}={v} (the node has {labels.get(k) or 'no such label'})"
-    terms = required_node_affinity(spec).get("nodeSelectorTerms") or []
-    if terms and not any(
-        all(labels.get(e.get("key")) in (e.get("values") or [])
-            for e in term.get("matchExpressions") or [])
-        for term in terms
-    ):
-        keys = sorted({str(e.get("key")) for t in terms for e in t.get("matchExpressions") or []})
-        have = ", ".join(f"{k}={labels.get(k) or '(none)'}" for k in keys)
-        return f"required node affinity (the node has {have})"
-    return None
+    keys = sorted({k for term in selection for k, _ in term if k})
+    have = ", ".join(f"{k}={labels.get(k) or '(none)'}" for k in keys)
+    return f"node selection {selection_text(selection)} (the node has {have or 'no labels'})"
 
 
 def tolerations(template: Mapping[str, Any] | None) -> tuple[tuple[str, str, str], ...]:

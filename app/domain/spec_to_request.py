@@ -6,7 +6,7 @@ Shared by the dispatcher (rows from PostgreSQL) and the simulator
 
 from __future__ import annotations
 
-from app.domain.pod_resources import booked, tolerations
+from app.domain.pod_resources import booked, node_selection, tolerations
 from app.domain.spec import JobSpec
 from app.scheduling.model import JobRequest, PriorityInfo
 
@@ -48,6 +48,7 @@ def request_from_spec(
         cpu=cpu,
         memory_gb=memory_gb,
         tolerations=tolerations(spec.pod_template),
+        node_selector=node_selection(spec.pod_template),
         placement=spec.placement or default_placement,
         topology=spec.topology,
         duration_estimate_s=spec.duration_estimate_s,

@@ -65,6 +65,42 @@ def tolerates(job: JobRequest, node: Node) -> bool:
     return True
 
 
+#: A selection no node meets (a required node affinity whose every term is empty: an
+#: empty term matches no node)
+NO_NODE: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = ((("", ()),),)
+
+
+def labels_selected(selection: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...],
+                    labels: Mapping[str, str]) -> bool:
+    """Do ``labels`` meet ``selection`` (:attr:`JobRequest.node_selector`): some term
+    whose every requirement holds, as the kubelet's NodeAffinity admission evaluates a
+    Pod's required terms (kubernetes ``component-helpers/scheduling/corev1/nodeaffinity/
+    nodeaffinity.go``). No selection: every node."""
+    if not selection:
+        return True
+    for term in selection:
+        for key, values in term:
+            if labels.get(key) not in values:
+                break
+        else:
+            return True
+    return False
+
+
+def selection_text(selection: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...]) -> str:
+    """``selection`` for a reason: ``key in (a, b) and ...`` per term, terms joined by or."""
+    return " or ".join(
+        " and ".join(f"{k} in ({', '.join(v)})" for k, v in term) for term in selection
+    )
+
+
+@reads("labels")
+def selects(job: JobRequest, node: Node) -> bool:
+    """The job's node selection (:func:`labels_selected`): a node it does not select
+    would have its Pods refused by the kubelet, so placement never picks it."""
+    return labels_selected(job.node_selector, node.labels)
+
+
 @reads("schedulable", "cpu", "memory")
 def node_fits_host(node: Node, cpu: float, memory_gb: float) -> bool:
     return (

@@ -68,15 +68,18 @@ _CAPPED = NoFit(ADMISSION_LIMIT)
 
 # What placement feasibility and score read of a request: its mode and size (the
 # fields of every request mode, modes.MODE_FIELDS), the types it may use, its host
-# needs, its gang shape and topology, taints it tolerates, and its speed table.
+# needs, its gang shape and topology, taints it tolerates, the nodes it selects by
+# label, and its speed table.
 _SHAPE = MODE_FIELDS | frozenset({
     "pool", "min_gpu_memory_gb", "gpu_types", "avoid_gpu_types", "allow_mixed_types", "cpu",
     "memory_gb", "replicas", "min_available", "placement", "topology", "tolerations", "speed",
-    "avoid_nodes",
+    "avoid_nodes", "node_selector",
 })
-# What "could it ever fit" reads: the shape without the speed table and the nodes to
-# avoid for now (a node avoided a while is still part of the inventory)
-_EVER = _SHAPE - {"speed", "avoid_nodes"}
+# What "could it ever fit" reads: the shape without the speed table, the nodes to
+# avoid for now (a node avoided a while is still part of the inventory) and the node
+# selection (the inventory's summary has no labels: a job no node selects waits, its
+# reason naming the selection)
+_EVER = _SHAPE - {"speed", "avoid_nodes", "node_selector"}
 
 
 class Gate:

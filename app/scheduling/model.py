@@ -82,6 +82,8 @@ class Node:
     rack: str | None = None
     network: str = "eth"
     nvlink_domain: str | None = None
+    # the labels a job may select the node by (JobRequest.node_selector); the Kubernetes
+    # adapter passes only those (the GPU product), so that equal nodes keep one signature
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     schedulable: bool = True
@@ -131,6 +133,10 @@ class JobRequest:
     duration_estimate_s: float | None = None
     preemption_count: int = 0
     tolerations: tuple[tuple[str, str, str], ...] = ()
+    # The nodes the job may run on by their labels (Kubernetes: the Pod's required node
+    # affinity, its nodeSelector folded into each term): some term whose every
+    # (key, allowed values) the node's labels meet. Empty: any node (filters.selects).
+    node_selector: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = ()
     # Thrash guard: when this job was last preempted and by which job, so the
     # core refuses to let it preempt that job back within a window.
     last_preempted_at: float | None = None

@@ -34,6 +34,7 @@ from app.scheduling.filters import (
     FAST_NETWORKS,
     allowed_types,
     node_fits_host,
+    selects,
     tolerates,
 )
 from app.scheduling.job_reads import job_view, view
@@ -414,6 +415,8 @@ def fit_on_node(
     if not node_fits_host(node, cpu, mem):
         return None
     if node.taints and not tolerates(job, node):
+        return None
+    if job.node_selector and not selects(job, node):
         return None
     how = d.how
     if how.on_card:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from app.scheduling.capacity_index import CapacityIndex
 from app.scheduling.context import PlacementContext
-from app.scheduling.filters import FAST_NETWORKS, allowed_types
+from app.scheduling.filters import FAST_NETWORKS, allowed_types, selection_text
 from app.scheduling.model import JobRequest, Node, Snapshot
 from app.scheduling.modes import RequestMode, mode_of
 from app.scheduling.verdicts import Reason, ReasonCode
@@ -144,7 +144,10 @@ def _capacity_text(
     mem = f" (>= {job.min_gpu_memory_gb:g} GB)" if job.min_gpu_memory_gb else ""
     gang = f"{job.min_available} replicas x " if job.min_available > 1 else ""
     topo = f", topology {job.topology}" if job.topology != "none" and job.min_available > 1 else ""
-    return mode.capacity_text(job, index, types, gang, mem, topo)
+    text = mode.capacity_text(job, index, types, gang, mem, topo)
+    if job.node_selector:  # the index counts every node of a type; the job selects some
+        text += f" (only on nodes whose labels meet {selection_text(job.node_selector)})"
+    return text
 
 
 def could_fit(jobs: Sequence[JobRequest], snap: Snapshot) -> dict[str, Reason | None]:

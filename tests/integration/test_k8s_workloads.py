@@ -516,26 +516,32 @@ def test_a_sidecar_without_a_card_runs_only_when_it_says_it_sees_none(kube, sf, 
 
 def test_a_node_the_templates_affinity_excludes_is_not_used(kube, sf, world):
     """job.yaml requires ``nvidia.com/gpu.product In [NVIDIA-A100-SXM4-80GB]``; gpuq maps
-    that to the GPU type a100-80g, whose nodes need not carry that label. A node of the
-    type without it would refuse the Pods (the kubelet's NodeAffinity), and the Job
-    controller would spend its retries on the same reserved node until the Job failed:
-    such a node is not used (the Job stays suspended, no Pod is made), and the job runs
-    on a node that has the product."""
+    that to the GPU type a100-80g, whose nodes need not all carry that product. A node of
+    the type without it would refuse the Pods (the kubelet's NodeAffinity), and the Job
+    controller would spend its retries on the same reserved node until the Job failed.
+    Placement keeps to the nodes the template selects (``JobRequest.node_selector``), so
+    such a node is never picked, however many there are (more than the 8 nodes a job
+    used to avoid after a refusal at bind): the job waits with a reason naming the
+    selection, and runs on the one node of the product as soon as it appears."""
     w, c, d = world
-    add_a100(kube, c, "a100-0")  # the type's labels only, no product label
+    for i in range(10):  # the type's labels only, or another product of the type
+        add_a100(kube, c, f"a100-{i}", product=None if i % 2 else "NVIDIA-A100-PCIe-80GB")
     apply(w, example("job.yaml"))
     settle(d, lambda: (r := job_row(sf, "eval-sweep")) is not None
-           and "does not meet the Pod template's required node affinity" in (r.reason or ""))
+           and "only on nodes whose labels meet nvidia.com/gpu.product in "
+               "(NVIDIA-A100-SXM4-80GB)" in (r.reason or ""))
     for _ in range(3):
         d.run_once()
     row = job_row(sf, "eval-sweep")
     assert row.status in ("pending", "unschedulable"), (row.status, row.reason)
     assert not pods_of(kube, "eval-sweep")
+    assert not c.rejected.current()  # never placed on a node the bind check refused
     assert w.objects[("Job", "gpuq-jobs", "eval-sweep")]["spec"]["suspend"] is True
-    add_a100(kube, c, "a100-1", product=SXM4)
+    add_a100(kube, c, "a100-sxm", product=SXM4)
     settle(d, lambda: len([p for p in pods_of(kube, "eval-sweep")
                            if p["spec"].get("nodeName")]) == 2)
-    assert {p["spec"]["nodeName"] for p in pods_of(kube, "eval-sweep")} == {"a100-1"}
+    assert {p["spec"]["nodeName"] for p in pods_of(kube, "eval-sweep")} == {"a100-sxm"}
+    assert not c.rejected.current()
 
 
 def test_a_worker_that_drops_the_token_rule_while_it_waits_is_refused_at_bind(kube, sf, world):

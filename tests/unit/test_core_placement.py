@@ -254,6 +254,35 @@ def test_taints_need_toleration() -> None:
     assert placed(schedule(snap([n], [other])), "o") is None
 
 
+def test_a_job_runs_only_on_the_nodes_it_selects_by_label() -> None:
+    """A type spanning two products: a job selecting one (a Pod's required node affinity)
+    never lands on the other, whichever is emptier or first; a gang's replicas too. When
+    the selected nodes are full it waits, and its reason names the selection."""
+    key = "nvidia.com/gpu.product"
+    pcie = [node(f"p{i}", "a100-80g", 8) for i in range(3)]
+    for n in pcie:
+        n.labels = {key: "PCIe"}
+    sxm = [node(f"s{i}", "a100-80g", 4) for i in range(2)]
+    for n in sxm:
+        n.labels = {key: "SXM"}
+    want = (((key, ("SXM",)),),)
+    one = job("one", gpus=1, node_selector=want)
+    gang = job("gang", gpus=4, replicas=2, min_available=2, node_selector=want)
+    res = schedule(snap(pcie + sxm, [gang, job("free", gpus=8)]))
+    assert sorted(p.node for p in placed(res, "gang")) == ["s0", "s1"]
+    assert placed(res, "free")[0].node.startswith("p")  # no selection: any node
+    (p,) = placed(schedule(snap(pcie + sxm, [one])), "one")
+    assert p.node.startswith("s")
+    busy = [running(job(f"b{i}", gpus=4), whole(f"s{i}", "a100-80g", (0, 1, 2, 3)))
+            for i in range(2)]
+    res = schedule(snap(pcie + sxm, [one], running=busy))
+    assert placed(res, "one") is None  # 24 free PCIe cards, none selected
+    assert "only on nodes whose labels meet nvidia.com/gpu.product in (SXM)" in (
+        res.reasons["one"])
+    either = job("either", gpus=1, node_selector=(((key, ("SXM",)),), ((key, ("PCIe",)),)))
+    assert placed(schedule(snap(pcie, [either])), "either") is not None  # terms are ORed
+
+
 def test_place_job_leaves_state_unchanged_and_reserve_is_callers_choice() -> None:
     s = snap([node("a", "a100-80g", 2)], [])
     state = ClusterState.from_snapshot(s)

@@ -69,6 +69,10 @@ requests = st.builds(
     st.sampled_from([frozenset(), frozenset({"a0"}), frozenset({"a0", "a1"})]),
 )
 
+SELECTORS = st.sampled_from([(), ((("gpu.product", ("SXM",)),),),
+                             ((("gpu.product", ("PCIe",)),), (("zone", ("a",)),))])
+requests = st.tuples(requests, SELECTORS).map(lambda t: replace(t[0], node_selector=t[1]))
+
 
 @st.composite
 def twins(draw) -> tuple[JobRequest, JobRequest]:
@@ -86,6 +90,8 @@ def cycles(draw) -> Cycle:
         node("g0", "rtx4090-24g", 2, rack="r2"),
     ]
     nodes[3] = replace(nodes[3], schedulable=draw(st.booleans()))
+    nodes[0] = replace(nodes[0], labels={"gpu.product": "SXM"})
+    nodes[1] = replace(nodes[1], labels={"gpu.product": "PCIe", "zone": "a"})
     run = []
     for i in range(draw(st.integers(0, 3))):
         r = job(f"r{i}", gpus=2)
@@ -156,6 +162,7 @@ SCORE_REDRAW = {
     "allow_mixed_types": st.booleans(),
     "topology": st.sampled_from(["none", "same_node"]),
     "avoid_nodes": st.sampled_from([frozenset(), frozenset({"a0"})]),
+    "node_selector": SELECTORS,
 }
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from app.scheduling.capacity_index import measure
 from app.scheduling.context import PlacementContext
-from app.scheduling.filters import allowed_types
+from app.scheduling.filters import allowed_types, selects
 from app.scheduling.model import Device, Node
 from app.scheduling.modes import replica_options
 from app.scheduling.node_reads import (
@@ -34,6 +34,7 @@ from app.scheduling.scores import score
 from tests.unit.core_fixtures import TYPES, job, snap
 
 MIG = ("3g.40gb", "2g.20gb", "1g.10gb")
+PRODUCT = "nvidia.com/gpu.product"
 TAINTS = ((), (("gpu", "true", "NoSchedule"),), (("x", "", "PreferNoSchedule"),))
 
 
@@ -61,7 +62,8 @@ def node_pair(draw) -> tuple[Node, Node]:
         memory_gb=mem, cpu_used=draw(st.sampled_from([0.0, 4.0, cpu - 2.0, cpu])),
         memory_used_gb=draw(st.sampled_from([0.0, 16.0, mem - 8.0])),
         rack="r1", network=draw(st.sampled_from(["eth", "ib"])), nvlink_domain="n1",
-        labels={"zone": "a"}, taints=draw(st.sampled_from(TAINTS)),
+        labels=draw(st.sampled_from([{}, {"zone": "a"}, {PRODUCT: "SXM"}, {PRODUCT: "PCIe"}])),
+        taints=draw(st.sampled_from(TAINTS)),
         schedulable=draw(st.booleans()),
     )
     order = draw(st.permutations(range(len(devices))))
@@ -98,17 +100,18 @@ REDRAW = {
 
 
 requests = st.builds(
-    lambda mode, n, share, mig, mem, cpu, gmem, tol, placement: job(
+    lambda mode, n, share, mig, mem, cpu, gmem, tol, placement, selector: job(
         "r",
         **{"whole": {"gpus": n}, "cpu": {"gpus": 0}, "share": {"gpu_share": share},
            "mig": {"mig": mig}}[mode],
         min_gpu_memory_gb=gmem, cpu=cpu, memory_gb=mem, placement=placement,
-        tolerations=(("gpu", "", ""),) if tol else (),
+        tolerations=(("gpu", "", ""),) if tol else (), node_selector=selector,
     ),
     st.sampled_from(["whole", "whole", "cpu", "share", "mig"]),
     st.integers(1, 4), st.sampled_from([0.25, 0.5]), st.sampled_from(["2g.20gb", "auto"]),
     st.sampled_from([8.0, 32.0]), st.sampled_from([1.0, 8.0]), st.sampled_from([0.0, 12.0, 30.0]),
     st.booleans(), st.sampled_from(["binpack", "spread"]),
+    st.sampled_from([(), (((PRODUCT, ("SXM",)),),), (((PRODUCT, ("PCIe", "SXM")),),)]),
 )
 
 
@@ -146,30 +149,30 @@ def test_equal_signatures_fit_and_score_alike(pair: tuple[Node, Node], request) 
 def test_the_signature_is_what_filters_and_scores_declare() -> None:
     names = declared()
     for fn in ("app.scheduling.filters.node_fits_host", "app.scheduling.filters.tolerates",
+               "app.scheduling.filters.selects",
                "app.scheduling.filters.pick_whole", "app.scheduling.filters.pick_mig",
                "app.scheduling.filters.pick_share", "app.scheduling.placement.fit_on_node",
                "app.scheduling.scores.score", "app.scheduling.scores.headroom_penalty",
                "app.scheduling.fragmentation.fragmentation_delta"):
         assert fn in names, f"{fn} declares no node reads"
     assert set(signature_aspects()) == set().union(*names.values())
-    assert "labels" not in signature_aspects()  # nothing reads labels today
+    assert "labels" in signature_aspects()  # filters.selects reads them
 
 
-def test_a_new_declaration_joins_the_signature() -> None:
-    """A filter that reads labels declares so, and labels split signatures."""
-    a = Node("a", None, [], cpu=8, memory_gb=8, labels={"zone": "a"})
-    b = replace(a, name="b", labels={"zone": "b"})
-    assert node_signature(a) == node_signature(b)
-
-    @reads("labels")
-    def zone_filter(node: Node) -> bool:  # pragma: no cover - declared, never called
-        return node.labels.get("zone") == "a"
-
+def test_a_declaration_is_what_puts_an_aspect_in_the_signature() -> None:
+    """Labels split signatures because the node selection filter declares reading them;
+    without the declaration they would not (and a cached score would serve a node the
+    job does not select)."""
+    a = Node("a", None, [], cpu=8, memory_gb=8, labels={PRODUCT: "SXM"})
+    b = replace(a, name="b", labels={PRODUCT: "PCIe"})
+    assert node_signature(a) != node_signature(b)
+    withdraw(selects)
     try:
-        assert node_signature(a) != node_signature(b)
+        assert "labels" not in signature_aspects()
+        assert node_signature(a) == node_signature(b)
     finally:
-        withdraw(zone_filter)
-    assert node_signature(a) == node_signature(b)
+        reads("labels")(selects)
+    assert node_signature(a) != node_signature(b)
     assert set(ASPECTS) >= set(signature_aspects())
 
 

@@ -8,11 +8,13 @@ from decimal import Decimal
 from app.domain.pod_resources import (
     booked,
     effective_requests,
+    node_selection,
     quantity,
     selection_refuses,
     template_violations,
     tolerations,
 )
+from app.scheduling.filters import NO_NODE
 
 
 def c(name, cpu=None, mem=None, **kw):
@@ -110,8 +112,32 @@ def test_selection_refuses_as_the_kubelet_does():
     assert selection_refuses(terms([sxm]), {key: sxm}) is None
     assert selection_refuses(terms([sxm], [pcie]), {key: pcie}) is None  # terms are ORed
     why = selection_refuses(terms([sxm]), {key: pcie})
-    assert why == f"required node affinity (the node has {key}={pcie})"
+    assert why == f"node selection {key} in ({sxm}) (the node has {key}={pcie})"
     assert "(none)" in selection_refuses(terms([sxm]), {})
     sel = {"spec": {"nodeSelector": {key: sxm}}}
     assert selection_refuses(sel, {key: sxm}) is None
-    assert selection_refuses(sel, {}) == f"nodeSelector {key}={sxm} (the node has no such label)"
+    assert selection_refuses(sel, {}) == (
+        f"node selection {key} in ({sxm}) (the node has {key}=(none))")
+    # the nodeSelector and the affinity both hold: it is folded into every term
+    both = terms([sxm], [pcie])
+    both["spec"]["nodeSelector"] = {key: sxm}
+    assert selection_refuses(both, {key: sxm}) is None
+    assert selection_refuses(both, {key: pcie}) is not None
+    # an empty term matches no node (nodeaffinity.go); a non-empty one beside it still can
+    empty = terms()
+    empty["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = [{}]
+    assert selection_refuses(empty, {key: sxm}) is not None
+    assert node_selection(empty) == NO_NODE
+
+
+def test_node_selection_is_what_the_core_filters_by():
+    key = "nvidia.com/gpu.product"
+    t = {"spec": {"nodeSelector": {key: "A"}, "affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": key, "operator": "In", "values": ["B", "A"]}]},
+            {"matchExpressions": [{"key": key, "operator": "In", "values": ["C"]}]}]}}}}}
+    assert node_selection(t) == (((key, ("A",)), (key, ("A", "B"))),
+                                 ((key, ("A",)), (key, ("C",))))
+    assert node_selection({"spec": {"nodeSelector": {key: "A"}}}) == (((key, ("A",)),),)
+    assert node_selection(None) == () and node_selection({"spec": {}}) == ()
