@@ -16,7 +16,10 @@ kube-apiserver refuses a Pod (or a gang's Service) for reasons of two kinds:
 * **passing**, which a later try can get past: an exceeded ResourceQuota (403
   ``exceeded quota``: k8s.io/apiserver pkg/admission/plugin/resourcequota/
   controller.go; other Pods of the namespace end and free it), gpuq's own rights
-  (403 ``cannot create resource``, RBAC: an operator's fix, not the job's fault),
+  (403 ``cannot create resource``, RBAC: an operator's fix, not the job's fault), a
+  ServiceAccount the namespace does not have yet (403 ``error looking up service
+  account``: plugin/pkg/admission/serviceaccount/admission.go; the serviceaccounts
+  controller makes ``default`` a moment after a namespace, an operator the team's own),
   authentication (401), conflicts (409), throttling (429), server errors (5xx) and
   calls that got no answer in time. The job goes back to the queue with the message
   as its reason and is held there with exponential backoff (app/dispatch/bind.py),
@@ -29,8 +32,9 @@ import re
 
 #: answers that are the same on every try, whatever the message
 PERMANENT_CODES = frozenset({400, 404, 413, 422})
-#: 403 messages that pass with time or an operator's fix (quota, gpuq's own RBAC)
-_PASSING_403 = re.compile(r"exceeded quota|cannot \w+ resource")
+#: 403 messages that pass with time or an operator's fix (quota, gpuq's own RBAC, a
+#: ServiceAccount not made yet)
+_PASSING_403 = re.compile(r"exceeded quota|cannot \w+ resource|error looking up service account")
 
 
 def is_permanent(status: int | None, message: str) -> bool:

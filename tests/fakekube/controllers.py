@@ -8,7 +8,11 @@ applies them under its lock and emits the watch events).
   (``--default-*-toleration-seconds``).
 * **ServiceAccount** (plugin/pkg/admission/serviceaccount/admission.go): a Pod gets
   ``serviceAccountName: default`` and, unless it says ``automountServiceAccountToken:
-  false``, a projected token volume mounted in every container (:func:`service_account`).
+  false``, a projected token volume mounted in every container (:func:`service_account`);
+  a Pod naming a ServiceAccount its namespace does not have is refused, 403
+  (:func:`missing_service_account`). Every namespace has ``default`` (the
+  serviceaccounts controller, pkg/controller/serviceaccount/serviceaccounts_controller.go,
+  makes it in each new namespace); others exist once a test adds them.
 * **Node lifecycle** (pkg/controller/nodelifecycle/node_lifecycle_controller.go
   ``tryUpdateNodeHealth``): a node whose kubelet has not posted status (its Lease) for
   ``--node-monitor-grace-period`` (50 s since 1.32, 40 s before) gets every condition
@@ -66,8 +70,8 @@ def service_account(pod: dict) -> None:
     to ``default``, and unless the Pod says ``automountServiceAccountToken: false``
     (``shouldAutomount``; the fake's ServiceAccounts never say it) every container and init
     container mounts a projected ``kube-api-access-*`` volume with the token
-    (``TokenVolumeSource``: token, the root CA ConfigMap, the namespace). Not modelled: the
-    refusal of a Pod naming a ServiceAccount that does not exist."""
+    (``TokenVolumeSource``: token, the root CA ConfigMap, the namespace). A Pod naming a
+    ServiceAccount that does not exist was refused before (:func:`missing_service_account`)."""
     spec = pod.setdefault("spec", {})
     spec.setdefault("serviceAccountName", "default")
     if spec.get("automountServiceAccountToken") is False:
@@ -86,6 +90,20 @@ def service_account(pod: dict) -> None:
             c.setdefault("volumeMounts", []).append({
                 "name": name, "readOnly": True,
                 "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
+
+
+def missing_service_account(ns: str, pod: dict,
+                            accounts: set[tuple[str, str]]) -> str | None:
+    """Why the ServiceAccount admission plug-in refuses ``pod`` (its ``Admit``: the
+    account the Pod names, else ``default``, must exist in ``ns``: ``getServiceAccount``,
+    then ``admission.NewForbidden``), or None. ``accounts``: (namespace, name) of the
+    accounts besides each namespace's ``default``."""
+    spec = pod.get("spec") or {}
+    name = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+    if name == "default" or (ns, name) in accounts:
+        return None
+    return (f"error looking up service account {ns}/{name}: "
+            f'serviceaccount "{name}" not found')
 
 
 def mark_unknown(node: dict, now: float) -> bool:

@@ -121,6 +121,8 @@ class FakeKube:
         # admission plug-ins a Pod create passes (tests/fakekube/admission.py): the first
         # that answers refuses it, with the upstream code and message
         self.admission: list[Callable[[str, dict], tuple[int, dict] | None]] = []
+        # ServiceAccounts (namespace, name) besides each namespace's ``default``
+        self.service_accounts: set[tuple[str, str]] = set()
         self.pdb_protected: set[str] = set()  # pod names whose eviction answers 429
         # the node's kubelet admits each bound Pod (tests/fakekube/kubelet.py): a Pod
         # that does not fit ends Failed OutOf<resource> / NodeAffinity
@@ -548,6 +550,11 @@ class FakeKube:
             if name in self.create_failures:
                 code, reason = self.create_failures[name]
                 return code, status(code, reason, f"injected failure creating {name}")
+            no_account = controllers.missing_service_account(ns, body, self.service_accounts)
+            if no_account is not None:  # the ServiceAccount plug-in's Admit
+                return 403, status(403, "Forbidden",
+                                   f'pods "{name}" is forbidden: {no_account}',
+                                   name=name, kind="pods")
             for plugin in self.admission:
                 refused = plugin(ns, body)
                 if refused is not None:

@@ -7,7 +7,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from sqlalchemy import select
 
+from app.clock import utcnow
+from app.domain.spec import JobSpec
+from app.store.catalog_cache import pod_policy_reader
+from app.store.jobs import submit_job
+from app.store.orm import TeamRow
 from tests.fakekube import admission
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import job_row, submit_a100_job
@@ -72,3 +78,38 @@ def test_a_passing_refusal_holds_the_job_with_backoff_not_a_create_loop(
     assert job_row(sf, job_id).status in ("admitted", "running")
     assert len(kube.gpuq_pods()) == 1
     assert a100_dispatcher.binder.holds.failures(str(job_id)) == 0
+
+
+def test_a_service_account_not_made_yet_holds_the_job_until_it_exists(kube, sf, a100_dispatcher):
+    """A team allowed the ServiceAccount ``trainer`` that its namespace does not have: the
+    apiserver's ServiceAccount admission refuses the Pod, 403 ``error looking up service
+    account`` (the fake models it; the real control plane says the same,
+    test_k8s_real_cluster.py). That is an operator's fix, or the serviceaccounts
+    controller's moment after a new namespace: the job waits with the message and a
+    backoff, and is bound once the account exists -- it is not failed."""
+    with sf() as s:  # the team's allowlist, as `gpuq teams` / the config would set it
+        s.scalars(select(TeamRow).where(TeamRow.name == "nlp")).one().service_accounts = [
+            "default", "trainer"]
+        s.commit()
+    a100_dispatcher.cluster.pod_policy_for = pod_policy_reader(
+        sf, a100_dispatcher.cluster.ks.install_policy())  # as the runtime wires it
+    with sf() as s:
+        spec = JobSpec.model_validate({
+            "name": "sa", "team": "nlp",
+            "resources": {"gpus": 1, "gpu_types": ["a100-80g"], "cpu": 4, "memory_gb": 16},
+            "pod_template": {"spec": {"serviceAccountName": "trainer"}}})
+        job_id = submit_job(s, spec, now=utcnow()).job.id
+        s.commit()
+    for _ in range(PASSES):
+        a100_dispatcher.run_once()
+    row = job_row(sf, job_id)
+    assert row.status == "pending", row.reason
+    assert 'error looking up service account gpuq-jobs/trainer' in row.reason, row.reason
+    assert "next try in" in row.reason
+    assert _creates(kube) == 1
+    kube.service_accounts.add(("gpuq-jobs", "trainer"))
+    a100_dispatcher.binder.holds.clock = lambda: time.monotonic() + 3600  # its hold is over
+    a100_dispatcher.run_once()
+    assert job_row(sf, job_id).status in ("admitted", "running")
+    [pod] = kube.gpuq_pods()
+    assert pod["spec"]["serviceAccountName"] == "trainer"

@@ -16,6 +16,7 @@ the mark must go) the moment the defect is fixed.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -252,6 +253,37 @@ def test_admission_403_is_permanent(kube, nodes, case):
             c.bind(req)
     finally:
         c.close()
+
+
+def test_a_service_account_the_namespace_lacks_is_a_passing_403(kube, nodes):
+    """A team allowed the ServiceAccount ``trainer`` that the job namespace does not have:
+    the ServiceAccount admission plug-in refuses the Pod, 403 ``error looking up service
+    account`` (what the fake's model, tests/fakekube/controllers.py, says). gpuq holds
+    the job (a BindError that passes, not the job's own InvalidPodError): once an operator
+    makes the account, the same job binds."""
+    c = make_cluster(kube)
+    c.pod_policy_for = lambda team: PodPolicy(service_accounts=("default", "trainer"),
+                                              install=c.ks.install_policy())
+    c.start(wait_s=20)
+    wait_for(lambda: c.list_nodes(), what="nodes")
+    template = {"spec": {"serviceAccountName": "trainer"}}
+    try:
+        with pytest.raises(BindError) as got:
+            c.bind(_req(job_id="sa", gpus=1, template=template))
+        assert not isinstance(got.value, InvalidPodError), got.value
+        assert "403" in str(got.value), got.value
+        assert (f"is forbidden: error looking up service account {kube.namespace}/trainer: "
+                'serviceaccount "trainer" not found') in str(got.value), got.value
+        assert kube.gpuq_pods() == []
+        kube.core.create_namespaced_service_account(kube.namespace,
+                                                    {"metadata": {"name": "trainer"}})
+        c.bind(_req(job_id="sa", gpus=1, template=template))
+        wait_for(lambda: len(kube.gpuq_pods()) == 1, what="the Pod")
+        assert kube.gpuq_pods()[0]["spec"]["serviceAccountName"] == "trainer"
+    finally:
+        c.close()
+        with contextlib.suppress(ApiException):
+            kube.core.delete_namespaced_service_account("trainer", kube.namespace)
 
 
 def test_gpuqs_restricted_check_agrees_with_pod_security_admission(kube, cluster):
