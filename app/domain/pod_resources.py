@@ -210,7 +210,14 @@ def _selection_violations(spec: Mapping[str, Any], base: str) -> list[tuple[str,
         if k not in PRODUCT_KEYS:
             out.append((f"{base}.nodeSelector.{k}", why))
     aff = spec.get("affinity") or {}
-    for i, term in enumerate(required_node_affinity(spec).get("nodeSelectorTerms") or []):
+    terms = required_node_affinity(spec).get("nodeSelectorTerms") or []
+    if terms and not any((t or {}).get("matchExpressions") or (t or {}).get("matchFields")
+                         for t in terms):
+        out.append((f"{base}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuring"
+                    "Execution.nodeSelectorTerms",
+                    "every term is empty, and an empty term matches no node: the Pod could "
+                    "never run; drop the affinity or name the GPU product"))
+    for i, term in enumerate(terms):
         tpath = (f"{base}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuring"
                  f"Execution.nodeSelectorTerms[{i}]")
         if term.get("matchFields"):

@@ -80,8 +80,11 @@ def _affinity_ok(node: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
     req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
            .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
     terms = req.get("nodeSelectorTerms") or []
+    # a null or empty term matches no node (k8s.io/api core/v1 NodeSelectorTerm; the
+    # matchFields these tests never use make no term empty)
     return not terms or any(
-        all(_matches(labels, e) for e in t.get("matchExpressions") or []) for t in terms)
+        bool(t.get("matchExpressions")) and all(
+            _matches(labels, e) for e in t.get("matchExpressions") or []) for t in terms)
 
 
 def tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:

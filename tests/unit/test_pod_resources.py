@@ -87,6 +87,22 @@ def test_node_selection_gpuq_does_not_evaluate_is_refused():
                      "Execution", f"{base}.topologySpreadConstraints[1].whenUnsatisfiable"]
 
 
+def test_a_selection_of_only_empty_terms_is_refused():
+    """An empty node selector term matches no node (k8s.io/api core/v1 NodeSelectorTerm):
+    a template whose every term is empty could never run; with a real term beside it the
+    empty one is harmless (terms are ORed)."""
+    def aff(*terms):
+        return {"spec": {"containers": [c("m")], "affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": list(terms)}}}}}
+    product = {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                     "values": ["A100"]}]}
+    [(path, why)] = template_violations(aff({}, {"matchExpressions": []}), 1, 1)
+    assert path.endswith("requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms")
+    assert "matches no node" in why
+    assert template_violations(aff({}, product), 1, 1) == []
+
+
 def test_tolerations_become_the_cores():
     t = {"spec": {"tolerations": [
         {"key": "dedicated", "operator": "Equal", "value": "p0", "effect": "NoSchedule"},
