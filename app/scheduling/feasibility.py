@@ -114,6 +114,12 @@ def submit_refusal(job: JobRequest, snap: Snapshot,
     elif "GPU type" in why or "GB memory" in why or "GPU of an allowed type" in why:
         field = "resources.gpu_types" if job.gpu_types else "resources.min_gpu_memory_gb"
         fix = fix or _type_fix(job, snap, static)
+    elif why.startswith("no node has labels"):
+        field = "pod_template"
+        keys = sorted({k for term in job.node_selector for k, _ in term if k})
+        have = sorted({f"{k}={v}" for ls in static.label_sets for k, v in ls if k in keys})
+        fix = fix or (f"select what some node has ({', '.join(have)})" if have else
+                      f"no node has a label {' or '.join(keys) or '(none)'} at all")
     elif "replicas" in why or "same_node" in why:
         field = "replicas"
         fix = fix or "ask for fewer replicas (or fewer GPUs per replica)"

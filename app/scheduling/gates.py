@@ -75,11 +75,9 @@ _SHAPE = MODE_FIELDS | frozenset({
     "memory_gb", "replicas", "min_available", "placement", "topology", "tolerations", "speed",
     "avoid_nodes", "node_selector",
 })
-# What "could it ever fit" reads: the shape without the speed table, the nodes to
-# avoid for now (a node avoided a while is still part of the inventory) and the node
-# selection (the inventory's summary has no labels: a job no node selects waits, its
-# reason naming the selection)
-_EVER = _SHAPE - {"speed", "avoid_nodes", "node_selector"}
+# What "could it ever fit" reads: the shape without the speed table and the nodes to
+# avoid for now (a node avoided a while is still part of the inventory)
+_EVER = _SHAPE - {"speed", "avoid_nodes"}
 
 
 class Gate:

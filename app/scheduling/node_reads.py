@@ -51,7 +51,7 @@ ASPECTS: dict[str, Callable[[Node], Hashable]] = {
     "network": lambda n: n.network,
     "taints": lambda n: n.taints,
     "schedulable": lambda n: n.schedulable,
-    "labels": lambda n: tuple(sorted(n.labels.items())),
+    "labels": lambda n: tuple(sorted(n.labels.items())) if n.labels else (),
 }
 
 _DECLARED: dict[str, frozenset[str]] = {}

@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 
 from app.scheduling.capacity_index import CapacityIndex
 from app.scheduling.context import PlacementContext
-from app.scheduling.filters import FAST_NETWORKS, allowed_types, selection_text
+from app.scheduling.filters import (
+    FAST_NETWORKS,
+    allowed_types,
+    labels_selected,
+    selection_text,
+)
 from app.scheduling.model import JobRequest, Node, Snapshot
 from app.scheduling.modes import RequestMode, mode_of
 from app.scheduling.verdicts import Reason, ReasonCode
@@ -56,6 +61,9 @@ class StaticCapacity:
     # CPU and memory of the largest CPU-only nodes (0: none): where jobs without GPUs run
     cpu_node_max_cpu: float = 0.0
     cpu_node_max_memory_gb: float = 0.0
+    # the distinct label sets of the nodes (a job's node selection must meet one); few:
+    # the Kubernetes adapter passes only the labels a job may select by
+    label_sets: frozenset[tuple[tuple[str, str], ...]] = frozenset()
 
     @classmethod
     def of(cls, nodes: Sequence[Node], *, schedulable_only: bool = False) -> StaticCapacity:
@@ -64,11 +72,13 @@ class StaticCapacity:
         by_type: dict[str, TypeCapacity] = {}
         max_cpu = max_mem = cpu_cpu = cpu_mem = 0.0
         off: list[str] = []
+        label_sets: set[tuple[tuple[str, str], ...]] = set()
         for n in nodes:
             if not n.schedulable:
                 if schedulable_only:
                     continue
                 off.append(n.name)
+            label_sets.add(tuple(sorted(n.labels.items())) if n.labels else ())
             max_cpu = max(max_cpu, n.cpu)
             max_mem = max(max_mem, n.memory_gb)
             if n.gpu_type is None:
@@ -94,7 +104,8 @@ class StaticCapacity:
             tc.node_caps.append((n.name, whole, cut, n.cpu, n.memory_gb))
             shape = (whole, n.cpu, n.memory_gb)
             tc.shapes[shape] = tc.shapes.get(shape, 0) + 1
-        return cls(by_type, max_cpu, max_mem, tuple(off), cpu_cpu, cpu_mem)
+        return cls(by_type, max_cpu, max_mem, tuple(off), cpu_cpu, cpu_mem,
+                   frozenset(label_sets))
 
 
 def never_fits(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) -> Reason | None:
@@ -112,6 +123,10 @@ def _never_text(job: JobRequest, static: StaticCapacity, ctx: PlacementContext) 
             f"no node has {job.cpu:g} CPU and {job.memory_gb:g} GB memory per replica "
             f"(largest: {static.max_cpu:g} CPU, {static.max_memory_gb:g} GB)"
         )
+    if job.node_selector and not any(
+        labels_selected(job.node_selector, dict(ls)) for ls in static.label_sets
+    ):
+        return f"no node has labels that meet {selection_text(job.node_selector)}"
     return mode_of(job).never_text(job, static, ctx)
 
 

@@ -106,3 +106,14 @@ def test_a_share_of_a_card_no_type_can_share_says_what_to_ask_for(client, admin)
     d = _refused(client, admin, resources={"gpu_share": 0.5, "gpu_types": ["a100-80g"]})
     assert "allowed types (a100-80g) are not shareable" in d, d
     assert "ask for a whole card (gpus: 1) or a MIG slice (mig: auto) instead" in d, d
+
+
+def test_a_product_no_node_has_is_named_with_what_the_nodes_have(client, admin):
+    """A Pod template selecting a GPU product by its node label (the only selection gpuq
+    keeps to) when no node carries it: the job could never run; the demo's nodes have
+    no product label at all, which the fix says."""
+    d = _refused(client, admin, resources={"gpus": 1}, pod_template={"spec": {
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}})
+    assert ("no node has labels that meet nvidia.com/gpu.product in "
+            "(NVIDIA-H100-80GB-HBM3)") in d, d
+    assert "no node has a label nvidia.com/gpu.product at all" in d, d

@@ -281,6 +281,14 @@ def test_a_job_runs_only_on_the_nodes_it_selects_by_label() -> None:
         res.reasons["one"])
     either = job("either", gpus=1, node_selector=(((key, ("SXM",)),), ((key, ("PCIe",)),)))
     assert placed(schedule(snap(pcie, [either])), "either") is not None  # terms are ORed
+    # no node of the product at all: it never fits (until one appears), as a type no
+    # node has; a cordoned one is waited for
+    res = schedule(snap(pcie, [one]))
+    assert res.unschedulable["one"] == "no node has labels that meet " \
+        "nvidia.com/gpu.product in (SXM)"
+    sxm[0].schedulable = False
+    assert "waits for nodes that are cordoned" in schedule(snap(pcie + sxm[:1], [one])).reasons[
+        "one"]
 
 
 def test_place_job_leaves_state_unchanged_and_reserve_is_callers_choice() -> None:
