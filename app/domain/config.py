@@ -228,7 +228,10 @@ class NodeConfig(ConfigModel):
         description="MIG profiles each card is cut into: a list (card 0) or "
         "`{card index: [profiles]}`",
     )
-    labels: dict[str, str] = Field(default_factory=dict, description="node labels")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="node labels a job may select the node by (a Pod template's "
+        "`nvidia.com/gpu.product` terms); a node read from Kubernetes shows only those")
     taints: list[dict[str, str]] = Field(default_factory=list, description="node taints")
     schedulable: bool = Field(default=True, description="false: cordoned, nothing new "
                               "is placed on it")
