@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from app.domain.config import load_config_text
 from app.simulate.all_policies import POLICY_NAMES, make_policy
 from app.simulate.baselines.slurm import SlurmPolicy
@@ -234,3 +236,40 @@ def test_simulate_command_runs_each_model(tmp_path):
         out = tmp_path / f"{name}.json"
         assert run_simulate(str(path), policy=name, out=str(out)) == 0
         assert out.is_file()
+
+
+# Node "a" first in every tie, but another product than the job selects; "c" tainted.
+NODE_RULES = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10}
+nodes:
+  - {name: a, count: 1, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512,
+     labels: {nvidia.com/gpu.product: SXM}}
+  - {name: b, count: 1, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512,
+     labels: {nvidia.com/gpu.product: PCIe}}
+  - {name: c, count: 1, gpu_type: a100-80g, gpus: 8, cpu: 64, memory_gb: 512,
+     taints: [{key: dedicated, value: x, effect: NoSchedule}]}
+pools: [{name: p}]
+teams: [{name: t, pool: p}]
+jobs:
+  - {name: pcie, team: t, submit_at_s: 0, runtime_s: 100, resources: {gpus: 8},
+     pod_template: {spec: {nodeSelector: {nvidia.com/gpu.product: PCIe}}}}
+  - {name: any1, team: t, submit_at_s: 1, runtime_s: 100, resources: {gpus: 8}}
+  - {name: any2, team: t, submit_at_s: 2, runtime_s: 100, resources: {gpus: 8}}
+"""
+
+
+@pytest.mark.parametrize("policy", ["gpuq", "kueue", "volcano", "slurm", "fifo-typed",
+                                    "fifo-count"])
+def test_every_policy_keeps_to_taints_and_node_selection(policy):
+    """Kueue's and FIFO's Pods pass kube-scheduler's TaintToleration and NodeAffinity,
+    Volcano's its predicates plug-in, Slurm's its node features: a baseline that put a
+    job on a node it does not select, or one whose taint it does not tolerate, would be
+    given capacity the kubelet refuses. Every policy here keeps to the same rules as
+    gpuq's placement: the PCIe job on b, the tainted c never used, so the third job
+    waits for a node to free."""
+    jobs = jobs_by_name(run_policy(NODE_RULES, policy))
+    nodes = {name: [a["node"] for a in j["allocations"]] for name, j in jobs.items()}
+    assert nodes["pcie"] == ["b-0"], nodes
+    assert all(n != "c-0" for ns in nodes.values() for n in ns), nodes
+    assert jobs["any2"]["start_s"] >= 100.0, jobs["any2"]

@@ -33,6 +33,8 @@ from app.scheduling.filters import (
     pick_mig,
     pick_share,
     pick_whole,
+    selects,
+    tolerates,
 )
 from app.scheduling.model import (
     Admission,
@@ -60,10 +62,26 @@ def _count_cards(job: JobRequest, snap: Snapshot) -> int:
     return 1  # a share or a MIG slice takes a whole card for the default scheduler
 
 
+def admits(job: JobRequest, node: Node) -> bool:
+    """The node rules every baseline's Pods meet, as gpuq's do: its host room, the taints
+    the job does not tolerate and the node selection it states. Kueue's and `fifo`'s
+    Pods go through kube-scheduler (``pkg/scheduler/framework/plugins/noderesources``,
+    ``tainttoleration/taint_toleration.go``, ``nodeaffinity/node_affinity.go``), Volcano's
+    predicates plug-in runs the same filters (``pkg/scheduler/plugins/predicates``), and
+    Slurm's node features and partitions do that job; a Pod placed against them would be
+    refused by the kubelet. The same filters as gpuq's placement
+    (:mod:`app.scheduling.filters`), so every policy gets the same rules."""
+    if not node_fits_host(node, job.cpu, job.memory_gb):
+        return False
+    if node.taints and not tolerates(job, node):
+        return False
+    return not job.node_selector or selects(job, node)
+
+
 def _place_count(
     job: JobRequest, node: Node, snap: Snapshot, replica: int
 ) -> ReplicaPlacement | None:
-    if not node_fits_host(node, job.cpu, job.memory_gb):
+    if not admits(job, node):
         return None
     k = _count_cards(job, snap)
     if k == 0:
@@ -83,7 +101,7 @@ def _place_count(
 def place_typed(
     job: JobRequest, node: Node, snap: Snapshot, replica: int, demands: list[Demand]
 ) -> ReplicaPlacement | None:
-    if not node_fits_host(node, job.cpu, job.memory_gb):
+    if not admits(job, node):
         return None
     for d in demands:
         if d.kind == "none":

@@ -82,7 +82,8 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from app.scheduling.model import Admission, CycleResult, JobRequest, RunningJob, Snapshot
+from app.scheduling.filters import selects, tolerates
+from app.scheduling.model import Admission, CycleResult, JobRequest, Node, RunningJob, Snapshot
 from app.scheduling.state import ClusterState
 from app.simulate.baselines.common import (
     Placer,
@@ -375,6 +376,7 @@ class SlurmPolicy:
             if n.gpu_type and n.name in plans:
                 by_type[n.gpu_type].append(n.name)
         tested = 0
+        tainted = any(n.taints for n in snap.nodes)
         for j in order:
             if j.id in started or j.id in result.unschedulable:
                 continue
@@ -382,7 +384,8 @@ class SlurmPolicy:
             if tested > self.settings.bf_max_job_test:
                 break
             limit = self.time_limit(j)
-            got = self._earliest(j, options[j.id], plans, by_type, now, limit)
+            got = self._earliest(j, options[j.id], plans, by_type, now, limit,
+                                 self._usable_nodes(j, snap.nodes, tainted))
             if got is None:
                 result.reasons[j.id] = "slurm: never fits the plan (Resources)"
                 continue
@@ -407,13 +410,25 @@ class SlurmPolicy:
                 plans[n].uses.append((t, t + limit, plans[n].cards))
             result.reasons[j.id] = f"slurm: backfill plans its start at t={t:.0f}s (Resources)"
 
-    def _earliest(self, job, opts, plans, by_type, now, limit):
+    @staticmethod
+    def _usable_nodes(job: JobRequest, nodes: list[Node], tainted: bool) -> set[str] | None:
+        """Names of the nodes whose taints and labels admit ``job`` (None: every node;
+        a job without a selection on a cluster without taints, the common case)."""
+        if not job.node_selector and not tainted:
+            return None
+        return {n.name for n in nodes if (not n.taints or tolerates(job, n))
+                and (not job.node_selector or selects(job, n))}
+
+    def _earliest(self, job, opts, plans, by_type, now, limit, usable=None):
         """(start, option, [(node, replicas)]) of the earliest start in the plan, or None."""
         replicas, need = replica_counts(job)
         gpu_opts = [o for o in opts if o.gpu_type is not None]
         if not gpu_opts:  # CPU-only: no GPU plan; start now
             return (now, opts[0], []) if opts else None
-        nodes_of = {o.gpu_type: by_type.get(o.gpu_type, []) for o in gpu_opts}
+        # only nodes the job may use (``usable``: taints, node selection, fifo.admits
+        # without the room, which the plan itself follows)
+        nodes_of = {o.gpu_type: [n for n in by_type.get(o.gpu_type, [])
+                                 if usable is None or n in usable] for o in gpu_opts}
         times = {now}
         horizon = now + self.bf_window_s
         for o in gpu_opts:
