@@ -30,9 +30,7 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from app.scheduling.filters import NO_NODE, labels_selected, selection_text
-
-Selection = tuple[tuple[tuple[str, tuple[str, ...]], ...], ...]
+from app.scheduling.filters import NO_NODE, Selection, labels_selected, selection_text
 
 GB = Decimal(10**9)
 _SUFFIX: dict[str, int | Decimal] = {
@@ -245,8 +243,8 @@ def node_selection(template: Mapping[str, Any] | None) -> Selection:
     (the kubelet requires both: ``pkg/kubelet/lifecycle/predicate.go`` through
     ``component-helpers/scheduling/corev1/nodeaffinity``). An empty term matches no node,
     so a selection of only empty terms is :data:`NO_NODE`. Only product keys with ``In``
-    pass the Pod policy (:func:`_selection_violations`); any other operator is read as
-    ``In`` its values here, never looser."""
+    pass the Pod policy (:func:`_selection_violations`); a term with any other operator
+    is read here as matching no node: stricter than the kubelet, never looser."""
     spec = _pod_spec(template)
     pinned = tuple((str(k), (str(v),)) for k, v in sorted(
         (spec.get("nodeSelector") or {}).items()))
@@ -256,8 +254,8 @@ def node_selection(template: Mapping[str, Any] | None) -> Selection:
     out = []
     for term in terms:
         exprs = (term or {}).get("matchExpressions") or []
-        if not exprs:
-            continue  # matches no node
+        if not exprs or any(e.get("operator") != "In" for e in exprs):
+            continue  # matches no node (empty), or none gpuq would vouch for
         out.append(pinned + tuple(
             (str(e.get("key")), tuple(sorted(str(v) for v in e.get("values") or [])))
             for e in exprs))

@@ -65,13 +65,15 @@ def tolerates(job: JobRequest, node: Node) -> bool:
     return True
 
 
+#: A node selection (:attr:`JobRequest.node_selector`): terms, any of which will do, each
+#: (label key, allowed values) requirements that must all hold
+Selection = tuple[tuple[tuple[str, tuple[str, ...]], ...], ...]
 #: A selection no node meets (a required node affinity whose every term is empty: an
 #: empty term matches no node)
-NO_NODE: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = ((("", ()),),)
+NO_NODE: Selection = ((("", ()),),)
 
 
-def labels_selected(selection: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...],
-                    labels: Mapping[str, str]) -> bool:
+def labels_selected(selection: Selection, labels: Mapping[str, str]) -> bool:
     """Do ``labels`` meet ``selection`` (:attr:`JobRequest.node_selector`): some term
     whose every requirement holds, as the kubelet's NodeAffinity admission evaluates a
     Pod's required terms (kubernetes ``component-helpers/scheduling/corev1/nodeaffinity/
@@ -87,7 +89,7 @@ def labels_selected(selection: tuple[tuple[tuple[str, tuple[str, ...]], ...], ..
     return False
 
 
-def selection_text(selection: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...]) -> str:
+def selection_text(selection: Selection) -> str:
     """``selection`` for a reason: ``key in (a, b) and ...`` per term, terms joined by or."""
     return " or ".join(
         " and ".join(f"{k} in ({', '.join(v)})" for k, v in term) for term in selection

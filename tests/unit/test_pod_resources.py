@@ -157,3 +157,10 @@ def test_node_selection_is_what_the_core_filters_by():
                                  ((key, ("A",)), (key, ("C",))))
     assert node_selection({"spec": {"nodeSelector": {key: "A"}}}) == (((key, ("A",)),),)
     assert node_selection(None) == () and node_selection({"spec": {}}) == ()
+    # an operator the policy refuses is never read looser than the kubelet would: as
+    # matching no node (a NotIn read as In would pass exactly the nodes it excludes)
+    not_in = {"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": key, "operator": "NotIn", "values": ["A"]}]}]}}}}}
+    assert node_selection(not_in) == NO_NODE
+    assert selection_refuses(not_in, {key: "A"}) is not None
