@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from app.domain.pod_resources import (
     booked,
     effective_requests,
@@ -14,7 +17,7 @@ from app.domain.pod_resources import (
     template_violations,
     tolerations,
 )
-from app.scheduling.filters import NO_NODE
+from app.scheduling.filters import NO_NODE, labels_selected
 
 
 def c(name, cpu=None, mem=None, **kw):
@@ -164,3 +167,34 @@ def test_node_selection_is_what_the_core_filters_by():
             {"matchExpressions": [{"key": key, "operator": "NotIn", "values": ["A"]}]}]}}}}}
     assert node_selection(not_in) == NO_NODE
     assert selection_refuses(not_in, {key: "A"}) is not None
+
+
+PRODUCTS = ["A", "B", "C"]
+_expr = st.fixed_dictionaries({
+    "key": st.just("nvidia.com/gpu.product"), "operator": st.just("In"),
+    "values": st.lists(st.sampled_from(PRODUCTS), max_size=2)})
+_templates = st.fixed_dictionaries({}, optional={
+    "nodeSelector": st.dictionaries(st.just("nvidia.com/gpu.product"),
+                                    st.sampled_from(PRODUCTS), max_size=1),
+    "affinity": st.builds(
+        lambda terms: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": terms}}},
+        st.lists(st.fixed_dictionaries({}, optional={
+            "matchExpressions": st.lists(_expr, max_size=2)}), min_size=1, max_size=3)),
+})
+
+
+@settings(max_examples=300, deadline=None)
+@given(_templates, st.dictionaries(st.just("nvidia.com/gpu.product"),
+                                   st.sampled_from(PRODUCTS), max_size=1))
+def test_the_selection_gpuq_places_by_is_what_the_kubelet_admits(spec, labels):
+    """gpuq's reading of a template's node selection (placement's filter and the check at
+    bind) admits exactly the nodes the fake kubelet's NodeAffinity admission does
+    (tests/fakekube/kubelet.py, modelled on pkg/kubelet/lifecycle/predicate.go), for the
+    selections the Pod policy lets through: product keys, ``In``."""
+    from tests.fakekube.kubelet import _affinity_ok
+
+    node = {"metadata": {"labels": labels}}
+    ours = selection_refuses({"spec": spec}, labels) is None
+    assert ours == _affinity_ok(node, spec), (spec, labels)
+    assert ours == labels_selected(node_selection({"spec": spec}), labels)
