@@ -888,15 +888,18 @@ class KubernetesCluster:
         """Jobs whose Pod cannot start (image pull, container config) past the start
         deadline, or whose container the kubelet restarts after it failed
         (:func:`restarted_reason`): reported failed with the kubelet's reason; the caller
-        stops them."""
+        stops them (a workload is suspended). A workload's Pods are held to the start
+        deadline too -- its controller retries a pull forever while the whole gang keeps
+        its cards, which is what Kueue's ``waitForPodsReady`` ends -- but their restarts
+        are the workload's own (its controller's ``backoffLimit``), not a failure."""
         out = []
         with self._lock:
             for job_id, t in self._tracks.items():
-                if t.stopped or t.workload or t.reported in TERMINAL:
+                if t.stopped or t.reported in TERMINAL:
                     continue
                 for pod in self._job_pods(job_id, t.bind_id):
                     why = stuck_reason(pod)
-                    restarted = restarted_reason(pod)
+                    restarted = None if t.workload else restarted_reason(pod)
                     if restarted:  # a run that failed, restarted over gpuq's head
                         msg = f"pod {pod['metadata'].get('name')}: {restarted}"
                     elif why and _created_age_s(pod) >= self.ks.start_deadline_s:

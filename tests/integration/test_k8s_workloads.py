@@ -548,6 +548,32 @@ def test_a_node_the_templates_affinity_excludes_is_not_used(kube, sf, world):
     assert not c.rejected.current()
 
 
+def test_a_workload_pod_whose_image_never_pulls_frees_the_cards_at_the_start_deadline(
+        kube, sf, world):
+    """A Job's Pod stuck in ImagePullBackOff: its controller would wait forever while the
+    workload keeps its cards (gpuq's own Pods were held to the start deadline, a
+    workload's were not). Past the deadline the job fails with the kubelet's reason and
+    the workload is suspended, its Pods go, its cards are free (Kueue ends the same wait
+    with waitForPodsReady)."""
+    w, c, d = world
+    c.ks.start_deadline_s = 0.05
+    add_a100(kube, c, "a100-0", product=SXM4)
+    apply(w, example("job.yaml"))
+    settle(d, lambda: len([p for p in pods_of(kube, "eval-sweep")
+                           if p["spec"].get("nodeName")]) == 2)
+    first = pods_of(kube, "eval-sweep")[0]
+    kube.set_pod_phase(first["metadata"]["namespace"], first["metadata"]["name"], "Pending",
+                       waiting={"reason": "ImagePullBackOff",
+                                "message": "Back-off pulling image \"train:missing\""})
+    settle(d, lambda: job_row(sf, "eval-sweep").status == "failed")
+    row = job_row(sf, "eval-sweep")
+    assert "ImagePullBackOff" in row.reason and "not started after" in row.reason, row.reason
+    settle(d, lambda: w.objects[("Job", "gpuq-jobs", "eval-sweep")]["spec"]["suspend"] is True)
+    with sf() as s:
+        assert not s.scalars(select(AllocationRow).where(
+            AllocationRow.job_id == row.id)).all()
+
+
 def test_a_worker_that_drops_the_token_rule_while_it_waits_is_refused_at_bind(kube, sf, world):
     """The apiserver mounts the ServiceAccount token into a Pod whose spec leaves
     ``automountServiceAccountToken`` unset (the fake models the admission plug-in, as the
