@@ -30,7 +30,13 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from app.scheduling.filters import NO_NODE, Selection, labels_selected, selection_text
+from app.scheduling.filters import (
+    NO_NODE,
+    Selection,
+    labels_selected,
+    selection_keys,
+    selection_text,
+)
 
 GB = Decimal(10**9)
 _SUFFIX: dict[str, int | Decimal] = {
@@ -270,7 +276,7 @@ def selection_refuses(template: Mapping[str, Any] | None,
     selection = node_selection(template)
     if labels_selected(selection, labels):
         return None
-    keys = sorted({k for term in selection for k, _ in term if k})
+    keys = selection_keys(selection)
     have = ", ".join(f"{k}={labels.get(k) or '(none)'}" for k in keys)
     return f"node selection {selection_text(selection)} (the node has {have or 'no labels'})"
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from app.scheduling.context import PlacementContext
-from app.scheduling.filters import allowed_types
+from app.scheduling.filters import allowed_types, selection_keys
 from app.scheduling.model import JobRequest, Snapshot
 from app.scheduling.modes import mode_of
 from app.scheduling.pools import PoolLedger, capacity_by_type
@@ -116,7 +116,7 @@ def submit_refusal(job: JobRequest, snap: Snapshot,
         fix = fix or _type_fix(job, snap, static)
     elif why.startswith("no node has labels"):
         field = "pod_template"
-        keys = sorted({k for term in job.node_selector for k, _ in term if k})
+        keys = selection_keys(job.node_selector)
         have = sorted({f"{k}={v}" for ls in static.label_sets for k, v in ls if k in keys})
         fix = fix or (f"select what some node has ({', '.join(have)})" if have else
                       f"no node has a label {' or '.join(keys) or '(none)'} at all")

@@ -89,6 +89,12 @@ def labels_selected(selection: Selection, labels: Mapping[str, str]) -> bool:
     return False
 
 
+def selection_keys(selection: Selection) -> list[str]:
+    """The label keys ``selection`` reads, sorted (for a reason that shows what a node
+    has of them)."""
+    return sorted({k for term in selection for k, _ in term if k})
+
+
 def selection_text(selection: Selection) -> str:
     """``selection`` for a reason: ``key in (a, b) and ...`` per term, terms joined by or."""
     return " or ".join(

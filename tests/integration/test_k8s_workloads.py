@@ -425,6 +425,23 @@ def test_deleting_the_pytorchjob_frees_its_cards(kube, sf, world):
         assert s.get(JobRow, waiting).status in ("admitted", "running")
 
 
+def _queue_then_change_the_worker(kube, sf, world, change) -> None:
+    """examples/pytorchjob.yaml queued with no node to run on, then its worker template
+    changed by ``change`` (as its owner may, while it waits), then a node: the pass that
+    binds it runs until the job has failed."""
+    w, c, d = world
+    apply(w, example("pytorchjob.yaml"))  # no node yet: queued, waits
+    settle(d, lambda: (r := job_row(sf, "ddp-resnet")) is not None
+           and r.status in ("pending", "unschedulable"))
+    with kube.cond:
+        pt = w.objects[("PyTorchJob", "gpuq-jobs", "ddp-resnet")]
+        specs = pt["spec"]["pytorchReplicaSpecs"]
+        worker = specs["Worker"]["template"] = copy.deepcopy(specs["Worker"]["template"])
+        change(worker)
+    add_a100(kube, c, "a100-0")
+    settle(d, lambda: job_row(sf, "ddp-resnet").status == "failed")
+
+
 def test_every_pod_set_is_held_to_the_teams_pod_policy(kube, sf, world):
     """A PyTorchJob's workers run Pods as its master does: a worker template that selects
     every card of its node (a device variable; the NVIDIA runtime reads it) is refused
@@ -467,17 +484,9 @@ def test_a_pod_set_changed_while_it_waits_is_refused_at_bind(kube, sf, world):
     gpuq's own are). A worker that selects every card of its node is not bound; the job
     ends failed with the reason and the PyTorchJob is suspended again."""
     w, c, d = world
-    apply(w, example("pytorchjob.yaml"))  # no node yet: queued, waits
-    settle(d, lambda: (r := job_row(sf, "ddp-resnet")) is not None
-           and r.status in ("pending", "unschedulable"))
-    with kube.cond:
-        pt = w.objects[("PyTorchJob", "gpuq-jobs", "ddp-resnet")]
-        specs = pt["spec"]["pytorchReplicaSpecs"]
-        worker = specs["Worker"]["template"] = copy.deepcopy(specs["Worker"]["template"])
-        worker["spec"]["containers"][0].setdefault("env", []).append(
-            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
-    add_a100(kube, c, "a100-0")
-    settle(d, lambda: job_row(sf, "ddp-resnet").status == "failed")
+    _queue_then_change_the_worker(kube, sf, world, lambda worker: worker["spec"][
+        "containers"][0].setdefault("env", []).append(
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}))
     row = job_row(sf, "ddp-resnet")
     assert "refused by the Pod policy of team nlp" in row.reason, row.reason
     assert "NVIDIA_VISIBLE_DEVICES" in row.reason, row.reason
@@ -581,16 +590,8 @@ def test_a_worker_that_drops_the_token_rule_while_it_waits_is_refused_at_bind(ku
     template drops ``false`` after it was queued gets Pods with a token, which the team
     may not mount; they are not bound and the job fails."""
     w, c, d = world
-    apply(w, example("pytorchjob.yaml"))
-    settle(d, lambda: (r := job_row(sf, "ddp-resnet")) is not None
-           and r.status in ("pending", "unschedulable"))
-    with kube.cond:
-        pt = w.objects[("PyTorchJob", "gpuq-jobs", "ddp-resnet")]
-        specs = pt["spec"]["pytorchReplicaSpecs"]
-        worker = specs["Worker"]["template"] = copy.deepcopy(specs["Worker"]["template"])
-        del worker["spec"]["automountServiceAccountToken"]
-    add_a100(kube, c, "a100-0")
-    settle(d, lambda: job_row(sf, "ddp-resnet").status == "failed")
+    _queue_then_change_the_worker(kube, sf, world, lambda worker: worker["spec"].pop(
+        "automountServiceAccountToken"))
     reason = job_row(sf, "ddp-resnet").reason
     assert "may not mount a service account token" in reason, reason
     assert not [name for _, name, _ in kube.bindings if name.startswith("ddp-resnet")]

@@ -71,8 +71,12 @@ def admits(job: JobRequest, node: Node) -> bool:
     Slurm's node features and partitions do that job; a Pod placed against them would be
     refused by the kubelet. The same filters as gpuq's placement
     (:mod:`app.scheduling.filters`), so every policy gets the same rules."""
-    if not node_fits_host(node, job.cpu, job.memory_gb):
-        return False
+    return node_fits_host(node, job.cpu, job.memory_gb) and node_rules_admit(job, node)
+
+
+def node_rules_admit(job: JobRequest, node: Node) -> bool:
+    """:func:`admits` without the room: the taints and the node selection (what a plan
+    of future starts, Slurm's backfill, reads)."""
     if node.taints and not tolerates(job, node):
         return False
     return not job.node_selector or selects(job, node)

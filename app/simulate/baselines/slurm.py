@@ -82,7 +82,6 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from app.scheduling.filters import selects, tolerates
 from app.scheduling.model import Admission, CycleResult, JobRequest, Node, RunningJob, Snapshot
 from app.scheduling.state import ClusterState
 from app.simulate.baselines.common import (
@@ -94,6 +93,7 @@ from app.simulate.baselines.common import (
     replica_counts,
     type_options,
 )
+from app.simulate.baselines.fifo import node_rules_admit
 
 EPS = 1e-9
 DAY = 86400.0
@@ -416,8 +416,7 @@ class SlurmPolicy:
         a job without a selection on a cluster without taints, the common case)."""
         if not job.node_selector and not tainted:
             return None
-        return {n.name for n in nodes if (not n.taints or tolerates(job, n))
-                and (not job.node_selector or selects(job, n))}
+        return {n.name for n in nodes if node_rules_admit(job, n)}
 
     def _earliest(self, job, opts, plans, by_type, now, limit, usable=None):
         """(start, option, [(node, replicas)]) of the earliest start in the plan, or None."""
