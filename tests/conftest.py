@@ -165,4 +165,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
     if deselected:
         expr = config.getoption("markexpr", "") or config.getoption("keyword", "")
         tr.write_line(f"DESELECTED {deselected} test(s) by -m/-k {expr!r} "
-                      "(pyproject addopts leaves out the long fault runs: pytest -m long_faults)")
+                      "(pyproject addopts leaves out the long fault and fuzz runs: "
+                      "pytest -m long_faults, pytest -m long_fuzz)")

@@ -28,6 +28,10 @@ from app.domain.pod_policy import PssLevel
 from app.domain.spec import (
     DNS_LABEL_PATTERN,
     DNS_SUBDOMAIN,
+    LABEL_KEY_MAX,
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    NODE_LABELS_SCHEMA,
     DnsLabel,
     Int,
     JobSpec,
@@ -36,6 +40,9 @@ from app.domain.spec import (
     PriorityName,
     check_dns_label,
     check_dns_subdomain,
+    check_label_key,
+    check_label_value,
+    check_node_labels,
     where_it_goes,
 )
 from app.domain.yaml_input import load_yaml, read_yaml_file
@@ -199,6 +206,45 @@ def mig_layouts(raw: Sequence[str] | Mapping[Any, Sequence[str]] | None) -> dict
     return {0: list(raw)} if raw else {}
 
 
+class Taint(ConfigModel):
+    """A node taint, with the rules the API server holds a Node's taints to
+    (k8s.io/kubernetes ``pkg/apis/core/validation/validation.go``, ``validateNodeTaints``:
+    a label key, a label value, one of the three effects; one taint per key and effect).
+    The effect may be left out here (NoSchedule). A job runs on the node only if its
+    ``pod_template`` tolerates each NoSchedule and NoExecute taint."""
+
+    model_config = STRICT
+    # the patterns are for the document; the validators below say what is wrong in words
+    key: str = Field(
+        min_length=1, max_length=LABEL_KEY_MAX,
+        description="the taint's key: a Kubernetes label key ([prefix/]name)",
+        examples=["dedicated"], json_schema_extra={"pattern": LABEL_KEY_PATTERN},
+    )
+    value: str = Field(
+        default="", max_length=63,
+        description="the taint's value: empty, or a Kubernetes label value",
+        json_schema_extra={"pattern": LABEL_VALUE_PATTERN},
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        default="NoSchedule",
+        description="NoSchedule and NoExecute keep out jobs that do not tolerate the "
+        "taint; PreferNoSchedule is only a preference (placement ignores it)",
+    )
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        return check_label_key(v, "key")  # the prefix's 253-character cap too
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        return check_label_value(v, "value")
+
+    def as_tuple(self) -> tuple[str, str, str]:
+        return (self.key, self.value, self.effect)
+
+
 class NodeConfig(ConfigModel):
     """A node of the simulated cluster (on Kubernetes nodes come from the API server)."""
 
@@ -231,10 +277,29 @@ class NodeConfig(ConfigModel):
     labels: dict[str, str] = Field(
         default_factory=dict,
         description="node labels a job may select the node by (a Pod template's "
-        "`nvidia.com/gpu.product` terms); a node read from Kubernetes shows only those")
-    taints: list[dict[str, str]] = Field(default_factory=list, description="node taints")
+        "`nvidia.com/gpu.product` terms), each a Kubernetes label; a node read from "
+        "Kubernetes shows only those",
+        json_schema_extra=NODE_LABELS_SCHEMA)
+    taints: list[Taint] = Field(default_factory=list, max_length=64,
+                                description="node taints (at most one per key and effect)")
     schedulable: bool = Field(default=True, description="false: cordoned, nothing new "
                               "is placed on it")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_node_labels(v)
+
+    @field_validator("taints")
+    @classmethod
+    def _one_taint_per_key_and_effect(cls, v: list[Taint]) -> list[Taint]:
+        seen: set[tuple[str, str]] = set()
+        for t in v:
+            if (t.key, t.effect) in seen:
+                raise ValueError(f"two taints with key {t.key!r} and effect "
+                                 f"{t.effect} (the API server allows one)")
+            seen.add((t.key, t.effect))
+        return v
 
     @model_validator(mode="after")
     def _gpu_type_iff_gpus(self) -> NodeConfig:

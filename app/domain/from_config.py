@@ -22,6 +22,7 @@ from app.domain.config import (
     NodeConfig,
     PoolConfig,
     PriorityClassConfig,
+    Taint,
     TeamConfig,
     mig_layouts,
 )
@@ -100,7 +101,7 @@ class NodeFields(Protocol):
     @property
     def labels(self) -> Mapping[str, Any] | None: ...
     @property
-    def taints(self) -> Iterable[Mapping[str, Any]] | None: ...
+    def taints(self) -> Iterable[Mapping[str, Any] | Taint] | None: ...
     @property
     def schedulable(self) -> bool: ...
 
@@ -120,7 +121,8 @@ def node_from_config(n: NodeConfig | NodeFields, *, cordoned: bool = False) -> N
         nvlink_domain=n.nvlink_domain,
         labels=dict(n.labels or {}),
         taints=tuple(
-            (t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
+            t.as_tuple() if isinstance(t, Taint)
+            else (t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
             for t in (n.taints or ())
         ),
         schedulable=n.schedulable and not cordoned,

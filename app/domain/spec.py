@@ -66,15 +66,24 @@ def dns_label_like(value: str) -> str | None:
 
 _NAME_RX = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _PREFIX_RX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
-# :func:`check_labels` as JSON Schema (the prefix's 253-character cap aside)
+# :func:`is_label_key` and :func:`is_label_value` as JSON Schema (the prefix's
+# 253-character cap aside)
+LABEL_KEY_PATTERN = f"^({_PREFIX_RX})?{_NAME_RX}$"
+LABEL_KEY_MAX = 317  # a 253-character prefix, '/', a 63-character name
+LABEL_VALUE_PATTERN = f"^({_NAME_RX})?$"
+# a node's labels: any Kubernetes label
+NODE_LABELS_SCHEMA: dict[str, Any] = {
+    "propertyNames": {"pattern": LABEL_KEY_PATTERN, "maxLength": LABEL_KEY_MAX},
+    "additionalProperties": {"type": "string", "pattern": LABEL_VALUE_PATTERN},
+}
+# :func:`check_labels` (a job's labels, which go onto its Pods): none of gpuq's own
 LABELS_SCHEMA: dict[str, Any] = {
     "propertyNames": {
-        "pattern": f"^({_PREFIX_RX})?{_NAME_RX}$",
-        "maxLength": 317,
+        **NODE_LABELS_SCHEMA["propertyNames"],
         "not": {"anyOf": [{"pattern": "^gpuq\\.io/"},
                           {"const": "app.kubernetes.io/managed-by"}]},
     },
-    "additionalProperties": {"type": "string", "pattern": f"^({_NAME_RX})?$"},
+    "additionalProperties": NODE_LABELS_SCHEMA["additionalProperties"],
 }
 
 
@@ -92,23 +101,42 @@ def is_label_value(value: str) -> bool:
     return not value or LABEL_NAME.fullmatch(value) is not None
 
 
+def check_label_key(key: str, field: str = "labels") -> str:
+    """``key`` if it is a Kubernetes label key, else a ValueError naming ``field``."""
+    if not is_label_key(key):
+        raise ValueError(
+            f"{field}: key {key!r} is not a Kubernetes label key ([prefix/]name, the name "
+            "1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
+        )
+    return key
+
+
+def check_label_value(value: str, field: str) -> str:
+    """``value`` if it is a Kubernetes label value, else a ValueError naming ``field``."""
+    if not is_label_value(value):
+        raise ValueError(
+            f"{field}: value {value!r} is not a Kubernetes label value (empty, or "
+            "1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
+        )
+    return value
+
+
+def check_node_labels(labels: dict[str, str]) -> dict[str, str]:
+    """A node's labels: each a Kubernetes label (key and value), as the API server
+    would hold them (apimachinery ``ValidateLabels``)."""
+    for key, value in labels.items():
+        check_label_value(value, f"labels.{check_label_key(key)}")
+    return labels
+
+
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
     """A job's ``labels`` go onto its Pods, so each must be a Kubernetes label (key: an
     optional DNS-subdomain prefix and '/', then a name of 1-63 characters; value: empty
     or a name), and none may be one of gpuq's own (``gpuq.io/...``, managed-by)."""
     from app.domain.pod_policy import OWNED_KEY_PREFIX, OWNED_LABELS
 
-    for key, value in labels.items():
-        if not is_label_key(key):
-            raise ValueError(
-                f"labels: key {key!r} is not a Kubernetes label key ([prefix/]name, the name "
-                "1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
-            )
-        if not is_label_value(value):
-            raise ValueError(
-                f"labels.{key}: value {value!r} is not a Kubernetes label value (empty, or "
-                "1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
-            )
+    check_node_labels(labels)
+    for key in labels:
         if key.startswith(OWNED_KEY_PREFIX) or key in OWNED_LABELS:
             raise ValueError(f"labels.{key}: label owned by gpuq")
     return labels

@@ -79,7 +79,7 @@ def node_values(n: NodeConfig, source: str = "config") -> dict[str, Any]:
         "nvlink_domain": n.nvlink_domain,
         "mig_layout": {str(k): v for k, v in n.mig_layouts().items()},
         "labels": dict(n.labels),
-        "taints": list(n.taints),
+        "taints": [t.model_dump() for t in n.taints],
         "schedulable": n.schedulable,
         "source": source,
     }

@@ -92,6 +92,16 @@ def test_not_json_and_oversized_bodies(client, admin, session_factory):
         ("/v1/gpu-types", {"name": "h100", "memory_gb": -80, "weight": 20}, "memory_gb"),
         ("/v1/nodes", {"name": "n1", "gpu_type": "h100", "gpus": 8}, "gpu_type"),
         ("/v1/nodes", {"name": "n1", "gpus": 8}, "gpu_type"),
+        # a node's taints and labels as the API server holds a Node's (before, any map of
+        # strings was stored: a taint without a key, an effect of "fail" -- found by
+        # pytest -m long_fuzz)
+        ("/v1/nodes", {"name": "n1", "taints": [{"": "x"}]}, "taints"),
+        ("/v1/nodes", {"name": "n1", "taints": [{"key": "a", "effect": "Fail"}]}, "effect"),
+        ("/v1/nodes", {"name": "n1", "taints": [{"key": "a b"}]}, "taints"),
+        ("/v1/nodes", {"name": "n1", "taints": [{"key": "a", "value": "x\u0000"}]}, "taints"),
+        ("/v1/nodes", {"name": "n1", "taints": [{"key": "a"}, {"key": "a"}]}, "taints"),
+        ("/v1/nodes", {"name": "n1", "labels": {"zone": "a b"}}, "labels"),
+        ("/v1/nodes", {"name": "n1", "labels": {"-zone": "a"}}, "labels"),
         ("/v1/pools", {"name": "p1", "gpu_types": ["h100"]}, "gpu_types"),
         ("/v1/pools", {"name": "p1", "guaranteed": {"a100-80g": -1}}, "guaranteed"),
         ("/v1/teams", {"name": "t1", "pool": "nopool"}, "pool"),

@@ -274,3 +274,21 @@ def test_readyz_reports_a_schema_that_is_not_current(services, engine):
     finally:
         with engine.begin() as conn:
             conn.exec_driver_sql("UPDATE alembic_version SET version_num = %(v)s", {"v": current})
+
+
+def test_a_node_holds_kubernetes_taints_and_labels(client, admin):
+    """A taint is a Kubernetes taint (key, value, effect; NoSchedule when left out) and
+    the API shows it back so; a patch replaces the list (bad ones: test_bad_input)."""
+    body = {"name": "v100-9", "gpu_type": "v100-16g", "gpus": 4, "cpu": 32, "memory_gb": 128,
+            "labels": {"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB"},
+            "taints": [{"key": "example.com/dedicated", "value": "ml"}]}
+    r = client.post("/v1/nodes", json=body, headers=admin)
+    assert r.status_code == 201, r.text
+    assert r.json()["taints"] == [
+        {"key": "example.com/dedicated", "value": "ml", "effect": "NoSchedule"}]
+    assert r.json()["labels"] == body["labels"]
+    taints = [{"key": "spot", "value": "", "effect": "PreferNoSchedule"},
+              {"key": "spot", "value": "", "effect": "NoExecute"}]
+    r = client.patch("/v1/nodes/v100-9", json={"taints": taints}, headers=admin)
+    assert r.status_code == 200, r.text
+    assert client.get("/v1/nodes/v100-9", headers=admin).json()["taints"] == taints
