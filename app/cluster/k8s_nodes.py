@@ -37,7 +37,7 @@ from app.cluster import k8s_labels as L
 from app.cluster.k8s_devices import MIG_SINGLE, DeviceLayer, device_layer
 from app.cluster.k8s_settings import KubeSettings
 from app.domain.config import GpuTypeConfig
-from app.domain.pod_resources import PRODUCT_KEYS, effective_requests
+from app.domain.pod_resources import PRODUCT_KEYS, effective_requests, mig_prefix
 from app.scheduling.model import Device, Node
 
 EPS = 1e-6
@@ -160,11 +160,6 @@ def _node_gpu_type(
     if any(r.startswith("nvidia.com/mig-") or r == "nvidia.com/gpu" for r in present):
         return None, "unlabelled GPU node"
     return None, None
-
-
-def mig_prefix(resource_name: str) -> str:
-    """``nvidia.com/gpu`` -> ``nvidia.com/mig-`` (the mixed-strategy names)."""
-    return resource_name.split("/", 1)[0] + "/mig-"
 
 
 def pod_requests(pod: Mapping) -> dict[str, Decimal]:

@@ -24,9 +24,9 @@ from typing import Any
 from app.cluster import k8s_labels as L
 from app.cluster.interface import BindRequest, PodPhase
 from app.cluster.k8s_devices import MIG_SINGLE, SHARE_UNSUPPORTED, DeviceLayer, UnsupportedDevice
-from app.cluster.k8s_nodes import mig_prefix
 from app.cluster.k8s_settings import KubeSettings
 from app.domain.pod_policy import OWN_DEVICE_ENV, PodPolicy
+from app.domain.pod_resources import mig_prefix
 from app.scheduling.model import GpuType, ReplicaPlacement
 
 _NAME_BAD = re.compile(r"[^a-z0-9-]")

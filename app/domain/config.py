@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +26,11 @@ from pydantic import (
 
 from app.domain.errors import unknown
 from app.domain.pod_policy import PssLevel
+from app.domain.pod_resources import mig_prefix
 from app.domain.spec import (
     DNS_LABEL_PATTERN,
     DNS_SUBDOMAIN,
+    EXTENDED_RESOURCE_SCHEMA,
     LABEL_KEY_MAX,
     LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
@@ -43,6 +46,7 @@ from app.domain.spec import (
     check_label_key,
     check_label_value,
     check_node_labels,
+    is_extended_resource_name,
     where_it_goes,
 )
 from app.domain.yaml_input import load_yaml, read_yaml_file
@@ -138,6 +142,10 @@ def _check_knobs(values: Mapping[str, Any], types: Mapping[str, type], where: st
                     float: "a number >= 0"}[want]
             raise ValueError(f"{where}.{key}: must be {kind}, got {value!r}")
 
+# a MIG profile's name, as the name part of ``<domain>/mig-<profile>`` (63 characters)
+MIG_PROFILE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,57}[A-Za-z0-9])?$"
+
+
 class MigProfileConfig(ConfigModel):
     """One MIG profile of a GPU type (the slice a ``resources.mig`` request names)."""
 
@@ -161,13 +169,18 @@ class GpuTypeConfig(ConfigModel):
     )
     product: str | None = Field(
         default=None, max_length=253,
-        description="the product name nodes report (Kubernetes `nvidia.com/gpu.product`)",
+        description="the product name nodes report (Kubernetes `nvidia.com/gpu.product`): a "
+        "regular expression searched in the label's value, case-insensitive "
+        "(`NVIDIA-A100.*80GB`)",
+        json_schema_extra={"format": "regex"},
     )
     vendor: str = Field(default="nvidia", min_length=1, max_length=63,
                         description="the vendor (`nvidia`, `amd`...)")
     resource_name: str = Field(
-        default="nvidia.com/gpu", min_length=1, max_length=253,
-        description="the extended resource its Pods request",
+        default="nvidia.com/gpu", min_length=1, max_length=244,
+        description="the extended resource its Pods request (`domain/name`, outside "
+        "`kubernetes.io`); MIG slices are `<domain>/mig-<profile>`",
+        json_schema_extra=EXTENDED_RESOURCE_SCHEMA,
     )
     product_label: str | None = Field(
         default=None, min_length=1, max_length=317,
@@ -183,7 +196,9 @@ class GpuTypeConfig(ConfigModel):
         "is MiB, as GPU Feature Discovery writes it), e.g. `amd.com/gpu.vram`",
     )
     mig_profiles: dict[str, MigProfileConfig] = Field(
-        default_factory=dict, description="the MIG profiles its cards can be cut into, by name"
+        default_factory=dict, description="the MIG profiles its cards can be cut into, by "
+        "name (`3g.40gb`: Pods request `<domain>/mig-<name>`)",
+        json_schema_extra={"propertyNames": {"pattern": MIG_PROFILE_PATTERN}},
     )
     speed: float = Field(
         default=1.0, gt=0, le=1000,
@@ -194,6 +209,41 @@ class GpuTypeConfig(ConfigModel):
     shareable: bool = Field(
         default=False, description="may one card be shared by several jobs (gpu_share)"
     )
+
+    # What a node read from Kubernetes is matched with, and what gpuq's Pods request:
+    # refused here, with the field, rather than as an error in the node sync or a Pod
+    # the API server refuses at every bind.
+    @field_validator("product")
+    @classmethod
+    def _product_is_a_pattern(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"{v!r} is not a regular expression: {e}") from None
+        return v
+
+    @field_validator("resource_name")
+    @classmethod
+    def _resource_name(cls, v: str) -> str:
+        if not is_extended_resource_name(v):
+            raise ValueError(
+                f"{v!r} is not a Kubernetes extended resource name (domain/name, e.g. "
+                "nvidia.com/gpu: a DNS-subdomain domain outside kubernetes.io, a name of 1-63 "
+                "letters, digits, '-', '_', '.')")
+        return v
+
+    @model_validator(mode="after")
+    def _mig_resource_names(self) -> GpuTypeConfig:
+        for profile in self.mig_profiles:
+            name = mig_prefix(self.resource_name) + profile
+            if not re.fullmatch(MIG_PROFILE_PATTERN, profile) or not (
+                    is_extended_resource_name(name)):
+                raise ValueError(
+                    f"mig_profiles: {profile!r} would be requested as {name!r}, not a "
+                    "Kubernetes resource name (a profile: letters, digits, '-', '_', '.', "
+                    "starting and ending with a letter or digit, e.g. 3g.40gb)")
+        return self
 
 
 def mig_layouts(raw: Sequence[str] | Mapping[Any, Sequence[str]] | None) -> dict[int, list[str]]:

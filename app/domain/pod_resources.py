@@ -51,6 +51,11 @@ _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 PRODUCT_KEYS = frozenset({"nvidia.com/gpu.product"})
 
 
+def mig_prefix(resource_name: str) -> str:
+    """``nvidia.com/gpu`` -> ``nvidia.com/mig-`` (the mixed-strategy names)."""
+    return resource_name.split("/", 1)[0] + "/mig-"
+
+
 def quantity(q: object) -> Decimal:
     """``"500m"`` -> 0.5, ``"8Gi"`` -> 8589934592; a bad value is 0 (the schema check
     refuses it before anything is booked)."""

@@ -96,6 +96,23 @@ def is_label_key(key: str) -> bool:
     return LABEL_NAME.fullmatch(name) is not None
 
 
+def is_extended_resource_name(name: str) -> bool:
+    """A Kubernetes extended resource name, one a Pod may request (k8s.io/kubernetes
+    ``pkg/apis/core/helper/helpers.go``, ``IsExtendedResourceName``): prefixed
+    (``domain/name``), outside the ``kubernetes.io`` domain, and ``requests.`` + it a
+    qualified name (how a ResourceQuota names it)."""
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    return is_label_key("requests." + name)
+
+
+# :func:`is_extended_resource_name` as JSON Schema (the prefix's cap aside)
+EXTENDED_RESOURCE_SCHEMA: dict[str, Any] = {
+    "pattern": f"^{_PREFIX_RX}{_NAME_RX}$",
+    "not": {"anyOf": [{"pattern": "kubernetes\\.io/"}, {"pattern": "^requests\\."}]},
+}
+
+
 def is_label_value(value: str) -> bool:
     """A Kubernetes label value (``IsValidLabelValue``): empty, or a name of 1-63."""
     return not value or LABEL_NAME.fullmatch(value) is not None

@@ -90,6 +90,16 @@ def test_not_json_and_oversized_bodies(client, admin, session_factory):
     [
         ("/v1/gpu-types", {"name": "H100", "memory_gb": 80, "weight": 20}, "name"),
         ("/v1/gpu-types", {"name": "h100", "memory_gb": -80, "weight": 20}, "memory_gb"),
+        # what nodes are matched with and Pods request (before: stored, then the node
+        # sync raised re.error, or every bind's Pod was refused by the API server)
+        ("/v1/gpu-types", {"name": "h100", "memory_gb": 80, "weight": 20, "product": "H100("},
+         "product"),
+        ("/v1/gpu-types", {"name": "h100", "memory_gb": 80, "weight": 20, "resource_name": "gpu"},
+         "resource_name"),
+        ("/v1/gpu-types", {"name": "h100", "memory_gb": 80, "weight": 20, "resource_name":
+                           "kubernetes.io/gpu"}, "resource_name"),
+        ("/v1/gpu-types", {"name": "h100", "memory_gb": 80, "weight": 20, "mig_profiles": {
+            "3g 40gb": {"memory_gb": 40, "compute_fraction": 0.4}}}, "mig_profiles"),
         ("/v1/nodes", {"name": "n1", "gpu_type": "h100", "gpus": 8}, "gpu_type"),
         ("/v1/nodes", {"name": "n1", "gpus": 8}, "gpu_type"),
         # a node's taints and labels as the API server holds a Node's (before, any map of

@@ -27,11 +27,11 @@ from decimal import Decimal
 from typing import Any
 
 from app.cluster import k8s_labels as L
-from app.cluster.k8s_nodes import match_gpu_type, mig_prefix, pod_requests
+from app.cluster.k8s_nodes import match_gpu_type, pod_requests
 from app.cluster.workloads.adaptor import PodSet, Unhonourable, WorkloadAdaptor
 from app.domain.config import GpuTypeConfig
 from app.domain.pod_policy import OWN_DEVICE_ENV
-from app.domain.pod_resources import GB, container_requests, required_node_affinity
+from app.domain.pod_resources import GB, container_requests, mig_prefix, required_node_affinity
 
 
 def _annotation(obj: Mapping[str, Any], sets: Sequence[PodSet], key: str) -> str | None:
