@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -24,6 +24,7 @@ from app.api.estimates import estimator_for
 from app.api.input_hints import hint
 from app.api.oidc import OidcVerifier
 from app.api.openapi import AllowMethods, install_truthful_openapi
+from app.api.query_params import refuse_unknown_query
 from app.api.routes import (
     audit,
     gpu_types,
@@ -291,7 +292,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         )
 
     for router in ROUTERS:
-        app.include_router(router)
+        # Prometheus' scrape may carry its own parameters (a scrape config's params)
+        deps = [] if router is metrics.router else [Depends(refuse_unknown_query)]
+        app.include_router(router, dependencies=deps)
     install_truthful_openapi(app)
     app.add_middleware(RequestBudget, seconds=settings.request_timeout_s)
     # outside the budget: a request's database time starts once it has a slot

@@ -133,3 +133,21 @@ def test_bad_catalog_writes(client, admin, path, body, field):
     assert 400 <= r.status_code < 500, r.text
     assert field in r.json()["detail"], r.json()
     assert client.get(path, headers=admin).json() == before
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "hint"),
+    [
+        ("/v1/jobs", {"stauts": "running"}, "did you mean status?"),
+        ("/v1/queue", {"team": "nlp", "limt": "5"}, "did you mean limit?"),
+        ("/v1/leases", {"": "x"}, "known:"),
+        ("/v1/reports/fairness", {"window": "3600"}, "did you mean window_s?"),
+    ],
+)
+def test_an_unknown_query_parameter_is_named(client, admin, path, params, hint):
+    """A misspelt filter was ignored and the answer read as filtered (every job for
+    ?stauts=running); found by pytest -m long_fuzz."""
+    r = client.get(path, params=params, headers=admin)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert detail.startswith("query: unknown parameter") and hint in detail, detail

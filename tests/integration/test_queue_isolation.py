@@ -44,6 +44,9 @@ def test_team_token_sees_only_its_entries_at_their_global_positions(
     assert "r1" not in text and "research" not in text
     # asking for another team's entries shows nothing
     assert client.get("/v1/queue", params={"team": "research"}, headers=nlp).json() == []
+    # ... and a malformed cursor is refused there too (was 200 [], found by pytest -m long_fuzz)
+    bad = client.get("/v1/queue", params={"team": "research", "cursor": "\u00de"}, headers=nlp)
+    assert bad.status_code == 422 and bad.json()["detail"].startswith("cursor: malformed"), bad.text
     # the admin's team filter lists that team's entries in order
     research = client.get("/v1/queue", params={"team": "research"}, headers=admin).json()
     assert [i["id"] for i in research][:2] == [ids["r1"], ids["r2"]]

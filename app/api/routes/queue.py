@@ -12,7 +12,7 @@ from app.api.schemas import CursorQuery, NameQuery, QueueItem
 from app.store import jobs as job_store
 from app.store.catalog_cache import current_catalog, refuse_unknown_filters
 from app.store.job_refs import JobRefs
-from app.store.queue_order import queue_page
+from app.store.queue_order import QueueCursor, queue_page
 from app.store.state_changes import wait_seconds
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
@@ -53,6 +53,8 @@ def get_queue(
     own_team = principal.team  # None: an admin token, which sees every team
     team_view = own_team is not None
     if own_team is not None and team is not None and team != own_team:
+        if cursor:  # a malformed cursor is a 422 whatever the filter (not read otherwise)
+            QueueCursor.decode(cursor)
         return []  # nothing of another team is visible to this token
     # an unknown team or pool is a 422 with the valid names, as GET /v1/jobs answers (an
     # empty queue read as "nothing waits" and `gpuq queue --team vision` exited 0)
