@@ -41,6 +41,7 @@ from app.domain.spec import (
     OptInt,
     Placement,
     PriorityName,
+    Text,
     check_dns_label,
     check_dns_subdomain,
     check_label_key,
@@ -167,14 +168,13 @@ class GpuTypeConfig(ConfigModel):
         description="compute units (CU) one card is worth: quotas, shares and fairness "
         "are counted in CU",
     )
-    product: str | None = Field(
+    product: Text | None = Field(
         default=None, max_length=253,
         description="the product name nodes report (Kubernetes `nvidia.com/gpu.product`): a "
-        "regular expression searched in the label's value, case-insensitive "
+        "regular expression (Python's `re`) searched in the label's value, case-insensitive "
         "(`NVIDIA-A100.*80GB`)",
-        json_schema_extra={"format": "regex"},
     )
-    vendor: str = Field(default="nvidia", min_length=1, max_length=63,
+    vendor: Text = Field(default="nvidia", min_length=1, max_length=63,
                         description="the vendor (`nvidia`, `amd`...)")
     resource_name: str = Field(
         default="nvidia.com/gpu", min_length=1, max_length=244,
@@ -311,15 +311,15 @@ class NodeConfig(ConfigModel):
     gpus: Int = Field(default=0, ge=0, le=64, description="GPU cards")
     cpu: float = Field(default=64, gt=0, le=100_000, description="CPU cores")
     memory_gb: float = Field(default=512, gt=0, le=1_000_000, description="memory, GB")
-    rack: str | None = Field(default=None, max_length=63,
+    rack: Text | None = Field(default=None, max_length=63,
                              description="rack (topology `same_rack`)")
     network: Literal["ib", "roce", "eth"] = Field(
         default="eth", description="interconnect (topology `fast_network`: ib or roce)"
     )
-    nvlink_domain: str | None = Field(
+    nvlink_domain: Text | None = Field(
         default=None, max_length=63, description="NVLink domain shared with other nodes"
     )
-    mig_layout: list[str] | dict[DeviceIndex, list[str]] | None = Field(
+    mig_layout: list[Text] | dict[DeviceIndex, list[Text]] | None = Field(
         default=None,
         description="MIG profiles each card is cut into: a list (card 0) or "
         "`{card index: [profiles]}`",

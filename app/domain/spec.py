@@ -96,6 +96,30 @@ def is_label_key(key: str) -> bool:
     return LABEL_NAME.fullmatch(name) is not None
 
 
+NO_NUL_PATTERN = "^[^\\x00]*$"
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("NUL characters are not allowed (PostgreSQL text cannot hold them)")
+    return value
+
+
+class _StatesNoNul:
+    """Puts :data:`NO_NUL_PATTERN` into a field's JSON Schema (what :func:`_no_nul`
+    checks, with words in the error rather than the pattern)."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> Any:
+        schema = handler.resolve_ref_schema(handler(core_schema))
+        schema["pattern"] = NO_NUL_PATTERN
+        return schema
+
+
+#: free text that is stored: any characters but NUL (without it, a NUL reached the
+#: database and the 422 said "invalid value", not which field)
+Text = Annotated[str, AfterValidator(_no_nul), _StatesNoNul()]
+
+
 def is_extended_resource_name(name: str) -> bool:
     """A Kubernetes extended resource name, one a Pod may request (k8s.io/kubernetes
     ``pkg/apis/core/helper/helpers.go``, ``IsExtendedResourceName``): prefixed

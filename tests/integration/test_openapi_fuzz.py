@@ -136,6 +136,9 @@ def _batch(body: dict) -> None:
 FIXES = {
     ("POST", "/v1/jobs"): _job,
     ("POST", "/v1/jobs:batch"): _batch,
+    # a product is a Python regular expression (JSON Schema's "regex" format is ECMA 262's)
+    ("POST", "/v1/gpu-types"): lambda b: _refs(b, product="NVIDIA-A100.*80GB"),
+    ("PATCH", "/v1/gpu-types/{name}"): lambda b: _refs(b, product="NVIDIA-A100.*80GB"),
     ("POST", "/v1/pools"): lambda b: _refs(b, gpu_types=[TYPE], guaranteed={}, lend_limit={}),
     ("PATCH", "/v1/pools/{name}"): lambda b: _refs(
         b, gpu_types=[TYPE], guaranteed={}, lend_limit={}

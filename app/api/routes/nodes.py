@@ -16,6 +16,7 @@ from app.domain.config import NodeConfig
 from app.domain.errors import Conflict
 from app.domain.people import for_people
 from app.domain.principal import Principal
+from app.domain.spec import Text
 from app.settings import Settings
 from app.store import catalog
 from app.store.cordon import REASON_MAX, cordon_node, cordon_view, uncordon_node
@@ -136,7 +137,7 @@ class CordonBody(BaseModel):
     """Why the node is taken out of service (shown on the node and in the audit trail)."""
 
     model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(None, max_length=REASON_MAX,
+    reason: Text | None = Field(None, max_length=REASON_MAX,
                                examples=["replacing a failed fan"])
 
 

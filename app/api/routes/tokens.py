@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from app.api.deps import AdminDep, AdminWriteDep, NowDep, PrincipalDep, SessionDep
 from app.api.schemas import NameQuery, TokenInfo, TokenOut
 from app.domain.principal import parse_scope
+from app.domain.spec import Text
 from app.store.audit import WriteBy
 from app.store.orm import ApiTokenRow
 from app.store.tokens import (
@@ -89,7 +90,7 @@ class NewToken(Expiry):
         default=None, pattern=TOKEN_NAME,
         description="who or what uses it (a person, a CI system); recorded as submitted_by",
     )
-    description: str | None = Field(default=None, max_length=255)
+    description: Text | None = Field(default=None, max_length=255)
 
 
 class TokenIn(NewToken):
