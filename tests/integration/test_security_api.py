@@ -94,8 +94,11 @@ def test_scopes(client, admin):
     for method, path in (("post", "/v1/teams/nlp/tokens"), ("get", "/v1/tokens"),
                          ("get", "/v1/audit"), ("post", "/v1/tokens/1/revoke")):
         assert getattr(client, method)(path, headers=bearer(rw["token"])).status_code == 403
+    # the body names a team that is not there: 422 at scope with the teams there are (a 404
+    # the document did not list, before; found by pytest -m long_fuzz)
     r = client.post("/v1/tokens", json={"scope": "team:nobody"}, headers=admin)
-    assert r.status_code == 404
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith("scope: unknown team 'nobody'") and "nlp" in r.text
     r = client.post("/v1/tokens", json={"scope": "root"}, headers=admin)
     assert r.status_code == 422 and "scope" in r.json()["detail"]
 

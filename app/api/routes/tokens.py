@@ -12,14 +12,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.api.deps import AdminDep, AdminWriteDep, NowDep, PrincipalDep, SessionDep
 from app.api.schemas import NameQuery, TokenInfo, TokenOut
+from app.domain.errors import InputError, unknown
 from app.domain.principal import parse_scope
 from app.domain.spec import Text
 from app.store.audit import WriteBy
-from app.store.orm import ApiTokenRow
+from app.store.orm import ApiTokenRow, TeamRow
 from app.store.tokens import (
     check_expiry,
     create_token,
@@ -133,8 +135,13 @@ def token_out(row: ApiTokenRow, token: str) -> TokenOut:
 
 @router.post("", status_code=201)
 def create_any_token(body: ScopedTokenIn, session: SessionDep, by: AdminWriteDep) -> TokenOut:
-    """A token of any scope, an admin one included (a second admin, a CI system)."""
-    parse_scope(body.scope)
+    """A token of any scope, an admin one included (a second admin, a CI system). A
+    scope naming a team that does not exist is a 422 at ``scope`` with the teams there
+    are (the body's reference, as a team's ``pool``; was an undocumented 404)."""
+    team, _read = parse_scope(body.scope)
+    if team is not None and session.get(TeamRow, team) is None:
+        names = session.scalars(select(TeamRow.name)).all()
+        raise InputError(unknown("team", team, names), "scope")
     row, token = issue_token(session, by, body.scope, body)
     session.commit()
     return token_out(row, token)
