@@ -151,3 +151,11 @@ def test_an_unknown_query_parameter_is_named(client, admin, path, params, hint):
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
     assert detail.startswith("query: unknown parameter") and hint in detail, detail
+
+
+def test_a_lease_filter_naming_a_missing_pool_is_named(client, admin):
+    """As GET /v1/jobs and /v1/queue: 422 with the pools there are (it answered 200 [])."""
+    r = client.get("/v1/leases", params={"pool": "trainnig"}, headers=admin)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith("pool: unknown pool 'trainnig' (did you mean training?")
+    assert client.get("/v1/leases", params={"pool": "training"}, headers=admin).status_code == 200

@@ -292,3 +292,31 @@ def test_a_node_holds_kubernetes_taints_and_labels(client, admin):
     r = client.patch("/v1/nodes/v100-9", json={"taints": taints}, headers=admin)
     assert r.status_code == 200, r.text
     assert client.get("/v1/nodes/v100-9", headers=admin).json()["taints"] == taints
+
+
+def test_leases_come_a_page_at_a_time(client, admin, session_factory, clock):
+    """Ended leases stay as history, so GET /v1/leases answers at most ``limit`` of them
+    and hands out the next page's cursor (before: every lease ever made, in one answer)."""
+    ids = [int(client.post("/v1/jobs", json=job_body(f"l{i}"), headers=admin).json()["id"])
+           for i in range(5)]
+    now = clock()
+    with session_factory() as s:
+        for i, jid in enumerate(ids):
+            s.add(LeaseRow(borrower="training", lender="mixed", gpu_type="a100-80g", units=10.0,
+                           job_id=jid, started_at=now, expires_at=now + timedelta(hours=1),
+                           state="returned" if i < 3 else "active"))
+        s.commit()
+    seen, params = [], {"limit": 2}
+    while True:
+        r = client.get("/v1/leases", params=params, headers=admin)
+        assert r.status_code == 200 and len(r.json()) <= 2, r.text
+        seen += [x["job_id"] for x in r.json()]
+        if "x-next-cursor" not in r.headers:
+            break
+        assert r.headers["link"].endswith('>; rel="next"')
+        params = {"limit": 2, "cursor": r.headers["x-next-cursor"]}
+    assert seen == [str(i) for i in ids]  # oldest first, each once
+    active = client.get("/v1/leases", params={"state": "active", "limit": 1}, headers=admin)
+    assert [x["state"] for x in active.json()] == ["active"] and "x-next-cursor" in active.headers
+    bad = client.get("/v1/leases", params={"cursor": "!!nope"}, headers=admin)
+    assert bad.status_code == 422 and bad.json()["detail"].startswith("cursor"), bad.text
