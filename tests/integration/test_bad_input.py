@@ -159,3 +159,11 @@ def test_a_lease_filter_naming_a_missing_pool_is_named(client, admin):
     assert r.status_code == 422, r.text
     assert r.json()["detail"].startswith("pool: unknown pool 'trainnig' (did you mean training?")
     assert client.get("/v1/leases", params={"pool": "training"}, headers=admin).status_code == 200
+
+
+def test_an_audit_page_past_the_largest_id_is_refused_at_its_parameter(client, admin):
+    """Ids are bigints: a larger ``before`` was the database's "invalid value: bigint out
+    of range", naming no parameter (found by pytest -m long_fuzz)."""
+    r = client.get("/v1/audit", params={"before": 2**63}, headers=admin)
+    assert r.status_code == 422 and r.json()["detail"].startswith("before"), r.text
+    assert client.get("/v1/audit", params={"before": 2**63 - 1}, headers=admin).status_code == 200

@@ -21,7 +21,9 @@ def get_audit(
     name: Annotated[str | None, Query(max_length=253)] = None,
     actor: Annotated[str | None, Query(max_length=300)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
-    before: Annotated[int | None, Query(ge=1, description="page back: ids below this")] = None,
+    # an id is a PostgreSQL bigint: a larger one was the database's "bigint out of range"
+    before: Annotated[int | None, Query(ge=1, le=2**63 - 1,
+                                        description="page back: ids below this")] = None,
 ) -> list[AuditOut]:
     """Newest first: who changed which quota, pool, team, token, weight, when,
     with the old and the new value."""
