@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 from sqlalchemy import select
 
 from app.api.deps import PrincipalDep, SessionDep
-from app.api.routes.queue import NEXT_HEADERS
+from app.api.paging import NEXT_HEADERS, link_next_page
 from app.api.schemas import CursorQuery, LeaseOut, NameQuery, lease_out
 from app.store.catalog_cache import current_catalog, refuse_unknown_filters
 from app.store.jobs import decode_cursor, encode_cursor
@@ -50,10 +50,7 @@ def list_leases(
     rows = session.execute(q).all()
     if len(rows) > limit:
         rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1][0].id)
-        response.headers["X-Next-Cursor"] = next_cursor
-        url = request.url.include_query_params(cursor=next_cursor)
-        response.headers["Link"] = f'<{url}>; rel="next"'
+        link_next_page(request, response, encode_cursor(rows[-1][0].id))
     out = []
     for lease, team in rows:
         item = lease_out(lease)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import NowDep, PrincipalDep, SessionDep
 from app.api.estimates import EstimatorDep
+from app.api.paging import NEXT_HEADERS, link_next_page
 from app.api.schemas import CursorQuery, NameQuery, QueueItem
 from app.store import jobs as job_store
 from app.store.catalog_cache import current_catalog, refuse_unknown_filters
@@ -20,10 +21,6 @@ router = APIRouter(prefix="/v1/queue", tags=["queue"])
 MAX_LIMIT = 500
 # pending jobs of other teams a team token's answer leaves out (same pool filter)
 OTHER_TEAMS_HEADER = "X-Queue-Other-Teams"
-NEXT_HEADERS = {
-    "X-Next-Cursor": {"description": "cursor of the next page (absent on the last page)"},
-    "Link": {"description": 'the next page as `<URL>; rel="next"` (absent on the last page)'},
-}
 
 
 @router.get("", responses={200: {"headers": NEXT_HEADERS}})
@@ -67,10 +64,7 @@ def get_queue(
     rows, first, next_cursor = queue_page(
         session.connection(), limit=limit, cursor=cursor, pool=pool, team=team
     )
-    if next_cursor is not None:
-        response.headers["X-Next-Cursor"] = next_cursor
-        url = request.url.include_query_params(cursor=next_cursor)
-        response.headers["Link"] = f'<{url}>; rel="next"'
+    link_next_page(request, response, next_cursor)
     start_of = estimator.starts(now)
     refs = JobRefs(session, own_team, [j.reason for j in rows])
     return [
