@@ -5,6 +5,7 @@ config keys are refused the same way."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 
 from fastapi import Request
@@ -13,15 +14,17 @@ from fastapi.routing import APIRoute
 
 from app.domain.errors import InputError, unknown
 
-_KNOWN: dict[int, frozenset[str]] = {}  # id(route) -> its query parameters' names
+# route -> its query parameters' names (weak: an app's routes go with the app, and an id()
+# key could be reused by a later app's route with other parameters)
+_KNOWN: weakref.WeakKeyDictionary[APIRoute, frozenset[str]] = weakref.WeakKeyDictionary()
 
 
 def known_query(route: APIRoute) -> frozenset[str]:
     """The names (aliases) of the query parameters ``route`` reads, its dependencies'
     included (read once per route)."""
-    got = _KNOWN.get(id(route))
+    got = _KNOWN.get(route)
     if got is None:
-        got = _KNOWN[id(route)] = frozenset(_query_names(route.dependant))
+        got = _KNOWN[route] = frozenset(_query_names(route.dependant))
     return got
 
 
