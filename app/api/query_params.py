@@ -5,7 +5,6 @@ config keys are refused the same way."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator
 
 from fastapi import Request
@@ -14,17 +13,18 @@ from fastapi.routing import APIRoute
 
 from app.domain.errors import InputError, unknown
 
-# route -> its query parameters' names (weak: an app's routes go with the app, and an id()
-# key could be reused by a later app's route with other parameters)
-_KNOWN: weakref.WeakKeyDictionary[APIRoute, frozenset[str]] = weakref.WeakKeyDictionary()
+# the attribute a route keeps its query parameters' names in (on the route itself: an
+# id(route) key could be reused by a later app's route with other parameters)
+_KNOWN = "_gpuq_query_names"
 
 
 def known_query(route: APIRoute) -> frozenset[str]:
     """The names (aliases) of the query parameters ``route`` reads, its dependencies'
     included (read once per route)."""
-    got = _KNOWN.get(route)
+    got: frozenset[str] | None = getattr(route, _KNOWN, None)
     if got is None:
-        got = _KNOWN[route] = frozenset(_query_names(route.dependant))
+        got = frozenset(_query_names(route.dependant))
+        setattr(route, _KNOWN, got)
     return got
 
 
