@@ -325,7 +325,8 @@ def api_markdown(doc: Mapping[str, Any] | None = None) -> str:
         "token that acts for its team only). Errors are JSON with a `detail` saying what is",
         "wrong. A query parameter a route does not list below is refused (422, naming the",
         "nearest one it does), as an unknown body field is: a misspelt filter is never",
-        "silently ignored. (`/metrics` takes any: a Prometheus scrape may add its own.)",
+        "silently ignored. (`/metrics`, `/healthz` and `/readyz` take any: a Prometheus "
+        "scrape may add its own, a probe is answered whatever its URL holds.)",
         "",
         "Every timestamp in an answer is ISO 8601 UTC to the second (`2026-12-01T05:52:58Z`;",
         "never epoch seconds) and every computed number is rounded (3 decimals from 1 up, 4",

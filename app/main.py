@@ -292,8 +292,10 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         )
 
     for router in ROUTERS:
-        # Prometheus' scrape may carry its own parameters (a scrape config's params)
-        deps = [] if router is metrics.router else [Depends(refuse_unknown_query)]
+        # Prometheus' scrape may carry its own parameters (a scrape config's params), and
+        # a probe is answered whatever its URL holds (openapi.PROBES)
+        deps = ([] if router in (metrics.router, health.router)
+                else [Depends(refuse_unknown_query)])
         app.include_router(router, dependencies=deps)
     install_truthful_openapi(app)
     app.add_middleware(RequestBudget, seconds=settings.request_timeout_s)

@@ -31,6 +31,7 @@ from app.domain.spec import SCENARIO_ONLY
 
 ERROR_REF = "#/components/schemas/ErrorOut"
 NO_DATABASE = {"/healthz"}  # answers without reading the database
+PROBES = {"/healthz", "/readyz"}  # a kubelet's probes: any query parameters are ignored
 # submits, limited per team (pending cap, submit rate): 429 with Retry-After
 TEAM_LIMITED = {("/v1/jobs", "post"), ("/v1/jobs:batch", "post")}
 
@@ -86,7 +87,9 @@ def error_statuses(path: str, method: str, op: dict[str, Any]) -> list[str]:
         out.append("409")
     if "requestBody" in op:
         out += ["400", "413"]
-    if params or "requestBody" in op:
+    # every route but the health probes refuses a query parameter it does not declare
+    # (app/api/query_params.py), so it may answer 422
+    if params or "requestBody" in op or path not in PROBES:
         out.append("422")
     if (path, method) in TEAM_LIMITED:
         out.append("429")
