@@ -7,7 +7,7 @@ Two implementations: :class:`~app.cluster.simulated.SimulatedCluster`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -128,8 +128,14 @@ class Cluster(Protocol):
         """Read-only: a class may declare it once (a ClassVar) or per instance."""
         ...
 
-    def list_nodes(self) -> list[Node]:
-        """Capacity of the nodes (usage by gpuq jobs is applied by the core)."""
+    def list_nodes(self, booked: Collection[str] | None = None) -> list[Node]:
+        """Capacity of the nodes (usage by gpuq jobs is applied by the core).
+
+        ``booked``: ids of the jobs whose capacity gpuq's books hold (live or releasing
+        allocations). A Pod with gpuq's labels for any other job -- a stray: the job is
+        over, or never existed -- is in nobody's books, so a live cluster counts what it
+        requests on its node like another workload's until it is gone. None: every Pod
+        with gpuq's labels is taken for booked."""
         ...
 
     def bind(self, req: BindRequest) -> None:

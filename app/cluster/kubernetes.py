@@ -37,7 +37,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -365,9 +365,15 @@ class KubernetesCluster:
             inf.stop()
 
     # ---------------------------------------------------------------- nodes
-    def node_views(self) -> list[NodeView]:
+    def node_views(self, booked: Collection[str] | None = None) -> list[NodeView]:
+        """Every node's view; ``booked`` as :meth:`list_nodes` reads it."""
+        if booked is None:
+            own = self._is_own
+        else:
+            def own(pod: Mapping) -> bool:
+                return self._is_own(pod) and L.job_id_of(pod) in booked
         return node_views(self.nodes.items(), self.pods.items(), self.type_configs, self.ks,
-                          self.usage.by_node(), self._is_own)
+                          self.usage.by_node(), own)
 
     def _is_own(self, pod: Mapping) -> bool:
         """A Pod with gpuq's labels is gpuq's unless it sits outside the namespaces of the
@@ -379,13 +385,21 @@ class KubernetesCluster:
         t = self._tracks.get(L.job_id_of(pod))
         return t is None or t.may_hold(pod)
 
-    def list_nodes(self) -> list[Node]:
+    def list_nodes(self, booked: Collection[str] | None = None) -> list[Node]:
         """The nodes as the informers see them; raises :class:`StaleCache` when they
-        stopped following the cluster (a pass must not plan on what may be gone)."""
+        stopped following the cluster (a pass must not plan on what may be gone).
+
+        ``booked`` (the dispatcher passes it every pass): a Pod with gpuq's labels whose
+        job holds no capacity in the database -- one left from a job that is over, or
+        naming a job that never existed -- counts on its node as another workload's
+        while it holds resources. The reconcile stops such Pods, but only after the
+        pass that first sees them has planned, and an evicted Pod holds its cards for
+        its grace period: taken for gpuq's own meanwhile, its cards were in nobody's
+        books, and a job bound onto them met the kubelet's device refusal."""
         problems = self.health()
         if problems:
             raise StaleCache("; ".join(problems))
-        views = self.node_views()
+        views = self.node_views(booked)
         self._report_unmatched(views)
         self._report_unoffered(views)
         return [v.node for v in views]

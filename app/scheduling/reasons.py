@@ -68,7 +68,14 @@ class StaticCapacity:
     @classmethod
     def of(cls, nodes: Sequence[Node], *, schedulable_only: bool = False) -> StaticCapacity:
         """The capacity of ``nodes`` with nothing running: all of them (what
-        could ever fit), or only the schedulable ones (what could fit today)."""
+        could ever fit), or only the schedulable ones (what could fit today).
+
+        A card another workload holds (``Device.external``) is part of it: that Pod
+        ends, as gpuq's own do. Left out, one foreign Pod on the only node with 8 cards
+        made every 8-card job ``unschedulable``, and nothing sent it back when the Pod
+        ended (the re-check on a changed inventory does not look at usage), so it waited
+        for an admin's requeue; it now waits ``pending`` for the cards, as kube-scheduler
+        keeps such a Pod pending. A card cut into MIG slices is not a whole card."""
         by_type: dict[str, TypeCapacity] = {}
         max_cpu = max_mem = cpu_cpu = cpu_mem = 0.0
         off: list[str] = []
@@ -86,13 +93,13 @@ class StaticCapacity:
             if not n.devices or n.gpu_type is None:
                 continue
             tc = by_type.setdefault(n.gpu_type, TypeCapacity())
-            whole = cut = 0  # cards not cut nor held outside gpuq; cards cut into slices
+            whole = cut = 0  # cards not cut (used by anyone or not); cards cut into slices
             for d in n.devices:
                 if d.mig_layout:
                     cut += 1
                     for p in d.mig_layout:
                         tc.mig_slices[p] = tc.mig_slices.get(p, 0) + 1
-                elif not d.external:
+                else:
                     whole += 1
             tc.nodes += 1
             tc.cards += whole

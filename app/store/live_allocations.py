@@ -61,6 +61,15 @@ def held_allocations(*columns: Any) -> Select[Any]:
     )
 
 
+def booked_job_ids(session: Session) -> set[str]:
+    """Ids of the jobs whose capacity the books hold (live or releasing rows): a live
+    cluster counts a Pod with gpuq's labels for any other job as another workload's
+    (``Cluster.list_nodes``). One read of the allocations table, whose rows are the
+    capacity held now (they are deleted when it is released), not of the job history."""
+    rows = session.execute(held_allocations(AllocationRow.job_id).distinct())
+    return {str(job_id) for (job_id,) in rows}
+
+
 def live_units(
     session: Session, key: Any, where: Iterable[ColumnElement[bool]] = ()
 ) -> dict[Any, dict[str, float]]:

@@ -115,9 +115,10 @@ def test_a_pod_with_gpuqs_labels_for_a_job_gpuq_does_not_run_is_removed(kube, sf
     """A Pod wearing gpuq's labels for a job that is over (in the job's own namespace),
     and one naming a job that never existed (elsewhere), each holding a card: gpuq stops
     both as orphans, and an 8-card job then gets the node. Until a stray is gone its card
-    is in nobody's books (gpuq takes it for one of its own Pods, and the database holds
-    nothing for the job): a job bound there meanwhile meets the kubelet's device refusal,
-    which requeues it (``k8s_rejections``)."""
+    counts as another workload's (the database holds nothing for its job), so the 8-card
+    job waits for the node instead of being bound onto the strays' cards, where it met
+    the kubelet's device refusal (before: gpuq took a stray for one of its own Pods, and
+    its card was in nobody's books)."""
     kube.add_node(article_a100("a100-0"))
     c = started_cluster(kube, sf)
     try:
@@ -138,16 +139,32 @@ def test_a_pod_with_gpuqs_labels_for_a_job_gpuq_does_not_run_is_removed(kube, sf
                                          "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
             }))
 
+        # the watch sees them before the next pass plans
+        keys = {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in made}
+        wait_until(lambda: keys <= {(p["metadata"]["namespace"], p["metadata"]["name"])
+                                    for p in c.pods.items()}, 30)
+        big = submit_a100_job(sf, gpus=8, name="big")
+        d.run_once()
+        [node] = [n for n in d.live_nodes or [] if n.name == "a100-0"]
+        assert sum(1 for dev in node.devices if dev.external) == 2
+        # not bound onto them: it waits for the cards (pending, not "unschedulable": a card
+        # another workload holds is freed when that Pod ends)
+        row = job_row(sf, big)
+        assert row.status == "pending", (row.status, row.reason)
+        print("REASON", row.reason)
+        assert not [p for p in kube.gpuq_pods() if p["metadata"]["labels"].get(L.JOB_ID)
+                    == str(big)]
+        # what the cluster alone sees (no books): gpuq's labels, taken for its own
+        assert _external_cards(c, "a100-0") == 0
+
         def gone() -> bool:
             d.run_once()
             left = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in c.pods.items()
                     if not p["metadata"].get("deletionTimestamp")
                     and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
-            return not left & {(m["metadata"]["namespace"], m["metadata"]["name"])
-                               for m in made}
+            return not left & keys
 
         wait_until(gone, 30)
-        big = submit_a100_job(sf, gpus=8, name="big")
         wait_until(lambda: d.run_once() or job_row(sf, big).status == "admitted"
                    or bool([p for p in kube.gpuq_pods()
                             if p["metadata"]["labels"].get(L.JOB_ID) == str(big)]), 30)

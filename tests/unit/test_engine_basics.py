@@ -37,3 +37,20 @@ def test_input_snapshot_not_mutated() -> None:
     n = node("a", "a100", 2)
     schedule(snap([n], [job("x", gpus=2)]))
     assert not any(d.whole_used for d in n.devices)
+
+
+def test_cards_another_workload_holds_are_waited_for_not_unschedulable() -> None:
+    """A card held by a Pod gpuq does not manage (``Device.external``) is freed when that
+    Pod ends: an 8-card job on the only 8-card node, two of whose cards are held so, waits
+    ``pending`` with the capacity it lacks. It was ``unschedulable``, and the re-check of
+    such jobs runs only when the inventory changes, which usage does not."""
+    n = node("a", "a100", 8)
+    n.devices[6].external = n.devices[7].external = True
+    res = schedule(snap([n], [job("big", gpus=8)]))
+    assert not res.admissions and "big" not in res.unschedulable
+    assert "largest free block: a100 6" in res.reasons["big"], res.reasons["big"]
+    res = schedule(snap([node("a", "a100", 8)], [job("big", gpus=8)]))
+    assert [a.job_id for a in res.admissions] == ["big"]
+    # a job that needs more cards than the node has at all is still a verdict
+    res = schedule(snap([n], [job("huge", gpus=9)]))
+    assert "huge" in res.unschedulable
