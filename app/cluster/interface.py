@@ -7,7 +7,7 @@ Two implementations: :class:`~app.cluster.simulated.SimulatedCluster`
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -119,6 +119,10 @@ class InvalidPodError(BindError):
     permanent = True
 
 
+#: given job ids, those whose capacity gpuq's books hold (``Cluster.list_nodes``)
+BookedCheck = Callable[[set[str]], set[str]]
+
+
 class Cluster(Protocol):
     """Every method is required; what differs between clusters is declared in
     :attr:`capabilities`."""
@@ -128,14 +132,14 @@ class Cluster(Protocol):
         """Read-only: a class may declare it once (a ClassVar) or per instance."""
         ...
 
-    def list_nodes(self, booked: Collection[str] | None = None) -> list[Node]:
+    def list_nodes(self, booked: BookedCheck | None = None) -> list[Node]:
         """Capacity of the nodes (usage by gpuq jobs is applied by the core).
 
-        ``booked``: ids of the jobs whose capacity gpuq's books hold (live or releasing
-        allocations). A Pod with gpuq's labels for any other job -- a stray: the job is
-        over, or never existed -- is in nobody's books, so a live cluster counts what it
-        requests on its node like another workload's until it is gone. None: every Pod
-        with gpuq's labels is taken for booked."""
+        ``booked``: given job ids, those whose capacity gpuq's books hold (live or
+        releasing allocations). A Pod with gpuq's labels for any other job -- a stray:
+        the job is over, or never existed -- is in nobody's books, so a live cluster
+        counts what it requests on its node like another workload's until it is gone.
+        None: every Pod with gpuq's labels is taken for booked."""
         ...
 
     def bind(self, req: BindRequest) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import ClassVar
@@ -20,6 +20,7 @@ from app.clock import to_epoch, utcnow
 from app.cluster.interface import (
     BindError,
     BindRequest,
+    BookedCheck,
     Capabilities,
     JobStatusEvent,
     ReconcileReport,
@@ -89,7 +90,7 @@ class SimulatedCluster:
     # makes stops asynchronous, reported by draining_job_ids()
     capabilities: ClassVar[Capabilities] = Capabilities(live_nodes=False)
 
-    def list_nodes(self, booked: Collection[str] | None = None) -> list[Node]:
+    def list_nodes(self, booked: BookedCheck | None = None) -> list[Node]:
         """The nodes as declared; ``booked`` is not read: only gpuq makes Pods here."""
         return [copy_node(n) for n in self.nodes]
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from app.dispatch.leader import LeaderElector, NotLeader
@@ -22,7 +23,7 @@ from app.dispatch.plan import Plan, bind_request
 from app.dispatch.releasing_view import cluster_view
 from app.scheduling.model import Node
 from app.store.dispatch_rows import active_owners, active_states, jobs_with_allocations, lock_job
-from app.store.live_allocations import booked_job_ids
+from app.store.live_allocations import booked_among
 from app.store.node_rows import fingerprint, gpu_type_configs, sync_node_rows
 from app.store.orm import JobRow
 from app.store.releasing_rows import finalise, moved_placements
@@ -51,7 +52,7 @@ class Reconcile(Part):
             if live:
                 self.cluster.set_gpu_types(gpu_type_configs(session))
                 # a stray Pod with gpuq's labels counts as another workload's
-                nodes = self.cluster.list_nodes(booked_job_ids(session))
+                nodes = self.cluster.list_nodes(partial(booked_among, session))
                 fp = fingerprint(nodes)
                 if fp != self._nodes_fingerprint:
                     _changed, kept = sync_node_rows(session, nodes)

@@ -61,12 +61,15 @@ def held_allocations(*columns: Any) -> Select[Any]:
     )
 
 
-def booked_job_ids(session: Session) -> set[str]:
-    """Ids of the jobs whose capacity the books hold (live or releasing rows): a live
-    cluster counts a Pod with gpuq's labels for any other job as another workload's
-    (``Cluster.list_nodes``). One read of the allocations table, whose rows are the
-    capacity held now (they are deleted when it is released), not of the job history."""
-    rows = session.execute(held_allocations(AllocationRow.job_id).distinct())
+def booked_among(session: Session, job_ids: set[str]) -> set[str]:
+    """Those of ``job_ids`` whose capacity the books hold (live or releasing rows): a
+    live cluster counts a Pod with gpuq's labels for any other job as another
+    workload's (``Cluster.list_nodes``). An id that is not a job's number holds none."""
+    ids = [int(i) for i in job_ids if i.isdigit() and len(i) < 19]
+    if not ids:
+        return set()
+    rows = session.execute(
+        held_allocations(AllocationRow.job_id).where(AllocationRow.job_id.in_(ids)).distinct())
     return {str(job_id) for (job_id,) in rows}
 
 
