@@ -411,14 +411,19 @@ _TOKEN_ID = typer.Argument(..., metavar="TOKEN_ID", help="token id (gpuq tokens 
 @tokens_app.command("list")
 def tokens_list(
     team: str | None = typer.Option(None, metavar="TEAM", help="only this team's"),
+    limit: int | None = typer.Option(None, metavar="N",
+                                     help="at most this many (the server's page: 500)"),
+    cursor: str | None = typer.Option(None, metavar="CURSOR",
+                                      help="the next page, from the last answer"),
     output: str = _OUT,
     url: str | None = _URL,
     token: str | None = _TOKEN,
 ) -> None:
-    """Every token (never its value): name, scope, state, expiry."""
+    """Every token (never its value): name, scope, state, expiry; a page at a time."""
     from app import client_cli as c
 
-    raise typer.Exit(c.run(c.cmd_tokens_list, url=url, token=token, team=team, output=output))
+    raise typer.Exit(c.run(c.cmd_tokens_list, url=url, token=token, team=team, output=output,
+                           limit=limit, cursor=cursor))
 
 
 @tokens_app.command("create")

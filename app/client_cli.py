@@ -532,8 +532,9 @@ def cmd_node_action(client: Client, console: Console, node: str, action: str,
 
 
 def cmd_tokens_list(client: Client, console: Console, team: str | None = None,
-                    output: str = "table") -> int:
-    rows = client.get("/v1/tokens", **({"team": team} if team else {}))
+                    output: str = "table", limit: int | None = None,
+                    cursor: str | None = None) -> int:
+    rows, nxt = client.page("/v1/tokens", team=team, limit=limit, cursor=cursor)
     if emit(console, output, rows):
         return 0
     t = Table(title="tokens")
@@ -543,6 +544,7 @@ def cmd_tokens_list(client: Client, console: Console, team: str | None = None,
         t.add_row(str(r["id"]), r["name"], r["scope"], r["prefix"], r["state"],
                   fmt_when(r.get("expires_at")), str(r.get("created_by") or "-"))
     console.print(t)
+    more_line(console, "gpuq tokens list" + _flags(team=team, limit=limit), nxt)
     return 0
 
 

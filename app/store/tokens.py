@@ -89,10 +89,18 @@ def create_token(
     return row, token
 
 
-def list_tokens(session: Session, team: str | None = None) -> list[ApiTokenRow]:
+def list_tokens(session: Session, team: str | None = None, *, after: int | None = None,
+                limit: int | None = None) -> list[ApiTokenRow]:
+    """Tokens by id, those after ``after``, at most ``limit`` (through the primary key:
+    revoked and rotated tokens stay as history, so a page costs its size, not the
+    history's)."""
     q = select(ApiTokenRow).order_by(ApiTokenRow.id)
     if team is not None:
         q = q.where(ApiTokenRow.team == team)
+    if after is not None:
+        q = q.where(ApiTokenRow.id > after)
+    if limit is not None:
+        q = q.limit(limit)
     return list(session.scalars(q))
 
 

@@ -320,3 +320,27 @@ def test_leases_come_a_page_at_a_time(client, admin, session_factory, clock):
     assert [x["state"] for x in active.json()] == ["active"] and "x-next-cursor" in active.headers
     bad = client.get("/v1/leases", params={"cursor": "!!nope"}, headers=admin)
     assert bad.status_code == 422 and bad.json()["detail"].startswith("cursor"), bad.text
+
+
+def test_tokens_come_a_page_at_a_time(client, admin):
+    """Revoked and rotated tokens stay as history, so GET /v1/tokens answers at most
+    ``limit`` of them and hands out the next page's cursor (before: every token ever made,
+    in one answer); an unknown team is a 422, as GET /v1/jobs answers."""
+    made = [client.post("/v1/tokens", json={"scope": "team:nlp", "name": f"ci-{i}"},
+                        headers=admin).json()["id"] for i in range(4)]
+    seen, params = [], {"limit": 2, "team": "nlp"}
+    while True:
+        r = client.get("/v1/tokens", params=params, headers=admin)
+        assert r.status_code == 200 and len(r.json()) <= 2, r.text
+        seen += [x["id"] for x in r.json()]
+        if "x-next-cursor" not in r.headers:
+            break
+        assert r.headers["link"].endswith('>; rel="next"')
+        params = {**params, "cursor": r.headers["x-next-cursor"]}
+    assert set(made) <= set(seen) and seen == sorted(seen) and len(seen) == len(set(seen))
+    every = client.get("/v1/tokens", headers=admin).json()
+    assert [x["id"] for x in every if x["scope"] == "team:nlp"] == seen  # default page: all
+    bad = client.get("/v1/tokens", params={"team": "nobody"}, headers=admin)
+    assert bad.status_code == 422 and "nobody" in bad.json()["detail"], bad.text
+    bad = client.get("/v1/tokens", params={"cursor": "!!nope"}, headers=admin)
+    assert bad.status_code == 422 and bad.json()["detail"].startswith("cursor"), bad.text

@@ -129,6 +129,13 @@ def test_tokens_create_list_rotate_revoke(server):
     assert gpuq(url, "jobs", token=second).returncode == 0
     r = gpuq(url, "tokens", "revoke", new_id)
     assert r.returncode == 0 and "revoked" in r.stdout, r.stderr
+    # the rotated and the revoked token stay as history: listed a page at a time
+    r = gpuq(url, "tokens", "list", "--team", "nlp", "--limit", "1")
+    assert r.returncode == 0 and "more: gpuq tokens list --team nlp --limit 1 --cursor" in (
+        r.stdout), r.stdout
+    cursor = r.stdout.split("--cursor", 1)[1].split()[0]
+    r2 = gpuq(url, "tokens", "list", "--team", "nlp", "--limit", "1", "--cursor", cursor)
+    assert r2.returncode == 0 and "cli-bot" in r2.stdout and "more:" not in r2.stdout, r2.stdout
     r = gpuq(url, "jobs", token=second)
     assert r.returncode == 1 and "revoked" in r.stderr
     # team tokens do not manage tokens

@@ -10,17 +10,20 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.api.deps import AdminDep, AdminWriteDep, NowDep, PrincipalDep, SessionDep
-from app.api.schemas import NameQuery, TokenInfo, TokenOut
+from app.api.paging import NEXT_HEADERS, link_next_page
+from app.api.schemas import CursorQuery, NameQuery, TokenInfo, TokenOut
 from app.domain.errors import InputError, unknown
 from app.domain.principal import parse_scope
 from app.domain.spec import Text
 from app.store.audit import WriteBy
+from app.store.catalog_cache import current_catalog, refuse_unknown_filters
+from app.store.jobs import decode_cursor, encode_cursor
 from app.store.orm import ApiTokenRow, TeamRow
 from app.store.tokens import (
     check_expiry,
@@ -147,11 +150,32 @@ def create_any_token(body: ScopedTokenIn, session: SessionDep, by: AdminWriteDep
     return token_out(row, token)
 
 
-@router.get("")
+MAX_LIMIT = 500
+
+
+@router.get("", responses={200: {"headers": NEXT_HEADERS}})
 def list_all_tokens(
-    session: SessionDep, _: AdminDep, now: NowDep, team: NameQuery = None
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    _: AdminDep,
+    now: NowDep,
+    team: NameQuery = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="tokens per page")] = MAX_LIMIT,
+    cursor: CursorQuery = None,
 ) -> list[TokenInfo]:
-    return [TokenInfo(**token_dict(r, now)) for r in list_tokens(session, team)]
+    """Every token (never its value), oldest first, a page at a time. Revoked, rotated
+    and expired tokens stay as history, so an answer is at most ``limit`` tokens (before:
+    every token ever made); the body stays a list and the next page's cursor comes in the
+    ``X-Next-Cursor`` and ``Link`` headers, as GET /v1/queue's. A ``team`` that does not
+    exist is a 422 with the valid names, as GET /v1/jobs answers."""
+    refuse_unknown_filters(current_catalog(session), team=team)
+    rows = list_tokens(session, team, after=decode_cursor(cursor) if cursor else None,
+                       limit=limit + 1)
+    if len(rows) > limit:
+        rows = rows[:limit]
+        link_next_page(request, response, encode_cursor(rows[-1].id))
+    return [TokenInfo(**token_dict(r, now)) for r in rows]
 
 
 @router.post("/{token_id}/revoke")
