@@ -209,3 +209,37 @@ def test_only_the_pods_gpuq_cannot_vouch_for_are_looked_up_in_the_books(kube, sf
         assert asked == [{"99999"}]
     finally:
         c.close()
+
+
+@BOTH
+def test_a_job_waits_pending_for_cards_another_workload_holds(kube, sf):
+    """Another workload's Pod holds one card of the only node: an 8-card job waits
+    ``pending`` for it (reason ``capacity``) and starts once that Pod has ended. It turned
+    ``unschedulable``, and as the inventory (nodes, types, pools) had not changed when the
+    Pod ended, nothing sent it back to the queue."""
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    try:
+        d = Dispatcher(sf, c)
+        other = kube.add_pod({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "inference", "namespace": "default"},
+            "spec": {"nodeName": "a100-0", "restartPolicy": "Never", **RESTRICTED,
+                     "containers": [{"name": "c", "image": "busybox",
+                                     "securityContext": CONTAINER_SC,
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        })
+        ns = other["metadata"]["namespace"]
+        kube.set_pod_phase(ns, "inference", "Running")
+        wait_until(lambda: _external_cards(c, "a100-0") == 1, 30)
+        big = submit_a100_job(sf, gpus=8, name="big")
+        for _ in range(3):
+            d.run_once()
+        row = job_row(sf, big)
+        assert row.status == "pending", (row.status, row.reason)
+        assert row.reason_code == "capacity", (row.reason_code, row.reason)
+        kube.set_pod_phase(ns, "inference", "Succeeded")
+        wait_until(lambda: d.run_once() or job_row(sf, big).status in ("admitted", "running"),
+                   30)
+    finally:
+        c.close()
