@@ -14,15 +14,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from typing import Any
+
+from sqlalchemy.orm import Session
 
 from app.dispatch.leader import LeaderElector, NotLeader
 from app.dispatch.loops import Part, log
 from app.dispatch.plan import Plan, bind_request
 from app.dispatch.releasing_view import cluster_view
 from app.scheduling.model import Node
-from app.store.dispatch_rows import active_owners, active_states, jobs_with_allocations, lock_job
+from app.store.dispatch_rows import (
+    active_owners,
+    active_states,
+    jobs_with_allocations,
+    lock_job,
+    past_time_limit,
+)
 from app.store.live_allocations import booked_among
 from app.store.node_rows import fingerprint, gpu_type_configs, sync_node_rows
 from app.store.orm import JobRow
@@ -124,8 +133,27 @@ class Reconcile(Part):
                         if held:
                             plan.stops.append((job_id, "requeued: Pods of another attempt"))
                         changed = True
+            changed = self._end_past_limit(session, plan, now) or changed
             if changed:
                 if self.elector is not None:
                     self.elector.fence(session)
                 session.commit()
         return plan
+
+    def _end_past_limit(self, session: Session, plan: Plan, now: datetime) -> bool:
+        """Running jobs that reached their ``time_limit_s`` end ``failed`` (not retried:
+        the next run would meet the same limit) and their Pods are stopped; the capacity
+        stays held until the Pods are gone, as for any stopped run. The limit is what
+        lets a reservation count on the capacity freeing by then (the wait bound of
+        docs/scheduling.md), as Slurm ends a job at its TimeLimit."""
+        changed = False
+        for job_id, limit in past_time_limit(session, now):
+            locked = lock_job(session, str(job_id))
+            if locked is None or locked.status != "running":
+                continue  # it ended or was stopped meanwhile
+            change_state(session, locked, "failed", now=now,
+                         reason=f"time limit: stopped after running {limit:g} s "
+                         "(time_limit_s)", pods_gone=False)
+            plan.stops.append((str(job_id), "time limit reached"))
+            changed = True
+        return changed

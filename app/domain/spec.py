@@ -401,6 +401,14 @@ class JobSpec(BaseModel):
         default=None, gt=0, le=365 * 86400,
         description="expected run time in seconds (backfill and estimated start times)",
     )
+    time_limit_s: float | None = Field(
+        default=None, gt=0, le=365 * 86400,
+        description="the longest it may run, in seconds: a run that reaches it is stopped "
+        "and the job ends failed (reason `time limit`, not retried), as Slurm's TimeLimit; "
+        "read as the duration estimate when none is given or the estimate is longer, one "
+        "the job keeps, so the capacity a reservation waits for frees by then "
+        "(docs/scheduling.md)",
+    )
     pod_template: dict[str, Any] = Field(
         default_factory=dict,
         description="a Kubernetes PodTemplateSpec for the job's Pods, checked against the "

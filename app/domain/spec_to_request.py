@@ -11,6 +11,16 @@ from app.domain.spec import JobSpec
 from app.scheduling.model import JobRequest, PriorityInfo
 
 
+def expected_run_s(spec: JobSpec) -> float | None:
+    """The run time the core plans with: the estimate, never past the time limit (a run
+    is stopped there, so the limit is an estimate the job keeps); the limit alone when
+    no estimate is given."""
+    est, limit = spec.duration_estimate_s, spec.time_limit_s
+    if limit is None:
+        return est
+    return limit if est is None else min(est, limit)
+
+
 def request_from_spec(
     spec: JobSpec,
     *,
@@ -51,7 +61,7 @@ def request_from_spec(
         node_selector=node_selection(spec.pod_template),
         placement=spec.placement or default_placement,
         topology=spec.topology,
-        duration_estimate_s=spec.duration_estimate_s,
+        duration_estimate_s=expected_run_s(spec),
         preemption_count=preemption_count,
         longest_attempt_s=longest_attempt_s,
         # not the scenario's per-job ``speed`` (the simulator's truth, which the live

@@ -34,10 +34,12 @@ clock and no departures and offers its pods in a fixed order
 policies are the same baselines (:mod:`app.simulate.baselines`).
 
 Extension points: ``Simulator.run_time(job, placements)`` returns
-``(seconds, outcome)`` where outcome is ``"finish"`` or ``"fail"`` (the OOM
-rule overrides it), ``Simulator.on_fail`` decides what a failure does
-(requeue or give up), ``wants_cycle``/``finished``/``close_waits`` say when
-a cycle runs, when the run stops and how the still-queued are counted,
+``(seconds, outcome)`` where outcome is ``"finish"``, ``"fail"`` (the OOM
+rule overrides it) or ``"time_limit"`` (a run stopped at the job's
+``time_limit_s``: the job ends failed, as the live dispatcher ends it),
+``Simulator.on_fail`` decides what a failure does (requeue or give up),
+``wants_cycle``/``finished``/``close_waits`` say when a cycle runs, when
+the run stops and how the still-queued are counted,
 ``snapshot``/``apply`` what a cycle sees and does; ``run(model, policy)``
 and ``to_json`` are the plain entry points.
 """
@@ -332,7 +334,11 @@ class Simulator:
             return OOM_AFTER_S, "fail"  # a baseline put it on too small a card (docs/evaluation.md)
         speeds = [job.spec.speed.get(p.gpu_type, 1.0) for p in placements if p.gpu_type]
         speed = min(speeds) if speeds else 1.0
-        return job.runtime_s / speed, "finish"
+        run = job.runtime_s / speed
+        limit = job.spec.time_limit_s
+        if limit is not None and run > limit:
+            return limit, "time_limit"  # stopped there, as the dispatcher stops it
+        return run, "finish"
 
     def on_fail(self, job: SimJob) -> None:
         """A run failed: requeue up to ``max_failures`` times, then give up (the run after
@@ -383,10 +389,10 @@ class Simulator:
                     j = self.jobs[idx]
                     if j.run_token == token and j.status == "running":
                         self._end_run(j, "finish")
-                elif kind == "fail":
+                elif kind in ("fail", "time_limit"):
                     j = self.jobs[idx]
                     if j.run_token == token and j.status == "running":
-                        self._end_run(j, "fail")
+                        self._end_run(j, kind)
                 elif kind == "wake":
                     woke = True
                 elif kind == "lease":  # a lease expires: a cycle decides on reclaim
@@ -574,7 +580,7 @@ class Simulator:
             self.event("lease_start", j, **self._lease_detail(x))
             self.push(x.expires_at, "lease")
         duration, outcome = self.run_time(j, j.placements)
-        self.push(self.now + duration, "end" if outcome == "finish" else "fail", j.index,
+        self.push(self.now + duration, "end" if outcome == "finish" else outcome, j.index,
                   j.run_token)
 
     def _stop_run(self, j: SimJob, finished: bool) -> None:
@@ -608,6 +614,11 @@ class Simulator:
             j.end_s = self.now
             self.history.record(j.request, self.now - (j.start_s or self.now))
             self.event("finish", j)
+        elif outcome == "time_limit":  # not retried: the next run would meet it again
+            j.status = "failed"
+            j.end_s = self.now
+            j.reason = f"time limit: stopped after running {j.spec.time_limit_s:g} s"
+            self.event("fail", j, reason="time_limit")
         else:
             self.event("fail", j)
             self.on_fail(j)

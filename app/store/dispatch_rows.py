@@ -6,7 +6,9 @@ Every statement the dispatcher issues lives in the store; its parts
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from datetime import datetime
+
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain.owner import owner_of
@@ -50,6 +52,21 @@ def active_states(session: Session) -> dict[str, str]:
             select(JobRow.id, JobRow.status).where(JobRow.status.in_(ACTIVE))
         )
     }
+
+
+_PAST_LIMIT = text(
+    "SELECT id, CAST(spec ->> 'time_limit_s' AS float8) FROM jobs"
+    " WHERE status = 'running' AND spec ->> 'time_limit_s' IS NOT NULL"
+    " AND started_at + make_interval(secs => CAST(spec ->> 'time_limit_s' AS float8))"
+    " <= CAST(:now AS timestamptz) ORDER BY id"
+)
+
+
+def past_time_limit(session: Session, now: datetime) -> list[tuple[int, float]]:
+    """(id, time_limit_s) of the running jobs whose current run has reached its limit
+    (``started_at`` is the run's start). Reads the running jobs only (the index leading
+    with the status), not the history."""
+    return [(int(i), float(s)) for i, s in session.execute(_PAST_LIMIT, {"now": now})]
 
 
 def active_owners(session: Session) -> dict[str, tuple[str, str | None]]:

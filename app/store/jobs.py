@@ -66,10 +66,17 @@ def _session(session: Session | None) -> Session:
     return session
 
 
+#: fields added to the job spec after jobs were stored with an idempotency key: left out
+#: of the hash while unset, so a retried submission still matches its stored hash
+_LATER_FIELDS = ("time_limit_s",)
+
+
 def spec_hash(spec: JobSpec) -> str:
-    return hashlib.sha256(
-        json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()
-    ).hexdigest()
+    body = spec.model_dump(mode="json")
+    for k in _LATER_FIELDS:
+        if body.get(k) is None:
+            body.pop(k, None)
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _template_violations(template: Mapping[str, Any], policy: PodPolicy, spec: JobSpec,

@@ -187,6 +187,47 @@ def test_cancel_running_job_stops_pods_and_frees(
     assert _job(client, admin, jid)["status"] == "cancelled"
 
 
+def test_a_run_that_reaches_its_time_limit_is_stopped_and_the_job_fails(
+    client, admin, dispatcher, clock, cluster, session_factory
+):
+    """A job with ``time_limit_s`` 30 whose run would take 60 s (the simulated cluster's
+    default, no estimate given): at 30 s the dispatcher stops it and the job ends
+    ``failed`` with reason ``time limit``, not retried although its failure policy
+    restarts; what it held is released once the Pods are gone, and the next job gets it."""
+    jid = _submit(client, admin, duration_estimate_s=None, time_limit_s=30,
+                  resources={"gpus": 8, "gpu_types": ["a100-80g"]},
+                  failure_policy={"action": "restart", "max_restarts": 3})
+    dispatcher.run_once()
+    assert _job(client, admin, jid)["status"] == "running"
+    # the team's quota (150 CU) holds one 8-card job at a time: the next one waits for it
+    nxt = _submit(client, admin, name="next", resources={"gpus": 8, "gpu_types": ["a100-80g"]})
+    dispatcher.run_once()
+    clock.advance(29)
+    dispatcher.run_once()
+    assert _job(client, admin, jid)["status"] == "running"
+    assert _job(client, admin, nxt)["status"] == "pending"
+    clock.advance(1)
+    dispatcher.run_once()
+    j = _job(client, admin, jid)
+    assert j["status"] == "failed", j
+    assert j["reason"] == "time limit: stopped after running 30 s (time_limit_s)"
+    assert cluster.stop_calls[jid] == 1 and jid not in cluster.running_job_ids()
+    assert _events(client, admin, jid)[-1] == "failed"
+    dispatcher.run_once()
+    assert _job(client, admin, nxt)["status"] == "running"
+    clock.advance(3600)
+    dispatcher.run_once()
+    assert _job(client, admin, jid)["status"] == "failed"  # never run again
+
+
+def test_a_time_limit_is_stored_with_the_spec(client, admin):
+    r = client.post("/v1/jobs", json=job_body(duration_estimate_s=600, time_limit_s=300),
+                    headers=admin)
+    assert r.status_code == 201 and r.json()["spec"]["time_limit_s"] == 300, r.text
+    r = client.post("/v1/jobs", json=job_body(name="b", time_limit_s=0), headers=admin)
+    assert r.status_code == 422 and "time_limit_s" in str(r.json()["detail"]), r.text
+
+
 def test_failed_bind_is_undone_and_retried(client, admin, dispatcher, cluster, session_factory):
     jid = _submit(client, admin)
     cluster.fail_bind(jid, "node refused")

@@ -109,3 +109,35 @@ def test_a_job_found_unschedulable_after_waiting_counts_its_wait():
     b = next(j for j in doc["jobs"] if j["name"] == "b1")
     assert b["status"] == "unschedulable" and b["first_start_s"] is None
     assert b["wait_s"] >= 500, b["wait_s"]  # queued from 0 until the verdict
+
+
+LIMITED = """
+gpu_types:
+  - {name: v100-32g, memory_gb: 32, weight: 4}
+nodes:
+  - {name: v, count: 1, gpu_type: v100-32g, gpus: 1, cpu: 8, memory_gb: 64}
+pools: [{name: p}]
+teams: [{name: a, pool: p}]
+jobs:
+  - {name: long, team: a, submit_at_s: 0, runtime_s: 1000, time_limit_s: 300,
+     resources: {gpus: 1}}
+  - {name: next, team: a, submit_at_s: 1, runtime_s: 100, resources: {gpus: 1}}
+"""
+
+
+def test_a_run_past_its_time_limit_ends_failed_there_and_is_not_retried():
+    """The replay stops a run at the job's ``time_limit_s``, as the live dispatcher does:
+    the job ends failed at 300 s (counted as not finished, its GPU-hours thrown away),
+    and the card goes to the next job then."""
+    for policy in ("gpuq", "fifo-typed"):
+        doc = _doc(LIMITED, policy)
+        jobs = {j["name"]: j for j in doc["jobs"]}
+        assert jobs["long"]["status"] == "failed", (policy, jobs["long"])
+        assert jobs["long"]["reason"].startswith("time limit"), jobs["long"]
+        assert jobs["next"]["status"] == "succeeded" and jobs["next"]["wait_s"] == 299.0
+        fails = [e for e in doc["events"] if e["type"] == "fail"]
+        assert [(e["job"], e["t"], e.get("reason")) for e in fails] == [
+            ("long", 300.0, "time_limit")]
+        s = doc["summary"]
+        assert s["jobs_not_finished"] == 1 and s["restarts"] == 0
+        assert abs(s["gpu_hours_thrown_away"] - 300 / 3600) < 1e-6
