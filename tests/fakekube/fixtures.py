@@ -101,12 +101,15 @@ def sf(db_url: str) -> Iterator[sessionmaker[Session]]:
     engine.dispose()
 
 
-def submit_a100_job(sf: sessionmaker[Session], gpus: int = 1, name: str = "sft") -> int:
-    """Submit one job of team nlp on a100-80g (the world of :data:`A100_TRAINING_CONFIG`)."""
+def submit_a100_job(sf: sessionmaker[Session], gpus: int = 1, name: str = "sft",
+                    **extra: Any) -> int:
+    """Submit one job of team nlp on a100-80g (the world of :data:`A100_TRAINING_CONFIG`);
+    ``extra``: more fields of the job spec."""
     with sf() as s:
         spec = JobSpec.model_validate({
             "name": name, "team": "nlp",
-            "resources": {"gpus": gpus, "gpu_types": ["a100-80g"], "cpu": 4, "memory_gb": 16}})
+            "resources": {"gpus": gpus, "gpu_types": ["a100-80g"], "cpu": 4, "memory_gb": 16},
+            **extra})
         job_id = submit_job(s, spec, now=utcnow()).job.id
         s.commit()
     return job_id

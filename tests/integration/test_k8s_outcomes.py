@@ -12,7 +12,7 @@ import datetime as dt
 from sqlalchemy import select
 
 from app.dispatch.dispatcher import Dispatcher
-from app.store.orm import JobEventRow
+from app.store.orm import AllocationRow, JobEventRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
 from tests.fakekube.fixtures import job_row, started_cluster, submit_a100_job, wait_until
 from tests.fakekube.objects import article_a100
@@ -146,5 +146,43 @@ def test_a_kubelet_refusal_requeues_the_job_onto_another_node(kube, sf, monkeypa
         assert job_row(sf, job_id).status in ("admitted", "running")
         events = _event_types(sf, job_id)
         assert [e for e in events if e.startswith("requeued")] == ["requeued:pending"], events
+    finally:
+        c.close()
+
+
+@BOTH
+def test_a_run_that_reaches_its_time_limit_is_evicted_and_the_job_fails(kube, sf):
+    """``time_limit_s``: once the job has run that long the dispatcher evicts its Pods (the
+    kubelet's grace period applies) and the job ends ``failed`` with reason ``time limit``;
+    the Pod's end, reported after, does not change that, and the card is released once the
+    Pod is gone."""
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    try:
+        d = Dispatcher(sf, c)
+        job_id = submit_a100_job(sf, time_limit_s=1.0)
+        wait_until(lambda: d.run_once() or kube.gpuq_pods(), 30)
+        [pod] = kube.gpuq_pods()
+        ns, name = job_namespace(kube), pod["metadata"]["name"]
+        kube.set_pod_phase(ns, name, "Running")
+        wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "running", 30)
+        wait_until(lambda: d.run_once() or job_row(sf, job_id).status == "failed", 30)
+        row = job_row(sf, job_id)
+        assert row.reason == "time limit: stopped after running 1 s (time_limit_s)", row.reason
+        assert _event_types(sf, job_id)[-1] == "failed:failed"
+
+        def gone() -> bool:
+            d.run_once()
+            p = _pod(kube, ns, name)
+            return p is None or p["metadata"].get("deletionTimestamp") is not None
+        wait_until(gone, 60)
+
+        def released() -> bool:
+            d.run_once()
+            with sf() as s:
+                return not s.scalars(select(AllocationRow.id)
+                                     .where(AllocationRow.job_id == job_id)).first()
+        wait_until(released, 60)
+        assert job_row(sf, job_id).status == "failed"
     finally:
         c.close()
