@@ -190,3 +190,27 @@ def test_a_container_without_a_card_must_say_it_sees_none():
     assert all("env" not in c or void not in c["env"]
                for c in got["containers"] + got["initContainers"])
     assert body["resources"]["gpus"] == 1
+
+
+def test_a_workloads_deadline_is_its_time_limit():
+    """``activeDeadlineSeconds`` (a Job's, a PyTorchJob's runPolicy's, the shortest of a
+    JobSet's replicated jobs') becomes the job's ``time_limit_s``: its controller ends it
+    there anyway, so gpuq plans with it; none, a non-number or one past a year: none."""
+    job = ex("job.yaml")
+    assert "time_limit_s" not in spec_of(job)
+    job["spec"]["activeDeadlineSeconds"] = 7200
+    assert spec_of(job)["time_limit_s"] == 7200.0
+    for bad in ("7200", 0, True, 366 * 86400):
+        job["spec"]["activeDeadlineSeconds"] = bad
+        assert "time_limit_s" not in spec_of(job), bad
+    pt = ex("pytorchjob.yaml")
+    pt["spec"]["runPolicy"]["activeDeadlineSeconds"] = 900
+    body = spec_of(pt)
+    assert body["time_limit_s"] == 900.0 and body["duration_estimate_s"] == 1800
+    js = ex("jobset.yaml")
+    assert "time_limit_s" not in spec_of(js)
+    rjobs = js["spec"]["replicatedJobs"]
+    rjobs[0]["template"]["spec"]["activeDeadlineSeconds"] = 600
+    if len(rjobs) > 1:
+        rjobs[1]["template"]["spec"]["activeDeadlineSeconds"] = 300
+    assert spec_of(js)["time_limit_s"] == (300.0 if len(rjobs) > 1 else 600.0)

@@ -76,6 +76,24 @@ class WorkloadAdaptor(Protocol):
         the same Pod (rank) in every attempt."""
         ...
 
+    def time_limit_s(self, obj: Mapping[str, Any]) -> float | None:
+        """How long it may run (its controller's ``activeDeadlineSeconds``), as the job's
+        ``time_limit_s``, or None. The controller ends it there itself; gpuq plans with it
+        (a limit is an estimate the job keeps) and stops it there too."""
+        ...
+
+
+#: the longest time limit a job spec takes (``JobSpec.time_limit_s``); a deadline beyond
+#: it is no limit gpuq could keep for it, so none is taken
+MAX_TIME_LIMIT_S = 365 * 86400
+
+
+def deadline_s(value: Any) -> float | None:
+    """An ``activeDeadlineSeconds`` (a positive whole number) as a time limit, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return float(value) if value <= MAX_TIME_LIMIT_S else None
+
 
 def template_labels_patch(template: Mapping[str, Any], labels: Mapping[str, str]) -> dict:
     """``{"metadata": {"labels": ...}}`` of a Pod template: its own labels with ``labels``."""

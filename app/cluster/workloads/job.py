@@ -21,6 +21,7 @@ from app.cluster.workloads.adaptor import (
     Unhonourable,
     as_int,
     condition,
+    deadline_s,
     template_labels_patch,
 )
 
@@ -72,6 +73,11 @@ class JobAdaptor:
             return ("failed", f"Job failed: {failed.get('reason', '')} "
                               f"{failed.get('message', '')}".strip())
         return None
+
+    def time_limit_s(self, obj: Mapping[str, Any]) -> float | None:
+        # batch/v1 JobSpec.activeDeadlineSeconds: counted from the Job's start, and
+        # reset when a suspended Job resumes (kubernetes pkg/controller/job)
+        return deadline_s((obj.get("spec") or {}).get("activeDeadlineSeconds"))
 
     def pod_order(self, pod: Mapping[str, Any]) -> tuple:
         ann = (pod.get("metadata") or {}).get("annotations") or {}

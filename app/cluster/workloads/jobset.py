@@ -14,7 +14,14 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from app.cluster.workloads.adaptor import Finished, PodSet, Unhonourable, as_int, condition
+from app.cluster.workloads.adaptor import (
+    Finished,
+    PodSet,
+    Unhonourable,
+    as_int,
+    condition,
+    deadline_s,
+)
 from app.cluster.workloads.job import COMPLETION_INDEX, JobAdaptor
 
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -68,6 +75,15 @@ class JobSetAdaptor:
         if failed:
             return ("failed", f"JobSet failed: {failed.get('message', '')}".strip())
         return None
+
+    def time_limit_s(self, obj: Mapping[str, Any]) -> float | None:
+        # a JobSet has no deadline of its own; a child Job's activeDeadlineSeconds fails
+        # that Job, and with it the JobSet (its default failure policy): the gang's limit
+        # is the shortest one its replicated jobs set
+        limits = [deadline_s(((rj.get("template") or {}).get("spec") or {})
+                             .get("activeDeadlineSeconds"))
+                  for rj in (obj.get("spec") or {}).get("replicatedJobs") or []]
+        return min((x for x in limits if x is not None), default=None)
 
     def pod_order(self, pod: Mapping[str, Any]) -> tuple:
         meta = pod.get("metadata") or {}

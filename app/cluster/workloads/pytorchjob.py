@@ -29,6 +29,7 @@ from app.cluster.workloads.adaptor import (
     Unhonourable,
     as_int,
     condition,
+    deadline_s,
     template_labels_patch,
 )
 
@@ -94,6 +95,11 @@ class PyTorchJobAdaptor:
             return ("failed", f"PyTorchJob failed: {failed.get('reason', '')} "
                               f"{failed.get('message', '')}".strip())
         return None
+
+    def time_limit_s(self, obj: Mapping[str, Any]) -> float | None:
+        # the training operator's RunPolicy.activeDeadlineSeconds
+        run_policy = (obj.get("spec") or {}).get("runPolicy") or {}
+        return deadline_s(run_policy.get("activeDeadlineSeconds"))
 
     def pod_order(self, pod: Mapping[str, Any]) -> tuple:
         meta = pod.get("metadata") or {}

@@ -279,4 +279,7 @@ def job_spec(
     duration = _number(_annotation(obj, sets, L.WL_DURATION), L.WL_DURATION)
     if duration:
         spec["duration_estimate_s"] = duration
+    limit = adaptor.time_limit_s(obj)
+    if limit is not None:
+        spec["time_limit_s"] = limit
     return spec
