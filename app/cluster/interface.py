@@ -42,6 +42,8 @@ class BindRequest:
     priority: str
     placements: list[ReplicaPlacement]
     duration_s: float | None = None
+    # the job's time_limit_s: its Pods' activeDeadlineSeconds, past a margin (k8s_pods)
+    time_limit_s: float | None = None
     pod_template: dict = field(default_factory=dict)
     world_size: int = 1
     labels: dict = field(default_factory=dict)  # the job's ``labels``: on every Pod

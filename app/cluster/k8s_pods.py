@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -312,6 +313,19 @@ def build_pod(
     # gpuq owns restarts (failure_policy, retries): a kubelet restarting an OOMKilled
     # container (OnFailure/Always) would keep the job "running" in CrashLoopBackOff
     spec["restartPolicy"] = "Never"
+    if req.time_limit_s is not None:
+        # a backstop for the dispatcher, which stops the run at its limit: should no
+        # dispatcher lead then, the kubelet ends the Pod (DeadlineExceeded,
+        # pkg/kubelet/active_deadline.go) a margin later. The deadline counts from the
+        # Pod's start, before its image is pulled and the job is running: the margin is
+        # the longest a Pod may take to start (start_deadline_s) and a minute, so the
+        # kubelet never ends a run before its limit (app/dispatch/ingest.py reads that
+        # end as the time limit). A template's own shorter deadline stays.
+        deadline = math.ceil(req.time_limit_s + ks.start_deadline_s) + DEADLINE_MARGIN_S
+        own = spec.get("activeDeadlineSeconds")
+        spec["activeDeadlineSeconds"] = (
+            min(own, deadline) if isinstance(own, int) and not isinstance(own, bool)
+            and own > 0 else deadline)
     spec["priorityClassName"] = ks.priority_class_prefix + req.priority.lower()
     spec.pop("priority", None)  # admission fills it from the class
     if policy is not None and not policy.automount_token:
@@ -340,8 +354,14 @@ def build_pod(
     }
 
 
+#: seconds past a job's time limit and the start deadline before the kubelet ends its Pod
+DEADLINE_MARGIN_S = 60
+
+
 def pod_failure_message(pod: Mapping[str, Any]) -> str:
     st = pod.get("status") or {}
+    if st.get("reason") == "DeadlineExceeded":  # the kubelet's, not the containers' own end
+        return f"DeadlineExceeded: {st.get('message') or 'past activeDeadlineSeconds'}"
     for cs in st.get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated") or {}
         if term:

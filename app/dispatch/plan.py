@@ -50,6 +50,7 @@ def bind_request(
         priority=job.priority,
         placements=placements,
         duration_s=spec.get("duration_estimate_s"),
+        time_limit_s=spec.get("time_limit_s"),
         pod_template=dict(spec.get("pod_template") or {}),
         world_size=len(placements),
         labels=dict(spec.get("labels") or {}),

@@ -133,6 +133,8 @@ def _bind_spec(r: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if r.duration is not None:
         spec["duration_estimate_s"] = r.duration
+    if r.time_limit is not None:
+        spec["time_limit_s"] = r.time_limit
     if r.pod_template is not None:
         spec["pod_template"] = r.pod_template
     if r.labels:  # the job's labels go on its Pods

@@ -135,6 +135,7 @@ _UPDATE = text(
     WHERE j.id = v.id
     RETURNING j.id, v.old, {", ".join(f"j.{c}" for c in RETURNED)}, j.name, j.team, j.pool,
         j.priority, j.spec -> 'duration_estimate_s' AS duration,
+        j.spec -> 'time_limit_s' AS time_limit,
         j.spec -> 'pod_template' AS pod_template,
         j.spec -> 'labels' AS labels,
         j.spec -> 'resources' -> 'cpu' AS main_cpu,

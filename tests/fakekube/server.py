@@ -423,6 +423,21 @@ class FakeKube:
             self._emit("pods", "MODIFIED", pod)
             self._emit("pods", "DELETED", self.pods.pop((ns, name)))
 
+    def exceed_deadline(self, ns: str, name: str) -> None:
+        """The kubelet ends a Pod past its ``activeDeadlineSeconds``
+        (pkg/kubelet/active_deadline.go): phase Failed, reason ``DeadlineExceeded``, its
+        containers killed; no ``DisruptionTarget`` condition (not a disruption)."""
+        with self.cond:
+            pod = self.pods[(ns, name)]
+            assert pod["spec"].get("activeDeadlineSeconds"), "no deadline to exceed"
+            pod["status"]["phase"] = "Failed"
+            pod["status"]["reason"] = "DeadlineExceeded"
+            pod["status"]["message"] = (
+                "Pod was active on the node longer than the specified deadline")
+            pod["status"]["containerStatuses"] = [{"name": "main", "state": {"terminated": {
+                "exitCode": 137, "reason": "Error"}}}]
+            self._emit("pods", "MODIFIED", pod)
+
     def evict_for_pressure(self, ns: str, name: str) -> None:
         """Node-pressure eviction by the kubelet (pkg/kubelet/eviction/eviction_manager.go):
         phase Failed, reason ``Evicted``, ``DisruptionTarget`` ``TerminationByKubelet``;

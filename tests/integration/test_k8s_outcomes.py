@@ -8,9 +8,12 @@ is real in both)."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 from sqlalchemy import select
 
+from app.cluster import k8s_labels as L
+from app.cluster.k8s_pods import DEADLINE_MARGIN_S
 from app.dispatch.dispatcher import Dispatcher
 from app.store.orm import AllocationRow, JobEventRow
 from tests.fakekube.db import A100_TRAINING_CONFIG
@@ -184,5 +187,55 @@ def test_a_run_that_reaches_its_time_limit_is_evicted_and_the_job_fails(kube, sf
                                      .where(AllocationRow.job_id == job_id)).first()
         wait_until(released, 60)
         assert job_row(sf, job_id).status == "failed"
+    finally:
+        c.close()
+
+
+@BOTH
+def test_a_time_limited_jobs_pods_carry_a_deadline_past_it(kube, sf):
+    """The kubelet's backstop: gpuq's Pods of a job with ``time_limit_s`` carry
+    ``activeDeadlineSeconds`` of the limit, the longest a Pod may take to start and a
+    minute (accepted by the API server); a job without a limit gets none."""
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    try:
+        d = Dispatcher(sf, c)
+        limited = submit_a100_job(sf, time_limit_s=100.5, name="limited")
+        free = submit_a100_job(sf, name="free")
+        wait_until(lambda: d.run_once() or len(kube.gpuq_pods()) == 2, 30)
+        deadlines = {p["metadata"]["labels"][L.JOB_ID]: p["spec"].get("activeDeadlineSeconds")
+                     for p in kube.gpuq_pods()}
+        want = math.ceil(100.5 + c.ks.start_deadline_s) + DEADLINE_MARGIN_S
+        assert deadlines == {str(limited): want, str(free): None}
+    finally:
+        c.close()
+
+
+def test_a_run_the_kubelet_ended_at_its_deadline_ends_at_its_time_limit(kube, sf):
+    """No dispatcher leads while a run passes its limit, and the kubelet ends its Pod at
+    the deadline (modelled by the fake: pkg/kubelet/active_deadline.go): the next leader
+    reads that end as the time limit, and the job ends ``failed``, not retried although
+    its failure policy restarts."""
+    kube.add_node(article_a100("a100-0"))
+    c = started_cluster(kube, sf)
+    try:
+        d = Dispatcher(sf, c)
+        job_id = submit_a100_job(sf, time_limit_s=1.0,
+                                 failure_policy={"action": "restart", "max_restarts": 3})
+        wait_until(lambda: d.run_once() or kube.gpuq_pods(), 30)
+        [pod] = kube.gpuq_pods()
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        kube.set_pod_phase(ns, name, "Running")
+        wait_until(lambda: d.ingest_events() or job_row(sf, job_id).status == "running", 30)
+        wait_until(lambda: (dt.datetime.now(dt.UTC) - job_row(sf, job_id).started_at)
+                   .total_seconds() > 1.0, 30)  # no pass meanwhile: the dispatcher is down
+        kube.exceed_deadline(ns, name)
+        wait_until(lambda: d.run_once() or job_row(sf, job_id).status != "running", 30)
+        row = job_row(sf, job_id)
+        assert row.status == "failed", (row.status, row.reason)
+        assert row.reason.startswith("time limit: ran past 1 s (time_limit_s); "), row.reason
+        assert row.reason.endswith("DeadlineExceeded: Pod was active on the node longer "
+                                   "than the specified deadline"), row.reason
+        assert "retried:pending" not in _event_types(sf, job_id)
     finally:
         c.close()
