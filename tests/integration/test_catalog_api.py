@@ -294,6 +294,20 @@ def test_a_node_holds_kubernetes_taints_and_labels(client, admin):
     assert client.get("/v1/nodes/v100-9", headers=admin).json()["taints"] == taints
 
 
+def _every_page(client, admin, path: str, params: dict) -> list[dict]:
+    """Every item of a paged list body, following ``X-Next-Cursor`` (and checking that
+    ``Link`` names the next page and no page exceeds ``params["limit"]``)."""
+    items: list[dict] = []
+    while True:
+        r = client.get(path, params=params, headers=admin)
+        assert r.status_code == 200 and len(r.json()) <= params["limit"], r.text
+        items += r.json()
+        if "x-next-cursor" not in r.headers:
+            return items
+        assert r.headers["link"].endswith('>; rel="next"')
+        params = {**params, "cursor": r.headers["x-next-cursor"]}
+
+
 def test_leases_come_a_page_at_a_time(client, admin, session_factory, clock):
     """Ended leases stay as history, so GET /v1/leases answers at most ``limit`` of them
     and hands out the next page's cursor (before: every lease ever made, in one answer)."""
@@ -306,15 +320,7 @@ def test_leases_come_a_page_at_a_time(client, admin, session_factory, clock):
                            job_id=jid, started_at=now, expires_at=now + timedelta(hours=1),
                            state="returned" if i < 3 else "active"))
         s.commit()
-    seen, params = [], {"limit": 2}
-    while True:
-        r = client.get("/v1/leases", params=params, headers=admin)
-        assert r.status_code == 200 and len(r.json()) <= 2, r.text
-        seen += [x["job_id"] for x in r.json()]
-        if "x-next-cursor" not in r.headers:
-            break
-        assert r.headers["link"].endswith('>; rel="next"')
-        params = {"limit": 2, "cursor": r.headers["x-next-cursor"]}
+    seen = [x["job_id"] for x in _every_page(client, admin, "/v1/leases", {"limit": 2})]
     assert seen == [str(i) for i in ids]  # oldest first, each once
     active = client.get("/v1/leases", params={"state": "active", "limit": 1}, headers=admin)
     assert [x["state"] for x in active.json()] == ["active"] and "x-next-cursor" in active.headers
@@ -328,15 +334,8 @@ def test_tokens_come_a_page_at_a_time(client, admin):
     in one answer); an unknown team is a 422, as GET /v1/jobs answers."""
     made = [client.post("/v1/tokens", json={"scope": "team:nlp", "name": f"ci-{i}"},
                         headers=admin).json()["id"] for i in range(4)]
-    seen, params = [], {"limit": 2, "team": "nlp"}
-    while True:
-        r = client.get("/v1/tokens", params=params, headers=admin)
-        assert r.status_code == 200 and len(r.json()) <= 2, r.text
-        seen += [x["id"] for x in r.json()]
-        if "x-next-cursor" not in r.headers:
-            break
-        assert r.headers["link"].endswith('>; rel="next"')
-        params = {**params, "cursor": r.headers["x-next-cursor"]}
+    seen = [x["id"] for x in _every_page(client, admin, "/v1/tokens",
+                                         {"limit": 2, "team": "nlp"})]
     assert set(made) <= set(seen) and seen == sorted(seen) and len(seen) == len(set(seen))
     every = client.get("/v1/tokens", headers=admin).json()
     assert [x["id"] for x in every if x["scope"] == "team:nlp"] == seen  # default page: all
