@@ -307,24 +307,8 @@ class Cycle:
         tries to make room. Gates whose answer holds for the whole cycle
         (``Gate.for_cycle``) are not asked again for a signature they let through."""
         memo = self.memo
-        sig = memo.numbers.get(job_signature(job))  # Memo.number, inlined: once per job
-        if sig is None:
-            sig = memo.number(job)
-        if sig in memo.passed:
-            if self.placement_next:
-                # the common wait of a backlog, answered as the Placement gate would
-                # answer it from the memo (Placement.check, then the NoFit branch below)
-                got = memo.entries.get((
-                    "placement", sig,
-                    (job.priority_value, job.team, self.hold_class(job) if self.ctx.holds else 0),
-                ))
-                if got is not None and got[0] == self.state.release_epoch:
-                    self.result.reasons[job.id] = got[1].reason
-                    self._maybe_reserve(job, sig)
-                    return
-            gates = self.later_gates
-        else:
-            gates = self.gates
+        sig = memo.number(job)
+        gates = self.later_gates if sig in memo.passed else self.gates
         fit = FIT
         for gate in gates:
             v = gate.check(self, job, sig, fit)
@@ -783,18 +767,46 @@ class Cycle:
         aged = in_age_order(self.snap.pending)
         self.capped_first(aged)  # 3b
         done = self.capped_before_order()  # 3c
-        order = self.result.order
-        admit = self.admit
-        if done:
-            for job in self.order(aged):  # 3
-                if job.id not in done:
-                    order.append(job.id)
-                    admit(job)
-            return self.result
-        for job in self.order(aged):  # 3
-            order.append(job.id)
-            admit(job)  # 4 (5: reasons are written as jobs are passed over)
+        ordered = self.order(aged)  # 3
+        self.admit_in_order(
+            (j for j in ordered if j.id not in done) if done else ordered
+        )  # 4 (5: reasons are written as jobs are passed over)
         return self.result
+
+    def admit_in_order(self, jobs: Iterable[JobRequest]) -> None:
+        """Step 4 for ``jobs`` in the fair order: :meth:`admit` each, except the common
+        wait of a backlog -- a job whose signature the leading gates let through and whose
+        placement failure the memo holds -- answered here as the Placement gate would
+        answer it from the memo (:meth:`Placement.check`, then :meth:`admit`'s NoFit
+        branch), without the gate loop: a backlog of 100,000 jobs that cannot fit costs a
+        signature, two lookups and a reason each."""
+        order = self.result.order
+        reasons = self.result.reasons
+        admit = self.admit
+        if not self.placement_next:
+            for job in jobs:
+                order.append(job.id)
+                admit(job)
+            return
+        memo = self.memo
+        numbers, passed, entries = memo.numbers, memo.passed, memo.entries
+        state, ctx, slots = self.state, self.ctx, self.capped_slots
+        hold_class, maybe_reserve = self.hold_class, self._maybe_reserve
+        for job in jobs:
+            order.append(job.id)
+            sig = numbers.get(job_signature(job))  # Memo.number, inlined: once per job
+            if sig is not None and sig in passed:
+                got = entries.get((  # Cycle.failure_context, inlined
+                    "placement", sig,
+                    (job.priority_value, job.team, hold_class(job) if ctx.holds else 0),
+                ))
+                if got is not None and got[0] == state.release_epoch:
+                    reasons[job.id] = got[1].reason
+                    # _maybe_reserve's own first tests, before its call
+                    if job.id in slots or self.reservations < self.max_reservations:
+                        maybe_reserve(job, sig)
+                    continue
+            admit(job)
 
 
 def min_units(job: JobRequest, ctx: PlacementContext) -> float:

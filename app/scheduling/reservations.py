@@ -4,9 +4,9 @@ Backfill lets small jobs pass a big one that does not fit; without a
 limit a stream of small jobs starves it forever. So a job waiting longer
 than ``reservation_after_s`` that still does not fit gets a reservation
 (EASY backfill): we find the earliest time it would fit if running jobs
-end as estimated (binary search over running jobs by expected end, with
-``simulate_remove``), and hold the capacity it would use that is free
-now. Later jobs in the cycle may use held capacity only if their
+end as estimated (a doubling, then binary, search over running jobs by
+expected end, with ``simulate_remove``), and hold the capacity it would use
+that is free now. Later jobs in the cycle may use held capacity only if their
 ``duration_estimate_s`` ends before that expected start.
 """
 
@@ -59,9 +59,15 @@ def reserve_for(
         with state.simulate_remove(relevant[:k]):
             return place_job(job, state, ctx)
 
-    lo, hi = 1, len(relevant)
-    if fits(hi) is None:
-        return None
+    # the fewest soonest-ending jobs whose end lets it fit: doubling from one, then halving
+    # between the last two tries, so a job that fits after a few ends (the common case)
+    # costs a few what-ifs of a few jobs each, not a search from the whole list
+    n = len(relevant)
+    lo, hi = 1, 1
+    while fits(hi) is None:
+        if hi == n:
+            return None
+        lo, hi = hi + 1, min(2 * hi, n)
     while lo < hi:
         mid = (lo + hi) // 2
         if fits(mid) is not None:
