@@ -37,7 +37,7 @@ from app.scheduling.filters import (
     selects,
     tolerates,
 )
-from app.scheduling.job_reads import job_view, view
+from app.scheduling.job_reads import job_view, reads_job, view
 from app.scheduling.model import GpuType, JobRequest, Node, ReplicaPlacement
 from app.scheduling.modes import MODE_FIELDS, mode_of
 from app.scheduling.node_reads import node_signature, reads
@@ -48,6 +48,9 @@ __all__ = ["PlacementContext", "place_job", "try_place", "Placed"]
 
 EPS = 1e-9
 Restrict = Callable[[Node], bool] | None
+# A scored candidate: (score, node name, the replica's placement there, or None when only its
+# state's cached answers were read -- made for the winner alone: :func:`_made`)
+Candidate = tuple[float, str, ReplicaPlacement | None]
 
 
 @dataclass(slots=True)
@@ -214,8 +217,8 @@ def _first_replica_nodes(
     """Best-scored candidate nodes for the first replica, best first (bounded)."""
     scored = []
     for d in demands:
-        for sc, p in _candidates(job, d, state, index, ctx, {}, set(), None):
-            scored.append((sc, p.node))
+        for sc, name, _ in _candidates(job, d, state, index, ctx, {}, set(), None):
+            scored.append((sc, name))
     scored.sort(key=lambda x: -x[0])
     out: list[str] = []
     for _, n in scored:
@@ -243,22 +246,22 @@ def _place_gang(
         gang_nodes: dict[str, int] = {}
         gang_racks: set[str] = set()
         for r in range(job.replicas):
-            best: tuple[float, ReplicaPlacement] | None = None
+            best: tuple[float, str, ReplicaPlacement | None, Demand] | None = None
             tier_units: float | None = None
             for d in demands:
                 if cheapest_first and best is not None and tier_units is not None and (
                     d.units > tier_units + EPS
                 ):
                     break
-                for sc, p in _candidates(job, d, state, index, ctx, gang_nodes, gang_racks,
-                                         restrict):
+                for sc, name, p in _candidates(job, d, state, index, ctx, gang_nodes,
+                                               gang_racks, restrict):
                     if best is None or sc > best[0]:
-                        best = (sc, p)
+                        best = (sc, name, p, d)
                         tier_units = d.units
             if best is None:
                 break
-            sc, p = best
-            p = _renumber(p, r)
+            sc, name, made, d = best
+            p = _renumber(made or _made(job, d, state, name, ctx), r)
             if not single:
                 state.apply(p)
             placed.append(p)
@@ -270,6 +273,16 @@ def _place_gang(
         if len(placed) < job.min_available:
             return None
         return Placed(list(placed), total)
+
+
+def _made(job: JobRequest, d: Demand, state: ClusterState, name: str,
+          ctx: PlacementContext) -> ReplicaPlacement:
+    """The placement of a candidate chosen by its state's cached answers (its node fits:
+    nodes of one state pass the same filters, :mod:`app.scheduling.node_reads`)."""
+    gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
+    p = fit_on_node(job, d, state.nodes[name], gt, ctx)
+    assert p is not None, "a node fits unlike the other nodes of its state"
+    return p
 
 
 def _renumber(p: ReplicaPlacement, replica: int) -> ReplicaPlacement:
@@ -292,7 +305,7 @@ def _node_names(
 def _candidates(
     job: JobRequest, d: Demand, state: ClusterState, index: CapacityIndex, ctx: PlacementContext,
     gang_nodes: dict[str, int], gang_racks: set[str], restrict: Restrict,
-) -> list[tuple[float, ReplicaPlacement]]:
+) -> list[Candidate]:
     """Up to ``candidates_per_replica`` feasible placements of one replica, scored.
 
     Nodes that look alike to every score (same free cards, free CPU and
@@ -306,7 +319,7 @@ def _candidates(
     limit = ctx.config.candidates_per_replica
     budget = 2 * limit
     spread = job.placement == "spread"
-    out: list[tuple[float, ReplicaPlacement]] = []
+    out: list[Candidate] = []
     seen: set[str] = set()
     sigs: set[tuple] = set()
     gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
@@ -335,29 +348,33 @@ def _candidates(
         if p is None:
             continue
         sigs.add(sig)
-        out.append((score(job, d, node, cap, p, ctx, gang_nodes, gang_racks), p))
+        out.append((score(job, d, node, cap, p, ctx, gang_nodes, gang_racks), name, p))
         if len(out) >= limit:
             break
     return out
 
 
 HOLD_TRIES = 4  # nodes of one state tried when holds turn the first ones away
-SCORE_READS = job_view(score)
 
 
 def _state_candidates(
     job: JobRequest, d: Demand, state: ClusterState, index: CapacityIndex, ctx: PlacementContext,
-) -> list[tuple[float, ReplicaPlacement]]:
-    """One placement per distinct node state (:func:`~app.scheduling.node_reads.node_signature`),
+) -> list[Candidate]:
+    """One candidate per distinct node state (:func:`~app.scheduling.node_reads.node_signature`),
     scored.
 
     A replica outside a gang scores the same on every node of a state, so
     scoring one node per state scores every candidate the cluster offers;
     that is what the fragmentation score needs (the best node for the
-    expected mix is rarely among the first few a bucket walk meets). A
-    state's score is cached in the context by (request shape, state):
-    between two placements only the touched node's state is new.
-    ``candidate_states`` (0 = all) caps the states scored per replica.
+    expected mix is rarely among the first few a bucket walk meets). Whether
+    a state fits, and its score, are cached in the context by (request shape,
+    state), the shape being what :func:`fit_on_node` and :func:`score` declare
+    they read of the request (:data:`STATE_READS`): between two placements only
+    the touched node's state is new, and the placement itself is made for the
+    winner alone (:func:`_made`). Holds (reservations) are per node, not per
+    state: while there are any, each state's nodes are filtered as they come
+    (only the score is then read from the cache). ``candidate_states`` (0 =
+    all) caps the states scored per replica.
     """
     cap_states = ctx.config.candidate_states
     gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
@@ -367,42 +384,63 @@ def _state_candidates(
         types = index.group_types()
     else:  # a job without GPUs: CPU-only nodes
         types = [None]
-    # everything score() declares it reads of the job, and the demand
-    shape = (SCORE_READS(job), d)
+    shape = (STATE_READS(job), d)
     cache = ctx.score_cache
     nodes = state.nodes
     caps = index.caps
-    out: list[tuple[float, ReplicaPlacement]] = []
+    holds = ctx.holds
+    avoid = job.avoid_nodes
+    out: list[Candidate] = []
     for t in types:
         for sig, names in index.groups_of(t):
+            key = (shape, t, sig)  # a CPU-only demand sees states of every type
             p: ReplicaPlacement | None = None
             name = ""
-            tries = 0
-            for name in names:
-                if name in job.avoid_nodes:
-                    continue  # the state's other nodes score the same
-                tries += 1
-                if tries > HOLD_TRIES:
-                    break
-                p = fit_on_node(job, d, nodes[name], gt, ctx)
-                if p is not None or not ctx.holds:
-                    break
-            if p is None:
-                continue
-            key = (shape, t, sig)  # a CPU-only demand sees states of every type
-            sc = cache.get(key)
-            if sc is None:
-                sc = score(job, d, nodes[name], caps[name], p, ctx, {}, set())
-                if len(cache) > 200_000:
-                    cache.clear()
-                cache[key] = sc
-            out.append((sc, p))
+            if not holds:
+                name = next((n for n in names if n not in avoid), "") if avoid else (
+                    next(iter(names), ""))
+                if not name:
+                    continue  # every node of the state is avoided
+                sc = cache.get(key, _UNSEEN)
+                if sc is _UNSEEN:
+                    p = fit_on_node(job, d, nodes[name], gt, ctx)
+                    sc = None if p is None else score(job, d, nodes[name], caps[name], p,
+                                                      ctx, {}, set())
+                    if len(cache) > 200_000:
+                        cache.clear()
+                    cache[key] = sc
+                if sc is None:
+                    continue  # the state does not fit the replica
+            else:
+                tries = 0
+                for name in names:
+                    if name in avoid:
+                        continue  # the state's other nodes score the same
+                    tries += 1
+                    if tries > HOLD_TRIES:
+                        break
+                    p = fit_on_node(job, d, nodes[name], gt, ctx)
+                    if p is not None:
+                        break
+                if p is None:
+                    continue
+                sc = cache.get(key)
+                if sc is None:
+                    sc = score(job, d, nodes[name], caps[name], p, ctx, {}, set())
+                    if len(cache) > 200_000:
+                        cache.clear()
+                    cache[key] = sc
+            out.append((sc, name, p))  # type: ignore[arg-type]
             if cap_states and len(out) >= cap_states:
                 return out
     return out
 
 
+_UNSEEN = object()  # not in the score cache (None there: the state does not fit)
+
+
 @reads("gpu_type")  # and what the filters it calls declare
+@reads_job("cpu", "memory_gb", "tolerations", "node_selector")  # avoid_nodes: by node name
 def fit_on_node(
     job: JobRequest, d: Demand, node: Node, gt: GpuType | None, ctx: PlacementContext,
     cpu: float | None = None, memory_gb: float | None = None,
@@ -488,13 +526,12 @@ def _place_combo(
         t, n = combo.cards[0]
         d = Demand(t, "whole", count=n, units=by_name[t].weight * n,
                    memory_gb=by_name[t].memory_gb)
-        best: tuple[float, ReplicaPlacement] | None = None
-        for sc, p in _candidates(job, d, state, index, ctx,
-                                 {}, set(), None):
-            if best is None or sc > best[0]:
-                best = (sc, p)
+        best: Candidate | None = None
+        for cand in _candidates(job, d, state, index, ctx, {}, set(), None):
+            if best is None or cand[0] > best[0]:
+                best = cand
         if best is not None:
-            return Placed([best[1]], best[0])
+            return Placed([best[2] or _made(job, d, state, best[1], ctx)], best[0])
         if job.topology == "same_node":
             return None
     if job.topology == "same_node":
@@ -565,3 +602,7 @@ def _greedy_multi(
         ):
             return None
         return Placed(list(placed), -float(len(nodes)))
+
+
+# What a node state's cached answers (fits or not, and the score) depend on of a request
+STATE_READS = job_view(score, fit_on_node)

@@ -168,25 +168,30 @@ SCORE_REDRAW = {
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cycles(), requests, st.data())
-def test_equal_score_keys_score_alike(c: Cycle, a: JobRequest, data) -> None:
-    """Placement caches a node state's score by what score() declares it reads of the
-    request (``placement.SCORE_READS``): requests equal there score alike everywhere."""
+def test_equal_state_keys_fit_and_score_alike(c: Cycle, a: JobRequest, data) -> None:
+    """Placement caches, per node state, whether a replica fits and its score, by what
+    fit_on_node() and score() declare they read of the request (``placement.STATE_READS``;
+    the node's name against ``avoid_nodes`` is checked by name): requests equal there fit
+    alike and score alike on every node neither avoids."""
     from app.scheduling.capacity_index import measure
     from app.scheduling.filters import allowed_types
     from app.scheduling.modes import replica_options
-    from app.scheduling.placement import SCORE_READS, fit_on_node
+    from app.scheduling.placement import STATE_READS, fit_on_node
     from app.scheduling.scores import score
 
-    outside = {f.name for f in fields(JobRequest)} - score.job_reads  # type: ignore[attr-defined]
+    outside = {f.name for f in fields(JobRequest)} - _state_reads()
     b = replace(a, **{f: data.draw(SCORE_REDRAW[f]) for f in outside if f in SCORE_REDRAW})
     if b.min_available > b.replicas:
         b = replace(b, min_available=b.replicas)
-    assert SCORE_READS(a) == SCORE_READS(b)
+    assert STATE_READS(a) == STATE_READS(b)
     ctx = c.ctx
     for d in replica_options(a, allowed_types(a, ctx.gpu_types, ctx.pools)) or []:
         gt = TYPES.get(d.gpu_type) if d.gpu_type else None
         for n in c.state.nodes.values():
+            if n.name in a.avoid_nodes or n.name in b.avoid_nodes:
+                continue
             pa, pb = fit_on_node(a, d, n, gt, ctx), fit_on_node(b, d, n, gt, ctx)
+            assert (pa is None) == (pb is None)
             if pa is None or pb is None:
                 continue
             cap = measure(n, TYPES.get(n.gpu_type) if n.gpu_type else None)
@@ -194,8 +199,13 @@ def test_equal_score_keys_score_alike(c: Cycle, a: JobRequest, data) -> None:
                                                                      set())
 
 
-def test_every_field_outside_the_score_key_is_redrawn() -> None:
+def _state_reads() -> set[str]:
+    from app.scheduling.placement import fit_on_node
     from app.scheduling.scores import score
 
-    outside = {f.name for f in fields(JobRequest)} - score.job_reads  # type: ignore[attr-defined]
+    return set(score.job_reads) | set(fit_on_node.job_reads)  # type: ignore[attr-defined]
+
+
+def test_every_field_outside_the_state_key_is_redrawn() -> None:
+    outside = {f.name for f in fields(JobRequest)} - _state_reads()
     assert outside <= set(SCORE_REDRAW) | {"min_available"}
