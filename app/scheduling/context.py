@@ -50,9 +50,10 @@ class PlacementContext:
     # applies to jobs without their own table too
     typed_speeds: bool = False
     _pref: dict[tuple[str, str | None], float] = field(default_factory=dict)
-    # (request shape, node state) -> score; valid while mix, config and pools are (see
-    # placement._state_candidates). Placement fills it; nobody else should.
-    score_cache: dict[tuple, float] = field(default_factory=dict)
+    # (request shape, GPU type) -> node state -> score, None where the state does not fit;
+    # valid while mix, config and pools are (see placement._state_candidates). Placement
+    # fills it; nobody else should.
+    score_cache: dict[tuple, dict[tuple, float | None]] = field(default_factory=dict)
     # (what placement.OPTION_READS reads of a request) -> (allowed types, mode, CU total,
     # options), for the gpu_types and pools under the key None. Placement fills it.
     options_cache: dict[tuple | None, tuple] = field(default_factory=dict)

@@ -392,8 +392,16 @@ def _state_candidates(
     avoid = job.avoid_nodes
     out: list[Candidate] = []
     for t in types:
+        # (shape, type) -> state -> score, None where the state does not fit (the shape is
+        # hashed once per replica, not once per state; a CPU-only demand sees every type)
+        by_state = cache.get((shape, t))
+        if by_state is None:
+            if len(cache) > 20_000:
+                cache.clear()
+            by_state = cache[(shape, t)] = {}
+        elif len(by_state) > 20_000:
+            by_state.clear()
         for sig, names in index.groups_of(t):
-            key = (shape, t, sig)  # a CPU-only demand sees states of every type
             p: ReplicaPlacement | None = None
             name = ""
             if not holds:
@@ -401,14 +409,11 @@ def _state_candidates(
                     next(iter(names), ""))
                 if not name:
                     continue  # every node of the state is avoided
-                sc = cache.get(key, _UNSEEN)
+                sc = by_state.get(sig, _UNSEEN)
                 if sc is _UNSEEN:
                     p = fit_on_node(job, d, nodes[name], gt, ctx)
-                    sc = None if p is None else score(job, d, nodes[name], caps[name], p,
-                                                      ctx, {}, set())
-                    if len(cache) > 200_000:
-                        cache.clear()
-                    cache[key] = sc
+                    sc = by_state[sig] = None if p is None else score(
+                        job, d, nodes[name], caps[name], p, ctx, {}, set())
                 if sc is None:
                     continue  # the state does not fit the replica
             else:
@@ -424,12 +429,10 @@ def _state_candidates(
                         break
                 if p is None:
                     continue
-                sc = cache.get(key)
+                sc = by_state.get(sig)
                 if sc is None:
-                    sc = score(job, d, nodes[name], caps[name], p, ctx, {}, set())
-                    if len(cache) > 200_000:
-                        cache.clear()
-                    cache[key] = sc
+                    sc = by_state[sig] = score(job, d, nodes[name], caps[name], p, ctx, {},
+                                               set())
             out.append((sc, name, p))  # type: ignore[arg-type]
             if cap_states and len(out) >= cap_states:
                 return out

@@ -104,6 +104,10 @@ class PoolLedger:
         self.jobs: dict[str, _JobCharge] = {}
         # (pool, type) pairs that use or want the type: they split shared capacity
         self.active: set[tuple[str, str]] = set(active)
+        # derived numbers asked once per admission: capacity and guarantees are fixed for
+        # the ledger's life, and ``active`` only grows (so its size dates a weight total)
+        self._shared_totals: dict[str, float] = {}
+        self._contender_weights: dict[str, tuple[int, float, frozenset[str]]] = {}
 
     # -- building ---------------------------------------------------------
     @classmethod
@@ -207,8 +211,11 @@ class PoolLedger:
         return min(self.idle(pool, t), room)
 
     def shared_total(self, t: str) -> float:
-        g = sum(v for (_p, tt), v in self.guaranteed.items() if tt == t)
-        return max(0.0, self.capacity.get(t, 0.0) - g)
+        got = self._shared_totals.get(t)
+        if got is None:
+            g = sum(v for (_p, tt), v in self.guaranteed.items() if tt == t)
+            got = self._shared_totals[t] = max(0.0, self.capacity.get(t, 0.0) - g)
+        return got
 
     def shared_free(self, t: str) -> float:
         used = sum(self.shared_used(p, t) for p in self.pools)
@@ -224,8 +231,16 @@ class PoolLedger:
         info = self.pools.get(pool)
         if info is None:
             return 0.0
-        contenders = {p for p, tt in self.active if tt == t and self._eligible(p, t)} | {pool}
-        total_w = sum(self.pools[p].weight for p in contenders if p in self.pools)
+        got = self._contender_weights.get(t)
+        if got is None or got[0] != len(self.active):
+            active = frozenset(p for p, tt in self.active if tt == t and self._eligible(p, t))
+            got = self._contender_weights[t] = (
+                len(self.active), sum(self.pools[p].weight for p in active if p in self.pools),
+                active,
+            )
+        total_w = got[1]
+        if pool not in got[2]:  # the asking pool contends too
+            total_w += info.weight
         return self.shared_total(t) * (info.weight / total_w if total_w > 0 else 1.0)
 
     def shared_headroom(self, pool: str, t: str) -> float:
