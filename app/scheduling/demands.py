@@ -194,6 +194,8 @@ class WholeKind(DemandKind):
         return float(d.count)
 
     def slots(self, d: Demand, index: CapacityIndex, job: JobRequest, need: int) -> int:
+        if need <= 1:  # one replica: is there a node with the cards (its fullest bucket)
+            return 1 if index.max_free_whole(d.gpu_type or "") >= d.count else 0
         return index.replica_slots(d.gpu_type or "", d.count,
                                    job.placement == "spread" and job.replicas > 1)
 
