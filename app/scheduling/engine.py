@@ -144,6 +144,8 @@ class Cycle:
             name for name, t in snap.teams.items()
             if t.quota_units is not None or t.quota_by_type
         }
+        self.now = snap.now
+        self.reserve_after = snap.config.reservation_after_s
         self.reserve_before = snap.now - snap.config.reservation_after_s
         # pools, leases, preemption
         self.pools = PoolLedger.from_snapshot(snap)
@@ -237,19 +239,22 @@ class Cycle:
         (ordering.promoted) while its team is owed it. A job without one waits for the
         cap: held capacity may only be backfilled by jobs with a prediction, so holding it
         early for a job of unknown length kept the short jobs of every team out."""
-        if job.submitted_at <= self.reserve_before:
+        sub = job.submitted_at
+        if sub <= self.reserve_before:
             return True
-        est = job.expected_s
+        est = job.duration_estimate_s  # JobRequest.expected_s, inlined (as below)
         if est is None:
-            return False
+            est = job.predicted_s
+            if est is None:
+                return False
         # ordering.promoted(), inlined (this runs for every job a backlog passes over):
         # requeued, or waited PROMOTE x its prediction or the cap
         if not job.preemption_count:
             wait_for = PROMOTE * est
-            cap = self.snap.config.reservation_after_s
+            cap = self.reserve_after
             if cap < wait_for:
                 wait_for = cap
-            if self.snap.now - job.submitted_at < wait_for:
+            if self.now - sub < wait_for:
                 return False
         return self.owed(job)
 
