@@ -90,6 +90,7 @@ from app.scheduling.quota import QuotaLedger, units_by_type
 from app.scheduling.reasons import (
     StaticCapacity,
     capacity_reason,
+    foreign_cards_note,
 )
 from app.scheduling.reservations import add_holds, reserve_for
 from app.scheduling.state import ClusterState
@@ -364,7 +365,8 @@ class Cycle:
     def explain_no_room(self, job: JobRequest, sig: int) -> Reason:
         """Why nothing fits (whose reservations stand in the way, else the capacity),
         remembered for the signature until something is released."""
-        reason = self._held_reason(job) or capacity_reason(job, self.state.index, self.ctx)
+        reason = self._held_reason(job) or foreign_cards_note(
+            capacity_reason(job, self.state.index, self.ctx), job, self.static, self.ctx)
         reason = self._protected_note(job, reason)
         self.memo.put("placement", sig, NoFit(reason), self.failure_context(job),
                       self.state.release_epoch)

@@ -42,6 +42,8 @@ class TypeCapacity:
     fast_cards: int = 0
     max_cpu: float = 0.0
     max_memory_gb: float = 0.0
+    # whole cards another workload's Pod holds (``Device.external``): counted in ``cards``
+    external: int = 0
     mig_slices: dict[str, int] = field(default_factory=dict)
     # per node: (name, whole cards, cards cut into MIG slices, cpu, memory_gb)
     node_caps: list[tuple[str, int, int, float, float]] = field(default_factory=list)
@@ -101,6 +103,8 @@ class StaticCapacity:
                         tc.mig_slices[p] = tc.mig_slices.get(p, 0) + 1
                 else:
                     whole += 1
+                    if d.external:
+                        tc.external += 1
             tc.nodes += 1
             tc.cards += whole
             tc.max_cards = max(tc.max_cards, whole)
@@ -157,6 +161,26 @@ def capacity_reason(job: JobRequest, index: CapacityIndex, ctx: PlacementContext
     mode = mode_of(job)
     return Reason(mode.capacity_code, _capacity_text(mode, job, index, ctx),
                   {"mode": job.mode, "pool": job.pool})
+
+
+def foreign_cards_note(reason: Reason, job: JobRequest, static: StaticCapacity,
+                       ctx: PlacementContext) -> Reason:
+    """A wait for cards says how many of the job's types' cards other workloads' Pods
+    hold (``Device.external``): those end as gpuq's own do, but gpuq neither knows when
+    nor may preempt them, so the number is what an admin asks about first."""
+    if reason.code is not ReasonCode.CAPACITY:
+        return reason
+    by_type = static.by_type
+    held = {
+        t.name: by_type[t.name].external
+        for t in allowed_types(job, ctx.gpu_types, ctx.pools)
+        if t.name in by_type and by_type[t.name].external
+    }
+    if not held:
+        return reason
+    text = ", ".join(f"{t} {n}" for t, n in sorted(held.items()))
+    return reason.extend(f"; cards held by workloads gpuq did not start: {text}",
+                         foreign_cards=held)
 
 
 def _capacity_text(

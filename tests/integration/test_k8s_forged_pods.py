@@ -238,6 +238,8 @@ def test_a_job_waits_pending_for_cards_another_workload_holds(kube, sf):
         row = job_row(sf, big)
         assert row.status == "pending", (row.status, row.reason)
         assert row.reason_code == "capacity", (row.reason_code, row.reason)
+        assert row.reason.endswith("cards held by workloads gpuq did not start: a100-80g 1"), (
+            row.reason)
         kube.set_pod_phase(ns, "inference", "Succeeded")
         wait_until(lambda: d.run_once() or job_row(sf, big).status in ("admitted", "running"),
                    30)

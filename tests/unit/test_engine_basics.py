@@ -48,7 +48,15 @@ def test_cards_another_workload_holds_are_waited_for_not_unschedulable() -> None
     n.devices[6].external = n.devices[7].external = True
     res = schedule(snap([n], [job("big", gpus=8)]))
     assert not res.admissions and "big" not in res.unschedulable
-    assert "largest free block: a100 6" in res.reasons["big"], res.reasons["big"]
+    why = res.reasons["big"]
+    assert "largest free block: a100 6" in why, why
+    # and says how many of its type's cards other workloads hold
+    assert why.endswith("; cards held by workloads gpuq did not start: a100 2"), why
+    assert why.fields["foreign_cards"] == {"a100": 2}
+    # a wait with no foreign cards says nothing of them
+    busy = node("b", "a100", 8)
+    res = schedule(snap([busy], [job("x", gpus=8), job("y", gpus=8)]))
+    assert "held by workloads" not in res.reasons["y"], res.reasons["y"]
     res = schedule(snap([node("a", "a100", 8)], [job("big", gpus=8)]))
     assert [a.job_id for a in res.admissions] == ["big"]
     # a job that needs more cards than the node has at all is still a verdict
