@@ -51,6 +51,7 @@ Restrict = Callable[[Node], bool] | None
 # A scored candidate: (score, node name, the replica's placement there, or None when only its
 # state's cached answers were read -- made for the winner alone: :func:`_made`)
 Candidate = tuple[float, str, ReplicaPlacement | None]
+Choice = tuple[float, str, ReplicaPlacement | None, Demand]  # a candidate and its demand
 
 
 @dataclass(slots=True)
@@ -245,8 +246,8 @@ def _place_gang(
         total = 0.0
         gang_nodes: dict[str, int] = {}
         gang_racks: set[str] = set()
-        for r in range(job.replicas):
-            best: tuple[float, str, ReplicaPlacement | None, Demand] | None = None
+        def pick(trust_cache: bool) -> Choice | None:
+            best: Choice | None = None
             tier_units: float | None = None
             for d in demands:
                 if cheapest_first and best is not None and tier_units is not None and (
@@ -254,14 +255,19 @@ def _place_gang(
                 ):
                     break
                 for sc, name, p in _candidates(job, d, state, index, ctx, gang_nodes,
-                                               gang_racks, restrict):
+                                               gang_racks, restrict, trust_cache):
                     if best is None or sc > best[0]:
                         best = (sc, name, p, d)
                         tier_units = d.units
+            return best
+
+        for r in range(job.replicas):
+            best = _chosen(pick, job, state, ctx)
             if best is None:
                 break
             sc, name, made, d = best
-            p = _renumber(made or _made(job, d, state, name, ctx), r)
+            assert made is not None  # _chosen makes the winner's placement
+            p = _renumber(made, r)
             if not single:
                 state.apply(p)
             placed.append(p)
@@ -275,14 +281,26 @@ def _place_gang(
         return Placed(list(placed), total)
 
 
+def _chosen(pick: Callable[[bool], Choice | None], job: JobRequest, state: ClusterState,
+            ctx: PlacementContext) -> Choice | None:
+    """The best candidate of ``pick(trust_cache)``, with its placement made on its node;
+    when that node's exact numbers refuse it (:func:`_made`), the pick again without the
+    cache, every state's node filtered."""
+    best = pick(True)
+    if best is None or best[2] is not None:
+        return best
+    made = _made(job, best[3], state, best[1], ctx)
+    return (best[0], best[1], made, best[3]) if made is not None else pick(False)
+
+
 def _made(job: JobRequest, d: Demand, state: ClusterState, name: str,
-          ctx: PlacementContext) -> ReplicaPlacement:
-    """The placement of a candidate chosen by its state's cached answers (its node fits:
-    nodes of one state pass the same filters, :mod:`app.scheduling.node_reads`)."""
+          ctx: PlacementContext) -> ReplicaPlacement | None:
+    """The placement of a candidate chosen by its state's cached answers. Nodes of one state
+    pass the same filters (:mod:`app.scheduling.node_reads`), up to the rounding of CPU,
+    memory and shares in the signature (6 decimals, where the filters allow 1e-9): None
+    when the node's exact numbers refuse it, and the caller then asks without the cache."""
     gt = ctx.gpu_types.get(d.gpu_type) if d.gpu_type else None
-    p = fit_on_node(job, d, state.nodes[name], gt, ctx)
-    assert p is not None, "a node fits unlike the other nodes of its state"
-    return p
+    return fit_on_node(job, d, state.nodes[name], gt, ctx)
 
 
 def _renumber(p: ReplicaPlacement, replica: int) -> ReplicaPlacement:
@@ -305,6 +323,7 @@ def _node_names(
 def _candidates(
     job: JobRequest, d: Demand, state: ClusterState, index: CapacityIndex, ctx: PlacementContext,
     gang_nodes: dict[str, int], gang_racks: set[str], restrict: Restrict,
+    trust_cache: bool = True,
 ) -> list[Candidate]:
     """Up to ``candidates_per_replica`` feasible placements of one replica, scored.
 
@@ -315,7 +334,7 @@ def _candidates(
     walk looks at no more than ``2 x candidates_per_replica`` nodes.
     """
     if not gang_nodes and restrict is None and d.how.by_state:
-        return _state_candidates(job, d, state, index, ctx)
+        return _state_candidates(job, d, state, index, ctx, trust_cache)
     limit = ctx.config.candidates_per_replica
     budget = 2 * limit
     spread = job.placement == "spread"
@@ -359,6 +378,7 @@ HOLD_TRIES = 4  # nodes of one state tried when holds turn the first ones away
 
 def _state_candidates(
     job: JobRequest, d: Demand, state: ClusterState, index: CapacityIndex, ctx: PlacementContext,
+    trust_cache: bool = True,
 ) -> list[Candidate]:
     """One candidate per distinct node state (:func:`~app.scheduling.node_reads.node_signature`),
     scored.
@@ -372,7 +392,8 @@ def _state_candidates(
     they read of the request (:data:`STATE_READS`): between two placements only
     the touched node's state is new, and the placement itself is made for the
     winner alone (:func:`_made`). Holds (reservations) are per node, not per
-    state: while there are any, each state's nodes are filtered as they come
+    state: while there are any, or when the caller does not ``trust_cache`` (a
+    winner's node refused it), each state's nodes are filtered as they come
     (only the score is then read from the cache). ``candidate_states`` (0 =
     all) caps the states scored per replica.
     """
@@ -404,7 +425,7 @@ def _state_candidates(
         for sig, names in index.groups_of(t):
             p: ReplicaPlacement | None = None
             name = ""
-            if not holds:
+            if not holds and trust_cache:
                 name = next((n for n in names if n not in avoid), "") if avoid else (
                     next(iter(names), ""))
                 if not name:
@@ -425,7 +446,7 @@ def _state_candidates(
                     if tries > HOLD_TRIES:
                         break
                     p = fit_on_node(job, d, nodes[name], gt, ctx)
-                    if p is not None:
+                    if p is not None or not holds:
                         break
                 if p is None:
                     continue
@@ -529,12 +550,18 @@ def _place_combo(
         t, n = combo.cards[0]
         d = Demand(t, "whole", count=n, units=by_name[t].weight * n,
                    memory_gb=by_name[t].memory_gb)
-        best: Candidate | None = None
-        for cand in _candidates(job, d, state, index, ctx, {}, set(), None):
-            if best is None or cand[0] > best[0]:
-                best = cand
-        if best is not None:
-            return Placed([best[2] or _made(job, d, state, best[1], ctx)], best[0])
+        def pick(trust_cache: bool) -> Choice | None:
+            best: Choice | None = None
+            for sc, name, p in _candidates(job, d, state, index, ctx, {}, set(), None,
+                                           trust_cache):
+                if best is None or sc > best[0]:
+                    best = (sc, name, p, d)
+            return best
+
+        chosen = _chosen(pick, job, state, ctx)
+        if chosen is not None:
+            assert chosen[2] is not None  # _chosen makes the winner's placement
+            return Placed([chosen[2]], chosen[0])
         if job.topology == "same_node":
             return None
     if job.topology == "same_node":

@@ -355,3 +355,22 @@ def test_gpu_units_single_node_when_one_can_hold_it() -> None:
     nodes = [node("small", "rtx4090-24g", 4), node("big", "rtx4090-24g", 8)]
     ps = placed(schedule(snap(nodes, [job("u", gpu_units=12)])), "u")
     assert [(p.node, len(p.devices)) for p in ps] == [("big", 6)]
+
+
+def test_a_state_whose_cached_fit_a_node_refuses_is_asked_again_node_by_node() -> None:
+    """Placement caches per node state whether a replica fits, and the signature rounds
+    CPU to 6 decimals where the host filter allows 1e-9: two nodes 4e-7 CPU apart share a
+    state. A job needing every CPU fits the first and is cached as fitting the state; the
+    next such job's winner is then the other node, which refuses it. It waits (as it did
+    before the cache), instead of failing the cycle on the cached answer."""
+    a = node("a", "a100-80g", 8, cpu=16)
+    b = node("b", "a100-80g", 8, cpu=16)
+    b.cpu_used = 4e-7
+    res = schedule(snap([a, b], [job("j1", cpu=16.0, submitted_at=0.0),
+                                 job("j2", cpu=16.0, submitted_at=1.0)]))
+    assert [x.node for x in placed(res, "j1")] == ["a"]
+    assert placed(res, "j2") is None and "j2" in res.reasons, res.reasons
+    # b with exact numbers takes such a job
+    b.cpu_used = 0.0
+    res = schedule(snap([a, b], [job("j1", cpu=16.0), job("j2", cpu=16.0, submitted_at=1.0)]))
+    assert sorted(x.node for j in ("j1", "j2") for x in placed(res, j)) == ["a", "b"]
