@@ -212,9 +212,20 @@ class RealKube:
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 
     def update_node(self, name: str, fn: Callable[[dict], None]) -> None:
-        node = self.node(name)
-        fn(node)
-        self.core.replace_node(name, node)
+        """Read, change, replace; on a conflict read again and retry, as client-go's
+        ``retry.RetryOnConflict`` (k8s.io/client-go/util/retry/util.go) does: kwok and
+        the node controllers write the Node too (status, taints, annotations), so a
+        replace of a copy read a moment earlier may be refused with 409."""
+        for attempt in range(5):
+            node = self.node(name)
+            fn(node)
+            try:
+                self.core.replace_node(name, node)
+                return
+            except ApiException as e:
+                if e.status != 409 or attempt == 4:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
 
     def delete_node(self, name: str) -> None:
         self.core.delete_node(name)
