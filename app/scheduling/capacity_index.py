@@ -92,11 +92,18 @@ def measure(node: Node, gpu_type: GpuType | None) -> NodeCapacity:
 
 
 def full_capacity(n_devices: int) -> NodeCapacity:
-    """What :func:`measure` gives for a node whose every card is wholly taken."""
-    cap = NodeCapacity()
-    cap.n_devices = n_devices
-    cap.used_frac = 1.0  # n x 1.0 / n
+    """What :func:`measure` gives for a node whose every card is wholly taken: one shared
+    summary per card count (the index never changes a summary: a change measures anew),
+    so 10,000 busy nodes do not make 10,000 equal ones every cycle."""
+    cap = _FULL.get(n_devices)
+    if cap is None:
+        cap = _FULL[n_devices] = NodeCapacity()
+        cap.n_devices = n_devices
+        cap.used_frac = 1.0  # n x 1.0 / n
     return cap
+
+
+_FULL: dict[int, NodeCapacity] = {}
 
 
 def same_capacity(a: NodeCapacity, b: NodeCapacity) -> bool:

@@ -93,6 +93,10 @@ def team_queue(q: list[JobRequest], now: float, shortest_first: bool, unknown_s:
         est = [unknown_s if e is None else e for e in est]
     elif not shortest_first:
         return q if same_prio else sorted(q, key=_PRIO, reverse=True)
+    if same_prio and not any(requeued):
+        e0 = est[0]
+        if e0 == e0 and est.count(e0) == n:  # one prediction for all (not NaN): as below
+            return q
     run = np.asarray(est, dtype=float)
     if np.isnan(run).any():  # no order of its own: the reference's sorts decide
         return team_queue_reference(q, now, shortest_first, unknown_s, cap_s)
