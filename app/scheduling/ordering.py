@@ -41,6 +41,7 @@ _SUBMITTED = attrgetter("submitted_at")
 _ESTIMATE = attrgetter("duration_estimate_s")
 _PREDICTED = attrgetter("predicted_s")
 _REQUEUED = attrgetter("preemption_count")
+_ORDER_SHAPE = attrgetter("priority_value", "preemption_count", "duration_estimate_s")
 
 # A job waiting this many times its predicted run time is promoted within its team:
 # a job's slowdown from its own team's shorter work is at most about PROMOTE + 1
@@ -81,6 +82,13 @@ def team_queue(q: list[JobRequest], now: float, shortest_first: bool, unknown_s:
     n = len(q)
     if n < 2:
         return q
+    # the common backlog first, in one pass over the jobs: one priority, one estimate (not
+    # NaN), nobody requeued -- the age order, as the sorts below would leave it
+    shapes = list(map(_ORDER_SHAPE, q))
+    first = shapes[0]
+    if first[1] == 0 and first[2] is not None and first[2] == first[2] and (
+            shapes.count(first) == n):
+        return q
     prio = list(map(_PRIO, q))
     same_prio = min(prio) == max(prio)
     requeued = list(map(_REQUEUED, q))
@@ -93,10 +101,6 @@ def team_queue(q: list[JobRequest], now: float, shortest_first: bool, unknown_s:
         est = [unknown_s if e is None else e for e in est]
     elif not shortest_first:
         return q if same_prio else sorted(q, key=_PRIO, reverse=True)
-    if same_prio and not any(requeued):
-        e0 = est[0]
-        if e0 == e0 and est.count(e0) == n:  # one prediction for all (not NaN): as below
-            return q
     run = np.asarray(est, dtype=float)
     if np.isnan(run).any():  # no order of its own: the reference's sorts decide
         return team_queue_reference(q, now, shortest_first, unknown_s, cap_s)

@@ -212,3 +212,19 @@ def test_team_queues_equal_the_plain_sorts(rows, rnd, shortest_first, now, cap) 
             want[team] = team_queue_reference(q, now, shortest_first, 3600.0, cap)
         assert {t: [j.id for j in q] for t, q in got.items()} == {
             t: [j.id for j in q] for t, q in want.items()}
+
+
+def test_a_uniform_backlog_keeps_its_age_order_and_a_requeued_job_still_goes_first() -> None:
+    """The team queue's one-pass check (one priority, one estimate, nobody requeued: the
+    age order) and what the sorts do once one job breaks it."""
+    from app.scheduling.ordering import team_queue
+
+    q = [job(f"j{i}", submitted_at=float(i), duration_estimate_s=600.0) for i in range(6)]
+    for now in (0.0, 1000.0, 10**6):
+        assert team_queue(q, now, True, 3600.0, 1800.0) is q
+        assert team_queue(q, now, True, 3600.0, 1800.0) == team_queue_reference(
+            q, now, True, 3600.0, 1800.0)
+    q[4] = job("j4", submitted_at=4.0, duration_estimate_s=600.0, preemption_count=1)
+    got = [j.id for j in team_queue(q, 0.0, True, 3600.0, 1800.0)]
+    assert got[0] == "j4" and got == [
+        j.id for j in team_queue_reference(q, 0.0, True, 3600.0, 1800.0)]
