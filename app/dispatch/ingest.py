@@ -8,7 +8,6 @@ Pods lost) go through the state rules one job at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from sqlalchemy.orm import Session
 
@@ -16,16 +15,9 @@ from app.cluster.interface import JobStatusEvent
 from app.dispatch.loops import Part
 from app.domain.spec import FailurePolicy
 from app.domain.states import ACTIVE
-from app.store.dispatch_rows import lock_jobs, retry_count
+from app.store.dispatch_rows import lock_jobs, past_time_limit, retry_count
 from app.store.orm import JobRow
 from app.store.state_changes import Change, apply_changes, change_state
-
-
-def past_limit(job: JobRow, now: datetime) -> bool:
-    """Has the job's current run reached its ``time_limit_s``?"""
-    limit = (job.spec or {}).get("time_limit_s")
-    return (job.status == "running" and job.started_at is not None and limit is not None
-            and (now - job.started_at).total_seconds() >= float(limit))
 
 
 @dataclass
@@ -102,7 +94,7 @@ class Ingest(Part):
         now = self.clock()
         if ev.phase == "running" and job.status == "admitted":
             change_state(session, job, "running", now=now, reason=None)
-        elif ev.phase in ("failed", "gone") and past_limit(job, now):
+        elif ev.phase in ("failed", "gone") and past_time_limit(session, now, [job.id]):
             # the run reached its time limit while no dispatcher stopped it (the kubelet's
             # deadline, a margin past the limit, ended it): the end the limit gives
             change_state(

@@ -54,19 +54,34 @@ def active_states(session: Session) -> dict[str, str]:
     }
 
 
+# the rule: a running job whose current run (from ``started_at``) has reached its limit
+_PAST_LIMIT_WHERE = (
+    "status = 'running' AND spec ->> 'time_limit_s' IS NOT NULL"
+    " AND started_at + make_interval(secs => CAST(spec ->> 'time_limit_s' AS float8))"
+    " <= CAST(:now AS timestamptz)"
+)
 _PAST_LIMIT = text(
     "SELECT id, CAST(spec ->> 'time_limit_s' AS float8) FROM jobs"
-    " WHERE status = 'running' AND spec ->> 'time_limit_s' IS NOT NULL"
-    " AND started_at + make_interval(secs => CAST(spec ->> 'time_limit_s' AS float8))"
-    " <= CAST(:now AS timestamptz) ORDER BY id"
+    f" WHERE {_PAST_LIMIT_WHERE} ORDER BY id"
+)
+_PAST_LIMIT_OF = text(
+    "SELECT id, CAST(spec ->> 'time_limit_s' AS float8) FROM jobs"
+    f" WHERE id = ANY(:ids) AND {_PAST_LIMIT_WHERE} ORDER BY id"
 )
 
 
-def past_time_limit(session: Session, now: datetime) -> list[tuple[int, float]]:
+def past_time_limit(
+    session: Session, now: datetime, job_ids: list[int] | None = None,
+) -> list[tuple[int, float]]:
     """(id, time_limit_s) of the running jobs whose current run has reached its limit
-    (``started_at`` is the run's start). Reads the running jobs only (the index leading
-    with the status), not the history."""
-    return [(int(i), float(s)) for i, s in session.execute(_PAST_LIMIT, {"now": now})]
+    (``started_at`` is the run's start), of all of them or of ``job_ids``: the one rule
+    the reconcile's stops and the ingest's reading of a Pod's end both ask. Reads the
+    running jobs only (the index leading with the status), not the history."""
+    if job_ids is None:
+        rows = session.execute(_PAST_LIMIT, {"now": now})
+    else:
+        rows = session.execute(_PAST_LIMIT_OF, {"now": now, "ids": job_ids})
+    return [(int(i), float(s)) for i, s in rows]
 
 
 def active_owners(session: Session) -> dict[str, tuple[str, str | None]]:
