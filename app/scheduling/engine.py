@@ -307,13 +307,15 @@ class Cycle:
                          cfg.unknown_duration_s, cfg.reservation_after_s, aged=aged is not None)
 
     # -- step 4 -------------------------------------------------------------
-    def admit(self, job: JobRequest) -> None:
+    def admit(self, job: JobRequest, sig: int | None = None) -> None:
         """Ask the gates in order (:data:`app.scheduling.gates.GATES`); the first that
         does not let the job through decides: it waits, never runs, or the preemptor
         tries to make room. Gates whose answer holds for the whole cycle
-        (``Gate.for_cycle``) are not asked again for a signature they let through."""
+        (``Gate.for_cycle``) are not asked again for a signature they let through.
+        ``sig``: the job's signature number (:meth:`Memo.number`), when the caller has it."""
         memo = self.memo
-        sig = memo.number(job)
+        if sig is None:
+            sig = memo.number(job)
         gates = self.later_gates if sig in memo.passed else self.gates
         fit = FIT
         for gate in gates:
@@ -813,7 +815,7 @@ class Cycle:
                     if job.id in slots or self.reservations < self.max_reservations:
                         maybe_reserve(job, sig)
                     continue
-            admit(job)
+            admit(job, sig)  # the signature's number, when it has one already
 
 
 def min_units(job: JobRequest, ctx: PlacementContext) -> float:

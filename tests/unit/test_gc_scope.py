@@ -15,9 +15,9 @@ def test_the_collector_stays_on_during_a_cycle(monkeypatch) -> None:
     seen: list[bool] = []
     admit = engine.Cycle.admit
 
-    def watching(self, j):
+    def watching(self, j, sig=None):
         seen.append(gc.isenabled())
-        return admit(self, j)
+        return admit(self, j, sig)
 
     monkeypatch.setattr(engine.Cycle, "admit", watching)
     assert gc.isenabled()
