@@ -9,7 +9,7 @@ from pathlib import Path
 from app.simulate.alibaba import read_nodes, read_pods
 from app.simulate.alibaba_timed import build_timed_scenario
 from app.simulate.philly import build_scenario, read_jobs, window
-from app.simulate.suite import combine, goals, headline_table, main, run_suite
+from app.simulate.suite import combine, goals, headline_table, main, over_windows, run_suite
 from tests.unit.openb_fixtures import write_nodes, write_pods
 from tests.unit.test_philly_builder import _philly_csv
 
@@ -85,6 +85,27 @@ def test_suite_runs_every_policy_and_checks_the_goals(tmp_path):
                         f" / {g['jain_slowdown']:.3f} / {g['thrown_away_pct']:.1f}")
 
 
+def _runs(gpuq: float, best: float) -> dict:
+    def s(jct: float) -> dict:
+        return {"summary": {"jct_mean_s": jct, "worst_team_wait_p99_s": 0.0,
+                            "max_team_slowdown": 1.0, "jain_slowdown": 1.0,
+                            "thrown_away_pct": 0.0}}
+    return {"gpuq": s(gpuq), "slurm": s(best)}
+
+
+def test_the_gap_goal_is_the_share_closed_and_at_the_bound_when_there_is_no_gap():
+    bound = {"jct_mean_s": 100.0}
+    # a gap of 40 s: closing 30 % means gpuq at most 128 s
+    assert goals(_runs(128.0, 140.0), bound)["closed"]["met"]
+    assert goals(_runs(128.0, 140.0), bound)["closed"]["share"] == 0.3
+    assert not goals(_runs(129.0, 140.0), bound)["closed"]["met"]
+    # the best baseline at the bound: nothing to close; met only by being there too
+    at = goals(_runs(100.0, 100.0), bound)
+    assert at["closed"]["share"] is None and at["closed"]["met"] and at["all"]
+    above = goals(_runs(100.5, 100.0), bound)
+    assert not above["closed"]["met"] and not above["all"]
+
+
 def test_runs_of_separate_processes_combine_into_one_report(tmp_path):
     a = {"load_average": 1.0, "policies": ["gpuq"],
          "scenarios": {"s1": {"path": "s1.yaml", "runs": {"gpuq": {"x": 1}}}}}
@@ -126,4 +147,9 @@ def test_readme_table_is_the_committed_evaluation_report():
     readme = (root / "README.md").read_text()
     assert readme_table(doc) in readme
     assert chosen_line(doc) in readme.replace("\n", " ")
+    # the goal's count as the report counts it (app.simulate.suite.over_windows)
+    w = over_windows(doc)
+    assert f"{w['met']['all']} of {w['windows']}" in readme.replace("\n", " ")
+    assert (f"gap {w['met']['closed']}, P99 {w['met']['worst_team_p99']}"
+            in readme.replace("\n", " "))
     assert len(doc["scenarios"]) >= 10  # the goal is stated over at least 10 windows
