@@ -211,3 +211,14 @@ def share_closed(gpuq: float | None, best: float | None, bound: float) -> float 
     if gpuq is None or best is None or best - bound <= 0:
         return None
     return (best - gpuq) / (best - bound)
+
+
+def closes_share(gpuq: float, best: float, bound: float, share: float) -> bool:
+    """Does gpuq close at least ``share`` of the best baseline's gap to the bound, i.e. is
+    its own gap at most ``1 - share`` of the best's? The same as :func:`share_closed` >=
+    ``share`` while the best has a gap; where it has none (at the bound, as every policy
+    can be on a window where each job starts at once on its fastest card) the share is
+    0/0, and gpuq closes it only by being at the bound too. The LP is solved to HiGHS's
+    tolerance, so "at" allows a millionth of the bound."""
+    slack = 1e-6 * abs(bound)
+    return gpuq - bound <= (1.0 - share) * max(0.0, best - bound) + slack

@@ -209,22 +209,9 @@ def over_windows(doc: dict[str, Any]) -> dict[str, Any]:
             "policies": {p: {k: _ci(v) for k, v in d.items()} for p, d in per.items()}}
 
 
-def at_most_closed_gap(gpuq: float, best: float, bound: float) -> bool:
-    """gpuq's gap to the bound is at most (1 - GOAL_CLOSED) of the best baseline's.
-
-    The same test as "the share closed is at least GOAL_CLOSED" while the best baseline
-    has a gap; where it has none (it is at the bound, as every policy can be on a window
-    where each job starts at once on its fastest card), the share is 0/0 and gpuq meets
-    the goal only by being at the bound too: nothing is left that any policy could close.
-    The LP is solved to HiGHS's tolerance, so "at" allows a millionth of the bound.
-    """
-    slack = 1e-6 * abs(bound)
-    return gpuq - bound <= (1.0 - GOAL_CLOSED) * max(0.0, best - bound) + slack
-
-
 def goals(runs: dict[str, Any], bound: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """gpuq against every baseline of the same run, per goal; None without both."""
-    from app.simulate.bound import share_closed
+    from app.simulate.bound import closes_share, share_closed
 
     rivals = [p for p in BASELINES if p in runs]
     if "gpuq" not in runs or not rivals:
@@ -249,8 +236,8 @@ def goals(runs: dict[str, Any], bound: dict[str, Any] | None = None) -> dict[str
     bf, jain = best("jain_slowdown", lower=False)
     gj, gp = g["jct_mean_s"] or 0.0, g["worst_team_wait_p99_s"]
     closed = share_closed(gj, jct, bound["jct_mean_s"]) if bound else None
-    closed_met = bound is not None and jct is not None and at_most_closed_gap(
-        gj, jct, bound["jct_mean_s"])
+    closed_met = bound is not None and jct is not None and closes_share(
+        gj, jct, bound["jct_mean_s"], GOAL_CLOSED)
     return {
         "jct": {"best": bj, "best_value": jct, "gpuq": gj, "met": within(gj, jct)},
         "worst_team_p99": {"best": bp, "best_value": p99, "gpuq": gp, "met": within(gp, p99)},
@@ -365,7 +352,7 @@ def goals_table(doc: dict[str, Any]) -> str:
             return "met" if x["met"] else "**not met**"
 
         j, w, c, m = g["jct"], g["worst_team_p99"], g["closed"], g["max_team_slowdown"]
-        share = ("- (no gap)" if c["share"] is None else f"{100 * c['share']:.0f} %")
+        share = "- (no gap)" if c["share"] is None else f"{100 * c['share']:.0f} %"
         lines.append(
             f"| {name} | {_f(j['gpuq'])} vs {_f(j['best_value'])} ({j['best']}) {ok(j)} | "
             f"{share} {ok(c)} | {_f(w['gpuq'])} vs {_f(w['best_value'])} ({w['best']}) {ok(w)} | "
