@@ -40,7 +40,7 @@ from tests.fakekube.objects import article_a100
 from tests.fakekube.server import FakeKube
 from tests.invariants import check_cluster, check_database
 from tests.realkube.both import BOTH, kube
-from tests.realkube.control_plane import KWOK_NODE_LABEL
+from tests.realkube.control_plane import KWOK_NODE_LABEL, LOSS_PATIENCE_S
 from tests.realkube.fixtures import OUTCOME_END, FinishingKubelet, KubeletThread, raw
 
 CONFIG = """
@@ -221,11 +221,6 @@ FAKE_SEQUENCES = ("disruption", "pressure", "node-loss", "hang", "slow", "gone",
 REAL_SEQUENCES = ("eviction", "pressure", "delete", "node-loss", "deposed")
 
 
-#: How long a lost real node waits for the taint eviction of its Pods: kwok's lease
-#: (4 s) lapses, node-monitor-grace-period (6 s) marks it Unknown, the node lifecycle
-#: controller taints it, DefaultTolerationSeconds (2 s) later its Pods are deleted; about
-#: 10-15 s when the machine is quiet, so a generous bound for a loaded one.
-LOSS_PATIENCE_S = 120.0
 
 
 class _Faults:

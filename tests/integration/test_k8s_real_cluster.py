@@ -445,9 +445,7 @@ def test_node_loss_goes_not_ready_and_taint_eviction_marks_the_pods(kube, cluste
     wait_for(lambda: any(t["key"] == "node.kubernetes.io/unreachable"
                          for t in kube.node("a100-0")["spec"].get("taints") or []), 20,
              "unreachable taint")
-    wait_for(lambda: (kube.pod(*_ns_name(p)) or {}).get("metadata", {})
-             .get("deletionTimestamp"), 30, "taint eviction")
-    pod = kube.pod(*_ns_name(p))
+    pod = kube.wait_evicted(*_ns_name(p))
     conds = {c["type"]: c.get("reason") for c in pod["status"].get("conditions") or []}
     assert conds.get("DisruptionTarget") == "DeletionByTaintManager"
     assert pod["status"]["phase"] == "Running"  # nobody on the node to stop it
@@ -458,8 +456,7 @@ def test_node_loss_goes_not_ready_and_taint_eviction_marks_the_pods(kube, cluste
 def test_node_loss_requeues_the_job(kube, cluster):
     p = _running(kube, cluster, "lost")
     _lose_node(kube, "a100-0")
-    wait_for(lambda: (kube.pod(*_ns_name(p)) or {}).get("metadata", {})
-             .get("deletionTimestamp"), 60, "taint eviction")
+    kube.wait_evicted(*_ns_name(p))
     got = _events_until(cluster, lambda g: any(e.phase == "gone" for e in g), timeout_s=15)
     assert "DeletionByTaintManager" in next(e.message for e in got if e.phase == "gone")
 

@@ -42,6 +42,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.realkube.control_plane import (
     KWOK_NODE_LABEL,
+    LOSS_PATIENCE_S,
     REPO,
     ControlPlane,
     MissingBinaries,
@@ -210,6 +211,23 @@ class RealKube:
     def node_ready(self, name: str) -> bool:
         conds = (self.node(name).get("status") or {}).get("conditions") or []
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+    def wait_evicted(self, namespace: str, name: str) -> dict:
+        """Wait (``LOSS_PATIENCE_S``) until the taint eviction controller has deleted the
+        Pod of a lost node (its deletionTimestamp is set); the Pod. A timeout says what the
+        node lifecycle controller logged about disruption mode and which Nodes were Ready,
+        the two things a slow eviction comes from (control_plane.LOSS_PATIENCE_S)."""
+        try:
+            wait_for(lambda: (self.pod(namespace, name) or {}).get("metadata", {})
+                     .get("deletionTimestamp"), LOSS_PATIENCE_S, "taint eviction")
+        except AssertionError as e:
+            log = self.s.cp.workdir / "kube-controller-manager.log"
+            lines = [ln for ln in log.read_text(errors="replace").splitlines()
+                     if "disruption mode" in ln] if log.exists() else []
+            ready = {n: self.node_ready(n) for n in sorted(self.node_names)}
+            raise AssertionError(f"{e}; Ready: {ready}; kube-controller-manager: "
+                                 f"{lines[-6:] or 'no disruption mode'}") from None
+        return self.pod(namespace, name)
 
     def update_node(self, name: str, fn: Callable[[dict], None]) -> None:
         """Read, change, replace; on a conflict read again and retry, as client-go's
