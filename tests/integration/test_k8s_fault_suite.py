@@ -221,8 +221,6 @@ FAKE_SEQUENCES = ("disruption", "pressure", "node-loss", "hang", "slow", "gone",
 REAL_SEQUENCES = ("eviction", "pressure", "delete", "node-loss", "deposed")
 
 
-
-
 class _Faults:
     """Injects one kind of fault at a time into ``kube`` while the suite's jobs run,
     and undoes the lasting ones (a hang, a lost node) a few rounds later."""
@@ -286,17 +284,11 @@ class _Faults:
         return True
 
     def _describe_lost(self, node: str, waited: float, on_node: list[dict]) -> str:
-        """The evidence when a lost node's Pods were not evicted in time: its conditions,
-        taints, its Pods, and the node lifecycle / taint eviction controllers' log."""
-        n = self.kube.node(node)
-        conds = {c["type"]: (c["status"], c.get("reason")) for c in
-                 (n.get("status") or {}).get("conditions") or []}
-        lines = [ln for ln in self.kube.s.cp.log_tail("kube-controller-manager", 400)
-                 .splitlines() if "node_lifecycle" in ln or "taint" in ln or "isruption" in ln]
-        return (f"node {node} lost {waited:.0f} s ago: conditions {conds}, taints "
-                f"{(n.get('spec') or {}).get('taints')}, Pods "
+        """The evidence when a lost node's Pods were not evicted in time: how long ago it
+        was lost, its Pods, and :meth:`RealKube.loss_evidence`."""
+        return (f"node {node} lost {waited:.0f} s ago, Pods "
                 f"{[(p['metadata']['name'], p['status'].get('phase')) for p in on_node]}; "
-                "controller-manager:\n" + "\n".join(lines[-25:]))
+                + self.kube.loss_evidence(node))
 
     def _recover_fake(self, node: str) -> None:
         self.kube.recover_node(node)

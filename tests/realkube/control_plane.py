@@ -120,9 +120,13 @@ class ControlPlane:
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
 
-    def log_tail(self, name: str, lines: int = 30) -> str:
+    def log_lines(self, name: str) -> list[str]:
+        """The lines ``name`` has logged so far (none before it started)."""
         p = self.workdir / f"{name}.log"
-        return "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) if p.exists() else ""
+        return p.read_text(errors="replace").splitlines() if p.exists() else []
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        return "\n".join(self.log_lines(name)[-lines:])
 
     def _wait(self, name: str, ready, timeout_s: float = 90.0) -> None:  # noqa: ANN001
         deadline = time.monotonic() + timeout_s

@@ -214,20 +214,32 @@ class RealKube:
 
     def wait_evicted(self, namespace: str, name: str) -> dict:
         """Wait (``LOSS_PATIENCE_S``) until the taint eviction controller has deleted the
-        Pod of a lost node (its deletionTimestamp is set); the Pod. A timeout says what the
-        node lifecycle controller logged about disruption mode and which Nodes were Ready,
-        the two things a slow eviction comes from (control_plane.LOSS_PATIENCE_S)."""
+        Pod of a lost node (its deletionTimestamp is set); the Pod. A timeout carries
+        :meth:`loss_evidence` for the Pod's node."""
+        def deleted() -> dict | None:
+            pod = self.pod(namespace, name)
+            return pod if pod and pod["metadata"].get("deletionTimestamp") else None
+
         try:
-            wait_for(lambda: (self.pod(namespace, name) or {}).get("metadata", {})
-                     .get("deletionTimestamp"), LOSS_PATIENCE_S, "taint eviction")
+            return wait_for(deleted, LOSS_PATIENCE_S, "taint eviction")
         except AssertionError as e:
-            log = self.s.cp.workdir / "kube-controller-manager.log"
-            lines = [ln for ln in log.read_text(errors="replace").splitlines()
-                     if "disruption mode" in ln] if log.exists() else []
-            ready = {n: self.node_ready(n) for n in sorted(self.node_names)}
-            raise AssertionError(f"{e}; Ready: {ready}; kube-controller-manager: "
-                                 f"{lines[-6:] or 'no disruption mode'}") from None
-        return self.pod(namespace, name)
+            node = ((self.pod(namespace, name) or {}).get("spec") or {}).get("nodeName")
+            raise AssertionError(f"{e}; {self.loss_evidence(node)}") from None
+
+    def loss_evidence(self, node: str | None) -> str:
+        """Why a lost node's Pods may not have been evicted yet: its conditions and taints,
+        which Nodes are Ready (all NotReady: the node lifecycle controller's "master
+        disruption mode", control_plane.LOSS_PATIENCE_S), and what the node lifecycle and
+        taint eviction controllers logged."""
+        n = self.node(node) if node else {}
+        conds = {c["type"]: (c["status"], c.get("reason")) for c in
+                 (n.get("status") or {}).get("conditions") or []}
+        ready = {name: self.node_ready(name) for name in sorted(self.node_names)}
+        lines = [ln for ln in self.s.cp.log_lines("kube-controller-manager")
+                 if "node_lifecycle" in ln or "taint" in ln or "isruption" in ln]
+        return (f"node {node}: conditions {conds}, taints "
+                f"{(n.get('spec') or {}).get('taints')}; Ready: {ready}; "
+                "controller-manager:\n" + "\n".join(lines[-25:]))
 
     def update_node(self, name: str, fn: Callable[[dict], None]) -> None:
         """Read, change, replace; on a conflict read again and retry, as client-go's
