@@ -133,6 +133,34 @@ def test_fifo_typed_with_a_speed_preference_takes_the_fastest_allowed_type():
     assert _type_of(run_policy(text, "fifo-typed", prefer_speed=True)) == "a100-80g"
 
 
+
+ONE_CARD = """
+gpu_types: [{name: a100-80g, memory_gb: 80, weight: 10}]
+nodes: [{name: a, count: 1, gpu_type: a100-80g, gpus: 1, cpu: 64, memory_gb: 512}]
+pools: [{name: p}]
+teams: [{name: t1, pool: p}]
+jobs:
+  - {name: first, team: t1, submit_at_s: 0, runtime_s: 100, resources: {gpus: 1}}
+  - {name: long, team: t1, submit_at_s: 1, runtime_s: 500, duration_estimate_s: 500,
+     resources: {gpus: 1}}
+  - {name: short, team: t1, submit_at_s: 2, runtime_s: 50, duration_estimate_s: 50,
+     resources: {gpus: 1}}
+  - {name: unknown, team: t1, submit_at_s: 3, runtime_s: 10, resources: {gpus: 1}}
+"""
+
+
+def test_fifo_typed_shortest_first_orders_the_queue_by_expected_run_time():
+    """The reference order: shortest expected run first, a job with no estimate (and no
+    history to predict from) after the ones with one; plain FIFO keeps submit order."""
+    fifo = jobs_by_name(run_policy(ONE_CARD, "fifo-typed"))
+    assert [fifo[n]["start_s"] for n in ("long", "short", "unknown")] == [100.0, 600.0, 650.0]
+    sjf = jobs_by_name(run_policy(ONE_CARD, "fifo-typed", shortest_first=True))
+    assert [sjf[n]["start_s"] for n in ("short", "long", "unknown")] == [100.0, 150.0, 650.0]
+    assert "shortest_first" not in {k for s in GRIDS["fifo-typed"] for k in s}
+    assert parse_settings("fifo-typed", "prefer_speed=True, shortest_first=True") == {
+        "prefer_speed": True, "shortest_first": True}
+
+
 # -- Kueue ------------------------------------------------------------------------------
 
 def test_kueue_flavor_order_and_when_can_borrow():
