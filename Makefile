@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-serial lint bench bench-kube bench-kube-large docs clean docs-assets traces kube-bin evaluation kueue-bin fidelity fidelity-slurm
+.PHONY: run test test-serial lint bench bench-kube bench-kube-large docs clean docs-assets traces kube-bin evaluation kueue-bin volcano-bin fidelity fidelity-volcano fidelity-slurm
 
 # `make run` installs only what the server needs; `make test` adds the test, plot and
 # evaluation extras. pip shows its progress (a first install takes a minute or two).
@@ -110,6 +110,24 @@ fidelity: $(STAMP)
 		--system kube-scheduler --speedup 20 --tolerance 100 --compare --out $(FIDELITY_OUT)
 	nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
 		--system gpuq --speedup 20 --tolerance 100 --compare --out $(FIDELITY_OUT)
+
+# The real Volcano (scheduler and controller manager) of the same harness. The Go module
+# proxy refuses volcano.sh/volcano, so it is built from a source checkout of
+# github.com/volcano-sh/volcano: make volcano-bin VOLCANO_SRC=DIR; git-ignored.
+VOLCANO_BIN ?= .volcano-bin
+volcano-bin:
+	@test -n "$(VOLCANO_SRC)" || { echo "set VOLCANO_SRC to a checkout of github.com/volcano-sh/volcano (the Go module proxy refuses the module)"; exit 2; }
+	tools/volcano/build.sh $(VOLCANO_SRC) $(VOLCANO_BIN)
+
+# Volcano fidelity (docs/evaluation.md): every eval/fidelity scenario on real Volcano, the
+# chart's configuration and the setting the tuning chose, compared with the volcano model.
+VOLCANO_TUNED ?= overcommit_factor=None
+fidelity-volcano: $(STAMP)
+	GPUQ_VOLCANO_BIN=$(VOLCANO_BIN) nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
+		--system volcano --speedup 20 --tolerance 100 --compare --out $(FIDELITY_OUT)
+	GPUQ_VOLCANO_BIN=$(VOLCANO_BIN) nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
+		--system volcano --volcano-settings $(VOLCANO_TUNED) --speedup 20 --tolerance 100 \
+		--compare --out $(FIDELITY_OUT)/tuned
 
 # Slurm fidelity (docs/evaluation.md): real Slurm 22.05 on this machine (as root, after
 # apt-get install -y slurmctld slurmd slurm-client slurmdbd munge mariadb-server) on every

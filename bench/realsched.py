@@ -81,12 +81,15 @@ from app.scheduling.filters import allowed_types
 from app.scheduling.model import Snapshot
 from app.simulate.all_policies import make_policy
 from app.simulate.baseline_tuning import build
+from app.simulate.baseline_tuning import parse_settings as baseline_settings
 from app.simulate.baselines.kueue import KueuePolicy, KueueSettings
+from app.simulate.baselines.volcano import VolcanoSettings
 from app.simulate.replay import ScenarioModel, SimJob, SimulationResult, Simulator, to_json
 from app.store.db import make_engine, make_session_factory
 from app.store.jobs import submit_jobs
 from app.store.node_rows import gpu_type_configs
 from app.store.orm import JobRow
+from bench.real_volcano import job_settings, pod_settings, running_volcano
 from tests.fakekube.db import fresh_database
 from tests.fakekube.fixtures import elector, make_cluster
 from tests.realkube.control_plane import (
@@ -96,14 +99,15 @@ from tests.realkube.control_plane import (
     free_port,
     running_control_plane,
 )
-from tests.realkube.fixtures import RealKube, Session, wait_for
+from tests.realkube.fixtures import RealKube, Session, install_crds, wait_for
 
-SYSTEMS = ("kueue", "kube-scheduler", "gpuq")
+SYSTEMS = ("kueue", "volcano", "kube-scheduler", "gpuq")
 #: the model of each system in app/simulate/all_policies.py: kube-scheduler's default
 #: profile is what ``fifo-typed`` stands for (one queue in submit order, no head-of-line
 #: blocking, only the allowed types; it places a job's replicas all or nothing, which
 #: kube-scheduler does not, and takes nodes by name where kube-scheduler scores them)
-MODEL_OF = {"kueue": "kueue", "gpuq": "gpuq", "kube-scheduler": "fifo-typed"}
+MODEL_OF = {"kueue": "kueue", "volcano": "volcano", "gpuq": "gpuq",
+            "kube-scheduler": "fifo-typed"}
 JOB_LABEL = "gpuq.bench/job"
 KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -176,8 +180,10 @@ def team_ns(team: str) -> str:
     return f"team-{team}"
 
 
-def k8s_job(sc: Scenario, j: SimJob, system: str, speedup: float) -> dict:
-    """One scenario job as the ``batch/v1`` Job its team would create."""
+def k8s_job(sc: Scenario, j: SimJob, system: str, speedup: float,
+            volcano: VolcanoSettings | None = None) -> dict:
+    """One scenario job as the ``batch/v1`` Job its team would create (for Volcano, with
+    ``volcano``'s Pod settings: bench/real_volcano.py)."""
     model = sc.model
     spec = j.spec
     replicas = spec.replicas or 1
@@ -201,7 +207,11 @@ def k8s_job(sc: Scenario, j: SimJob, system: str, speedup: float) -> dict:
     labels = {"gpuq.bench/job": j.spec.name}
     if system == "kueue":
         labels[QUEUE_LABEL] = j.request.team
-    return {"apiVersion": "batch/v1", "kind": "Job",
+    if system == "volcano":
+        speed = {t: model.cluster.gpu_types[t].speed for t in allowed if t in present}
+        pod_settings(pod, sorted(((sc.products[t], v) for t, v in speed.items()),
+                                 key=lambda pv: (-pv[1], pv[0])), volcano or VolcanoSettings())
+    job = {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": j.spec.name, "namespace": team_ns(j.request.team),
                          "labels": labels},
             "spec": {"parallelism": replicas, "completions": replicas, "backoffLimit": 0,
@@ -210,6 +220,9 @@ def k8s_job(sc: Scenario, j: SimJob, system: str, speedup: float) -> dict:
                          "outcome.gpuq.test/end": "Succeeded",
                          "outcome.gpuq.test/run-for": f"{j.runtime_s / speedup:.3f}s"}},
                          "spec": pod}}}
+    if system == "volcano":
+        job_settings(job, j.request.team, replicas)
+    return job
 
 
 # ------------------------------------------------------------------ Kueue
@@ -306,16 +319,7 @@ def running_kueue(s: Session, sc: Scenario, settings: KueueSettings | None = Non
     """Kueue's CRDs and configuration installed (the model's ``settings``), its manager
     running (stopped after)."""
     d = find_kueue()
-    ext = client.ApiextensionsV1Api(s.admin)
-    for f in sorted((d / "kueue-crds").glob("*.yaml")):
-        ext.create_custom_resource_definition(yaml.safe_load(f.read_text()))
-
-    def established() -> bool:
-        crds = [c for c in ext.list_custom_resource_definition().items
-                if c.spec.group == KUEUE_API[0]]
-        return bool(crds) and all(any(x.type == "Established" and x.status == "True"
-                                      for x in (c.status.conditions or [])) for c in crds)
-    wait_for(established, 60, "Kueue CRDs established")
+    install_crds(s.admin, d / "kueue-crds", "Kueue")
     s.core.create_namespace({"metadata": {"name": "kueue-system"}})
     w = s.cp.workdir
     self_signed(w / "kueue-certs")
@@ -370,8 +374,11 @@ class Life:
     types: list[str] = field(default_factory=list)
 
 
-def replay(s: Session, sc: Scenario, system: str, speedup: float, timeout_s: float) -> dict:
-    """Replay ``sc`` on the running cluster; the result document of ``gpuq simulate``."""
+def replay(s: Session, sc: Scenario, system: str, speedup: float, timeout_s: float,
+           volcano: VolcanoSettings | None = None) -> dict:
+    """Replay ``sc`` on the running cluster; the result document of ``gpuq simulate``.
+    A preemption is a Job suspended again (Kueue) or, for Volcano, which evicts Pods, a
+    running Job with fewer Pods ready or done than it has replicas."""
     model = sc.model
     sim = Simulator(model, make_policy("fifo-typed"), "fifo-typed")  # its jobs, not its run
     jobs = sorted(sim.jobs, key=lambda j: (j.submit_s, j.index))
@@ -391,7 +398,7 @@ def replay(s: Session, sc: Scenario, system: str, speedup: float, timeout_s: flo
             if delay > 0:
                 time.sleep(delay)
             batch.create_namespaced_job(team_ns(j.request.team),
-                                        k8s_job(sc, j, system, speedup))
+                                        k8s_job(sc, j, system, speedup, volcano))
 
     th = threading.Thread(target=submit, daemon=True)
     th.start()
@@ -410,13 +417,20 @@ def replay(s: Session, sc: Scenario, system: str, speedup: float, timeout_s: flo
                 continue
             suspended = bool(k.spec.suspend)
             ready = (k.status.ready or 0) if k.status else 0
+            # Pods done: counted, or ended and not yet counted (the Job controller counts
+            # a Pod after removing its tracking finalizer, pkg/controller/job)
+            uncounted = k.status.uncounted_terminated_pods if k.status else None
+            finished = ((k.status.succeeded or 0) if k.status else 0) + len(
+                (uncounted.succeeded or []) if uncounted else [])
             done = any(c.type == "Complete" and c.status == "True"
                        for c in (k.status.conditions or []))
             if not life.admitted and not suspended:
                 life.admitted = True
                 events.append({"t": t, "type": "admit", "job": name})
-            if life.admitted and suspended:  # Kueue evicted it: preempted or reclaimed
-                life.admitted = False
+            evicted = (system == "volcano" and life.running and not done
+                       and ready + finished < (j.spec.replicas or 1))
+            if life.admitted and (suspended or evicted):  # preempted or reclaimed
+                life.admitted = not suspended
                 if life.running:
                     j.preemptions += 1
                     _stop(j, life, t, finished=False)
@@ -688,7 +702,8 @@ def agreement_table(rows: list[tuple[str, int, dict[str, Any]]], tolerance_s: fl
 
 # ------------------------------------------------------------------ the command
 def run(scenario: Path, system: str, speedup: float, timeout_s: float,
-        kueue_settings: KueueSettings | None = None) -> dict:
+        kueue_settings: KueueSettings | None = None,
+        volcano_settings: VolcanoSettings | None = None) -> dict:
     sc = Scenario.load(scenario)
     model = sc.model
     with running_control_plane(scheduler_qps=100) as cp:
@@ -705,12 +720,14 @@ def run(scenario: Path, system: str, speedup: float, timeout_s: float,
         for team in sorted({sp.team for sp in model.specs} | set(model.cluster.teams)):
             s.core.create_namespace({"metadata": {"name": team_ns(team)}})
             wait_for(lambda t=team: _has_default_sa(s, team_ns(t)), 60, "default ServiceAccount")
+        weights = {t: info.weight for t, info in model.cluster.teams.items()}
         if system == "gpuq":
             doc = replay_gpuq(s, sc, speedup, timeout_s)
         else:
             with (running_kueue(s, sc, kueue_settings) if system == "kueue"
+                  else running_volcano(s, weights, volcano_settings) if system == "volcano"
                   else contextlib.nullcontext()):
-                doc = replay(s, sc, system, speedup, timeout_s)
+                doc = replay(s, sc, system, speedup, timeout_s, volcano_settings)
         cp.check_alive()
     doc["scenario"] = str(scenario)
     return doc
@@ -760,13 +777,18 @@ def main() -> None:
                     help="the Kueue model's settings, as the tuning names them, e.g. "
                     "flavor_order=fastest,nominal=cohort,cover_cpu_memory=true (default: "
                     "its defaults); the real Kueue is configured the same way")
+    ap.add_argument("--volcano-settings", default="",
+                    type=lambda t: baseline_settings("volcano", t),
+                    help="the Volcano model's settings, e.g. reclaim=False (default: its "
+                    "defaults, the tuned setting); the real Volcano is configured the same way")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores (shared), "
           f"load {os.getloadavg()[0]:.1f}; speed-up {a.speedup:g}x, tolerance {a.tolerance:g} s")
     rows = []
     for sc in a.scenarios:
         t = time.monotonic()
-        doc = run(sc, a.system, a.speedup, a.timeout, KueueSettings(**a.kueue_settings))
+        doc = run(sc, a.system, a.speedup, a.timeout, KueueSettings(**a.kueue_settings),
+                  VolcanoSettings(**a.volcano_settings))
         s = doc["summary"]
         print(f"{sc.name}: {a.system} (real): {s['jobs']} jobs, {s['finished']} finished in "
               f"{time.monotonic() - t:.0f} s wall")
@@ -776,7 +798,8 @@ def main() -> None:
             out.write_text(json.dumps(doc, indent=1))
         if a.compare and a.system in MODEL_OF:
             m = model_doc(Scenario.load(sc).model, MODEL_OF[a.system],
-                          a.kueue_settings if a.system == "kueue" else None)
+                          {"kueue": a.kueue_settings, "volcano": a.volcano_settings}.get(
+                              a.system) or None)
             ag = agreement(doc, m, a.tolerance)
             rows.append((sc.stem, s["jobs"], ag))
             for d in ag["differ"]:

@@ -74,12 +74,15 @@ GRIDS: dict[str, list[Settings]] = {
         {"flavor_order": "fastest", "nominal": "cohort", "cover_cpu_memory": True},
         {"flavor_order": "fastest", "nominal": "cohort"},
     ],
-    # resource model, speed preference (preferred node affinity), reclaim action
+    # resource model, speed preference (preferred node affinity), reclaim action, the
+    # overcommit plugin (in the chart's conf, factor 1.2) or not
+    # (docs/user-guide/how_to_configure_scheduler.md: an operator's choice of plugins)
     "volcano": [
         {},
         {"reclaim": False},
         {"prefer_speed": False},
         {"resource_model": "pinned"},
+        {"overcommit_factor": None},
     ],
     # node Weight by GPU type, PriorityMaxAge, time limits from the history's prediction
     # or DefaultTime; bf_window >= the longest time limit and bf_max_job_test 500 in all

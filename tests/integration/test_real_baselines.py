@@ -6,9 +6,15 @@ decisions: the borrower's job is preempted when the lender asks for its nominal 
 and the lender's job starts then. gpuq itself (its dispatcher and Kubernetes backend)
 replays the same scenario on the same kind of cluster, recorded as the same document.
 
+Real Volcano (bench/real_volcano.py) replays a scenario where its enqueue gate decides:
+on a full cluster a late team's job is not enqueued (the overcommit plugin), so it
+neither reclaims nor starts until a card frees, as our Volcano model says.
+
 Skips loudly without the binaries: GPUQ_REQUIRE_REAL_KUBE=1 turns a missing control
-plane into a failure, as for the other real-cluster tests, and GPUQ_REQUIRE_REAL_KUEUE=1
-a missing Kueue (``make kueue-bin`` is a 12-minute cold build on 2 cores)."""
+plane into a failure, as for the other real-cluster tests, GPUQ_REQUIRE_REAL_KUEUE=1
+a missing Kueue (``make kueue-bin`` is a 12-minute cold build on 2 cores) and
+GPUQ_REQUIRE_REAL_VOLCANO=1 a missing Volcano (the Go module proxy refuses its module:
+tools/volcano/build.sh builds it from a source checkout)."""
 
 from __future__ import annotations
 
@@ -16,8 +22,20 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from app.simulate.baselines.kueue import KueueSettings
+from app.simulate.baselines.volcano import VolcanoSettings
+from bench.real_volcano import (
+    MIN_MEMBER_KEY,
+    QUEUE_KEY,
+    MissingVolcano,
+    find_volcano,
+    job_settings,
+    pod_settings,
+    queue_weights,
+    scheduler_conf,
+)
 from bench.realsched import (
     MissingKueue,
     Scenario,
@@ -105,16 +123,20 @@ def test_kueue_settings_text_says_what_is_wrong(text: str):
         parse_settings(text)
 
 
-def _binaries(kueue: bool = True) -> None:
-    for find, missing, strict in ((find_binaries, MissingBinaries, "GPUQ_REQUIRE_REAL_KUBE"),
-                                  (find_kueue, MissingKueue, "GPUQ_REQUIRE_REAL_KUEUE")
-                                  )[:2 if kueue else 1]:
+def _binaries(kueue: bool = True, volcano: bool = False) -> None:
+    needed = [(find_binaries, MissingBinaries, "GPUQ_REQUIRE_REAL_KUBE", "KUEUE")]
+    if kueue:
+        needed.append((find_kueue, MissingKueue, "GPUQ_REQUIRE_REAL_KUEUE", "KUEUE"))
+    if volcano:
+        needed[0] = needed[0][:3] + ("VOLCANO",)
+        needed.append((find_volcano, MissingVolcano, "GPUQ_REQUIRE_REAL_VOLCANO", "VOLCANO"))
+    for find, missing, strict, system in needed:
         try:
             find()
         except missing as e:
             if os.environ.get(strict):
                 pytest.fail(f"{strict} is set but {e}", pytrace=False)
-            pytest.skip(f"REAL KUEUE NOT RUN: {e}")
+            pytest.skip(f"REAL {system} NOT RUN: {e}")
 
 
 def test_real_kueue_reclaims_as_the_model_does(tmp_path: Path):
@@ -152,5 +174,71 @@ def test_real_gpuq_records_the_same_document_as_its_simulation(tmp_path: Path):
     assert set(real["jobs"][0]) == set(modelled["jobs"][0])
     assert jobs["borrows"]["gpu_types"] == jobs["nominal"]["gpu_types"] == ["a100-80g"]
     assert all(j["first_start_s"] is not None for j in jobs.values())
+    ag = agreement(real, modelled, tolerance_s=100.0)
+    assert ag["victims"] == 1.0 and ag["types"] == 1.0, ag
+
+
+def test_volcano_configuration_follows_the_model():
+    """Without binaries: the scheduler conf is the chart's with the model's actions and
+    overcommit plugin, Pods ask Volcano with a preferred affinity by speed, and each Job
+    carries its queue, its gang size and a failure policy that reruns an evicted Pod."""
+    conf = yaml.safe_load(scheduler_conf(VolcanoSettings()))
+    assert conf["actions"] == "enqueue, allocate, backfill, reclaim"
+    names = [p["name"] for tier in conf["tiers"] for p in tier["plugins"]]
+    assert names == ["priority", "gang", "conformance", "overcommit", "drf", "predicates",
+                     "proportion", "nodeorder", "binpack"]
+    off = yaml.safe_load(scheduler_conf(VolcanoSettings(overcommit_factor=None, reclaim=False)))
+    assert off["actions"] == "enqueue, allocate, backfill"
+    assert "overcommit" not in [p["name"] for t in off["tiers"] for p in t["plugins"]]
+    two = yaml.safe_load(scheduler_conf(VolcanoSettings(overcommit_factor=2.0)))
+    assert {"name": "overcommit", "arguments": {"overcommit-factor": 2.0}} in two["tiers"][1][
+        "plugins"]
+    pod: dict = {}
+    pod_settings(pod, [("A100", 1.0), ("V100", 0.5)], VolcanoSettings())
+    assert pod["schedulerName"] == "volcano"
+    prefs = pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [(p["weight"], p["preference"]["matchExpressions"][0]["values"]) for p in prefs] == [
+        (100, ["A100"]), (50, ["V100"])]
+    job: dict = {"metadata": {}, "spec": {"template": {"metadata": {}}}}
+    job_settings(job, "nlp", 3)
+    assert job["metadata"]["annotations"] == {QUEUE_KEY: "nlp", MIN_MEMBER_KEY: "3"}
+    assert job["spec"]["template"]["metadata"]["annotations"] == {QUEUE_KEY: "nlp"}
+    assert job["spec"]["podFailurePolicy"]["rules"][0]["onPodConditions"] == [
+        {"type": "DisruptionTarget"}]
+    assert queue_weights({"a": 0.5, "b": 1.0}) == {"a": 10, "b": 20}
+
+
+OVERCOMMIT = """
+gpu_types:
+  - {name: a100-80g, memory_gb: 80, weight: 10, product: NVIDIA-A100-SXM4-80GB}
+nodes:
+  - {name: a100, count: 1, gpu_type: a100-80g, gpus: 4, cpu: 64, memory_gb: 512}
+pools: [{name: p}]
+teams: [{name: early, pool: p}, {name: late, pool: p}]
+jobs:
+""" + "".join(f"  - {{name: e{i}, team: early, submit_at_s: {10 * i}, runtime_s: 600, "
+              f"resources: {{gpus: 1}}}}\n" for i in range(4)) + (
+    "  - {name: late, team: late, submit_at_s: 100, runtime_s: 200, resources: {gpus: 1}}\n")
+
+
+def test_real_volcano_does_not_enqueue_past_the_overcommit_factor(tmp_path: Path):
+    """The 4-card node is full when "late" arrives: 1.2 x 4 - 4 = 0.8 cards are left to
+    enqueue, too few for its one card, so real Volcano neither reclaims for it (its team
+    deserves 2 cards) nor starts it before an early job ends; the model says the same, and
+    without the overcommit plugin it would have reclaimed at once."""
+    f = tmp_path / "s.yaml"
+    f.write_text(OVERCOMMIT)
+    modelled = model_doc(Scenario.load(f).model, "volcano")
+    mj = {j["name"]: j for j in modelled["jobs"]}
+    assert mj["late"]["first_start_s"] >= 600.0 and not any(j["preemptions"] for j in mj.values())
+    ungated = model_doc(Scenario.load(f).model, "volcano", {"overcommit_factor": None})
+    assert {j["name"]: j for j in ungated["jobs"]}["late"]["first_start_s"] == 100.0
+    _binaries(kueue=False, volcano=True)
+    real = run(f, "volcano", speedup=25.0, timeout_s=240)
+    jobs = {j["name"]: j for j in real["jobs"]}
+    assert all(j["status"] == "succeeded" for j in jobs.values()), jobs
+    assert set(real["summary"]) == set(modelled["summary"])
+    assert jobs["late"]["first_start_s"] >= 600.0, jobs["late"]
+    assert not any(j["preemptions"] for j in jobs.values()), jobs
     ag = agreement(real, modelled, tolerance_s=100.0)
     assert ag["victims"] == 1.0 and ag["types"] == 1.0, ag

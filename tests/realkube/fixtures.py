@@ -83,6 +83,26 @@ def wait_for(pred: Callable[[], Any], timeout_s: float = 20.0, what: str = "cond
         time.sleep(0.1)
 
 
+def install_crds(admin: client.ApiClient, folder: Path, what: str) -> None:
+    """Every CustomResourceDefinition in ``folder``'s YAML files created, then waited for
+    until the API server has established each (a real scheduler's informers fail on a
+    resource the server does not serve yet)."""
+    ext = client.ApiextensionsV1Api(admin)
+    names = set()
+    for f in sorted(folder.glob("*.yaml")):
+        body = yaml.safe_load(f.read_text())
+        names.add(body["metadata"]["name"])
+        ext.create_custom_resource_definition(body)
+
+    def established() -> bool:
+        crds = [c for c in ext.list_custom_resource_definition().items
+                if c.metadata.name in names]
+        return len(crds) == len(names) and all(
+            any(x.type == "Established" and x.status == "True"
+                for x in (c.status.conditions or [])) for c in crds)
+    wait_for(established, 60, f"{what} CRDs established")
+
+
 class Session:
     """The control plane plus admin and gpuq clients, set up once per test session."""
 

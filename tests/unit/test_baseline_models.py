@@ -162,7 +162,8 @@ jobs:
 
 
 def test_volcano_reclaims_up_to_the_deserved_share_and_places_gangs_whole():
-    doc = run_policy(VOLCANO, "volcano")
+    # the reclaim action alone: without the overcommit plugin every job is enqueued
+    doc = run_policy(VOLCANO, "volcano", overcommit_factor=None)
     jobs = jobs_by_name(doc)
     # "early" took all 8 cards; "late" (equal weight, deserves 4 of them once it asks)
     # reclaims one card per waiting job at once
@@ -174,6 +175,20 @@ def test_volcano_reclaims_up_to_the_deserved_share_and_places_gangs_whole():
     g = jobs["gang"]
     assert len(g["allocations"]) == 2 and len({a["node"] for a in g["allocations"]}) == 2
     assert g["start_s"] >= 4000.0
+
+
+def test_volcano_enqueues_only_within_the_overcommit_factor():
+    """overcommit (factor 1.2): on the full 8-card cluster 1.6 cards are left to enqueue, so
+    of the two 1-card jobs that arrive together one is enqueued and reclaims at once, the
+    other only in the next session (the first is then running, no longer Inqueue); the
+    gang (8 cards) is never enqueued while the cluster is that full: it neither reclaims
+    nor starts before the early jobs end."""
+    doc = run_policy(VOLCANO, "volcano")
+    jobs = jobs_by_name(doc)
+    rec = sorted(e["t"] for e in doc["events"] if e["type"] == "reclaim")
+    assert rec[0] == 100.0 and len([t for t in rec if t == 100.0]) == 1 and rec[1] > 100.0
+    assert jobs["l0"]["start_s"] == 100.0 and jobs["l1"]["start_s"] == rec[1]
+    assert jobs["gang"]["start_s"] >= 4000.0
 
 
 BACKFILL = """

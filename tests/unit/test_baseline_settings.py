@@ -232,10 +232,12 @@ jobs:
 
 
 def test_volcano_per_task_deserved_check():
-    # each queue deserves 4 of the 8 cards; "six" would take queue a above it
-    on = jobs_by_name(run_policy(DESERVED, "volcano"))
+    # each queue deserves 4 of the 8 cards; "six" would take queue a above it (the check
+    # alone: without the overcommit plugin both jobs are enqueued at once)
+    on = jobs_by_name(run_policy(DESERVED, "volcano", overcommit_factor=None))
     assert on["four"]["start_s"] == 0.0 and on["six"]["start_s"] >= 1000.0
-    off = jobs_by_name(run_policy(DESERVED, "volcano", per_task_check=False, reclaim=False))
+    off = jobs_by_name(run_policy(DESERVED, "volcano", per_task_check=False, reclaim=False,
+                                  overcommit_factor=None))
     assert off["six"]["start_s"] == 0.0 and off["four"]["start_s"] >= 1000.0
 
 
@@ -251,6 +253,9 @@ jobs:
 """ + "".join(f"  - {{name: e{i}, team: early, submit_at_s: 0, runtime_s: 4000, "
               f"resources: {{gpus: 1}}}}\n" for i in range(4)) + \
         "  - {name: l, team: late, submit_at_s: 100, runtime_s: 500, resources: {gpus: 1}}\n"
-    assert [e for e in run_policy(text, "volcano")["events"] if e["type"] == "reclaim"]
-    assert not [e for e in run_policy(text, "volcano", reclaim=False)["events"]
+    # without the overcommit plugin the late job is enqueued on the full cluster
+    assert [e for e in run_policy(text, "volcano", overcommit_factor=None)["events"]
+            if e["type"] == "reclaim"]
+    assert not [e for e in run_policy(text, "volcano", reclaim=False,
+                                      overcommit_factor=None)["events"]
                 if e["type"] == "reclaim"]

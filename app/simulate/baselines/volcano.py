@@ -16,6 +16,16 @@ tuning windows by :mod:`app.simulate.baseline_tuning`):
   ``installer/helm/chart/volcano/config/volcano-scheduler.conf``; backfill
   only places best-effort pods, which these jobs are not) or, with
   ``reclaim``, ``"enqueue, allocate, backfill, reclaim"``.
+* **enqueue** + **overcommit** (``actions/enqueue/enqueue.go``,
+  ``plugins/overcommit/overcommit.go``): only an enqueued job (its PodGroup
+  ``Inqueue``) is allocated or reclaims; a job is enqueued while the enqueued
+  jobs' minimum resources with its own stay within ``overcommit_factor``
+  (the plugin's default 1.2) times the cluster's allocatable less what is in
+  use, in every resource it requests (cards, CPU, memory). So on a full
+  cluster a job larger than a fifth of it waits, not enqueued, for running
+  work to end -- it neither starts nor reclaims. ``overcommit_factor: None``
+  is the conf without the plugin (every job enqueued). A job whose Pods were
+  evicted is Pending again and enqueued anew.
 * **Queues**: one per team, ``weight`` = the team's weight. **Resources**
   (``resource_model``): ``affinity`` -- the usual setup: pods request
   ``nvidia.com/gpu`` (cards, no CU) with a required node affinity on the GPU
@@ -53,14 +63,16 @@ tuning windows by :mod:`app.simulate.baseline_tuning`):
   single-replica jobs (``gang``'s preemptable rule keeps a gang at its
   ``min_available``), until the job fits on one set of nodes.
 
-Left out: no enqueue overcommit factor (every job is enqueued), no
-hierarchical queues, no ``capability`` caps, CPU and memory are not counted in
+Left out: no hierarchical queues, no ``capability`` caps, CPU and memory are not counted in
 the deserved shares (the GPU is every job's dominant resource here), no
 task-level partial eviction of gangs, no preempt action
 (all jobs of the scenarios share one priority class or are P0/P1/P2 from
 gpuq's tiers, which Volcano would express as priority classes; ``preempt``
 within a queue is not modelled). A reclaimed job is evicted and admitted in
-the same cycle (Volcano pipelines it until the victims are gone).
+the same cycle (Volcano pipelines it until the victims are gone). Which node a
+job reclaims on: the model takes the nodes by name; Volcano takes them in the
+order its parallel predicate workers return them (``reclaimForTask``), which
+no setting fixes, so its victims can differ where several nodes would do.
 """
 
 from __future__ import annotations
@@ -136,10 +148,15 @@ class VolcanoSettings:
     prefer_speed: bool = True  # affinity only: a preferred node affinity for faster models
     reclaim: bool = True  # the reclaim action enabled
     per_task_check: bool = True  # proportion's queueAllocatable (always on upstream)
+    # the overcommit plugin's factor (the chart's conf has the plugin, its default 1.2);
+    # None: the plugin taken out of the conf, every job enqueued at once
+    overcommit_factor: float | None = 1.2
 
     def __post_init__(self) -> None:
         if self.resource_model not in ("affinity", "pinned"):
             raise ValueError("resource_model must be affinity or pinned")
+        if self.overcommit_factor is not None and self.overcommit_factor < 1.0:
+            raise ValueError("overcommit_factor is at least 1 (Volcano replaces a smaller one)")
 
 
 class VolcanoPolicy:
@@ -151,6 +168,11 @@ class VolcanoPolicy:
         self.settings = settings or VolcanoSettings()
         self.capacity: Vec = {}  # GPU model -> cards
         self.res_capacity: Vec = {}  # the queues' resources -> cards
+        self.total: Vec = {}  # the cluster's allocatable: GPU resources, cpu, memory
+        # jobs whose PodGroup is Inqueue (enqueued, not yet running); a PodGroup keeps its
+        # phase from session to session, and one whose Pods were evicted is Pending again
+        # (pkg/scheduler/framework/session.go, getPodGroupPhase)
+        self.inqueue: set[str] = set()
 
     def res(self, opt: TypeOption) -> str:
         """The resource name a job's pods request on this option."""
@@ -170,15 +192,33 @@ class VolcanoPolicy:
             gpu.sort(key=lambda o: (-snap.gpu_types[o.gpu_type].speed, o.gpu_type))  # type: ignore[index]
         return gpu
 
-    def place(self, job: JobRequest, opts: list[TypeOption], placer: Placer):
-        """(option, placements) or None: the first option that fits when the order is a
-        preference; else every allowed model's best node by binpack, the fullest wins."""
-        if self.settings.resource_model == "pinned" or self.settings.prefer_speed or len(opts) < 2:
+    def place(self, job: JobRequest, opts: list[TypeOption], placer: Placer, snap: Snapshot):
+        """(option, placements) or None. With ``prefer_speed`` the options go in tiers of
+        equal speed, fastest first (the preferred affinity's weights); within a tier, and
+        without the preference, every allowed model's best node by binpack, the fullest
+        wins (ties by model name, where Volcano picks among equal scores at random)."""
+        if self.settings.resource_model == "pinned" or len(opts) < 2:
             for o in opts:
                 got = placer.place(job, o)
                 if got:
                     return o, got
             return None
+        if not self.settings.prefer_speed:
+            return self._binpack(job, opts, placer)
+        tiers: dict[float, list[TypeOption]] = defaultdict(list)
+        for o in opts:
+            tiers[snap.gpu_types[o.gpu_type].speed if o.gpu_type else 0.0].append(o)
+        for speed in sorted(tiers, reverse=True):
+            got = self._binpack(job, tiers[speed], placer)
+            if got:
+                return got
+        return None
+
+    def _binpack(self, job: JobRequest, opts: list[TypeOption], placer: Placer):
+        """Every option's best node by binpack; the fullest wins."""
+        if len(opts) == 1:
+            got = placer.place(job, opts[0])
+            return (opts[0], got) if got else None
         best = None
         for o in opts:
             got = placer.place(job, o)
@@ -206,6 +246,9 @@ class VolcanoPolicy:
                 self.res_capacity = {"nvidia.com/gpu": sum(cap.values())}
             else:
                 self.res_capacity = dict(cap)
+            live = [n for n in snap.nodes if n.schedulable]
+            self.total = {**self.res_capacity, "cpu": sum(n.cpu for n in live),
+                          "memory": sum(n.memory_gb for n in live)}
         result = CycleResult()
         weights: dict[str, float] = {}
         for j in [*snap.pending, *(r.request for r in snap.running)]:
@@ -257,9 +300,10 @@ class VolcanoPolicy:
                 jobs[j.team].append(j)
         for queue in jobs.values():  # priority, then drf (0 for pending jobs), then creation
             queue.sort(key=lambda j: (-j.priority_value, j.submitted_at, j.id))
+        jobs = self._enqueue(snap, jobs, opts_of, share, held, result)
         running = {r.request.id: r for r in snap.running}
         # allocate: pop the queue with the lowest share, its first job, until all are tried
-        left = {q: list(js) for q, js in jobs.items()}
+        left = {q: list(js) for q, js in jobs.items() if js}
         failed: list[JobRequest] = []
         while left:
             q = min(left, key=lambda q: (share(q), q))
@@ -276,7 +320,7 @@ class VolcanoPolicy:
                 result.reasons[job.id] = (f"volcano: queue {q} would exceed its deserved share "
                                           "with this job")
                 continue
-            got = self.place(job, opts, placer)
+            got = self.place(job, opts, placer, snap)
             if got:
                 opt, placed = got
                 result.admissions.append(Admission(job.id, placed))
@@ -320,6 +364,63 @@ class VolcanoPolicy:
             if not done:
                 result.reasons[job.id] = "volcano: no node has room and nothing is reclaimable"
         return result
+
+    def _enqueue(self, snap: Snapshot, jobs: dict[str, list[JobRequest]],
+                 opts_of: dict[str, list[TypeOption]], share, held, result: CycleResult
+                 ) -> dict[str, list[JobRequest]]:
+        """The enqueue action: only enqueued jobs are allocated or reclaim
+        (``actions/allocate``, ``actions/reclaim``: a Pending PodGroup is skipped). Queues
+        in proportion's order (lowest share first; the share does not change during the
+        action), one job per turn (``actions/enqueue/enqueue.go``); the ``overcommit``
+        plugin (``plugins/overcommit/overcommit.go``) admits a job to the queue only while
+        the enqueued jobs' minimum resources with its own stay within the factor times
+        the cluster's allocatable less what is in use, in each resource the job requests;
+        ``proportion`` adds no test without a queue ``capability``. Returns the queues'
+        enqueued jobs, in their order."""
+        pending = {j.id for js in jobs.values() for j in js}
+        self.inqueue &= pending
+        factor = self.settings.overcommit_factor
+        if factor is None:
+            self.inqueue |= pending
+            return jobs
+
+        def minimum(j: JobRequest) -> Vec:
+            part = max(1, j.min_available) / max(1, j.replicas)
+            out: Vec = defaultdict(float)
+            opt = opts_of[j.id][0]
+            if opt.gpu_type is not None:
+                out[self.res(opt)] += opt.cards * part
+            out["cpu"] += j.cpu * max(1, j.min_available)
+            out["memory"] += j.memory_gb * max(1, j.min_available)
+            return out
+
+        idle: Vec = {k: v * factor for k, v in self.total.items()}
+        for r in snap.running:
+            for k, c in held(r).items():
+                idle[k] = idle.get(k, 0.0) - c
+            n = len(r.placements)
+            idle["cpu"] -= r.request.cpu * n
+            idle["memory"] -= r.request.memory_gb * n
+        inq: Vec = defaultdict(float)
+        for js in jobs.values():
+            for j in js:
+                if j.id in self.inqueue:
+                    for k, v in minimum(j).items():
+                        inq[k] += v
+        for q in sorted(jobs, key=lambda q: (share(q), q)):
+            for j in jobs[q]:
+                if j.id in self.inqueue:
+                    continue
+                need = minimum(j)
+                if all(inq[k] + v <= idle.get(k, 0.0) + EPS for k, v in need.items() if v > EPS):
+                    self.inqueue.add(j.id)
+                    for k, v in need.items():
+                        inq[k] += v
+                else:
+                    result.reasons[j.id] = (
+                        "volcano: not enqueued: the enqueued jobs with this one would exceed "
+                        f"{factor:g} x the cluster less what is in use (overcommit)")
+        return {q: [j for j in js if j.id in self.inqueue] for q, js in jobs.items()}
 
     def _reclaim(self, job, opt, snap, running, allocated, deserved, placer, held):
         """Victims on one node that make ``job`` fit, or None (the reclaim action walks the
