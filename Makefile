@@ -123,9 +123,9 @@ volcano-bin:
 # chart's configuration and the setting the tuning chose, compared with the volcano model.
 VOLCANO_TUNED ?= overcommit_factor=None
 fidelity-volcano: $(STAMP)
-	GPUQ_VOLCANO_BIN=$(VOLCANO_BIN) nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
+	GPUQ_VOLCANO_BIN=$(VOLCANO_BIN) nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml eval/fidelity/volcano/*.yaml \
 		--system volcano --speedup 20 --tolerance 100 --compare --out $(FIDELITY_OUT)
-	GPUQ_VOLCANO_BIN=$(VOLCANO_BIN) nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml \
+	GPUQ_VOLCANO_BIN=$(VOLCANO_BIN) nice -n 10 $(BIN)/python -m bench.realsched eval/fidelity/*.yaml eval/fidelity/volcano/*.yaml \
 		--system volcano --volcano-settings $(VOLCANO_TUNED) --speedup 20 --tolerance 100 \
 		--compare --out $(FIDELITY_OUT)/tuned
 
