@@ -82,15 +82,19 @@ def scheduler_conf(settings: VolcanoSettings) -> str:
 def pod_settings(pod: dict[str, Any], products_by_speed: list[tuple[str, float]],
                  settings: VolcanoSettings) -> None:
     """A Pod template as Volcano's user writes it: scheduled by Volcano and, with
-    ``prefer_speed``, a preferred node affinity weighting each allowed product by its speed
-    (1-100, the fastest 100; ``nodeorder``'s ``nodeaffinity`` scores it)."""
+    ``prefer_speed``, a preferred node affinity weighting each allowed product by its rank
+    in speed (k tiers of equal speed: the fastest 100, the next 100 (k-1)/k, ...;
+    ``nodeorder``'s ``nodeaffinity`` scores it): the model prefers by the order alone, so
+    types a hair apart in speed are as far apart in weight as any two."""
     pod["schedulerName"] = SCHEDULER_NAME
     if settings.prefer_speed and len(products_by_speed) > 1:
-        top = max(s for _p, s in products_by_speed) or 1.0
+        tiers = sorted({s for _p, s in products_by_speed}, reverse=True)
+        k = len(tiers)
         pod.setdefault("affinity", {}).setdefault("nodeAffinity", {})[
             "preferredDuringSchedulingIgnoredDuringExecution"] = [
-            {"weight": max(1, round(100 * s / top)), "preference": {"matchExpressions": [
-                {"key": "nvidia.com/gpu.product", "operator": "In", "values": [p]}]}}
+            {"weight": max(1, round(100 * (k - tiers.index(s)) / k)),
+             "preference": {"matchExpressions": [
+                 {"key": "nvidia.com/gpu.product", "operator": "In", "values": [p]}]}}
             for p, s in products_by_speed]
 
 
