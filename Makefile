@@ -72,10 +72,10 @@ traces:
 
 # The evaluation (docs/evaluation.md): each baseline's settings chosen on the tuning windows,
 # then every policy on the evaluation windows (eval/windows/, from eval/windows.yaml); needs
-# `make traces`; about 10 CPU minutes
+# `make traces`; about 45 CPU minutes (the LP bounds: 0.5-5 min a window)
 evaluation: $(STAMP)
 	nice -n 10 $(BIN)/python -m app.simulate.suite --tune eval/windows/tuning/*.yaml \
-		--evaluate eval/windows/evaluation/*.yaml --bound-slots 300 --out docs/eval/windows
+		--evaluate eval/windows/evaluation/*.yaml --out docs/eval/windows
 
 # The real control plane of tests/realkube (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kwok) built from source at the versions pinned in tools/kube/*/go.mod

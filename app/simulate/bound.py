@@ -1,4 +1,4 @@
-"""A lower bound of mean JCT for a scenario: the time-indexed fluid LP.
+"""A lower bound of mean JCT for a scenario: a time-indexed LP.
 
 No policy can beat it, so a report can say how far each policy is from the
 best possible and what share of the best baseline's distance gpuq closes
@@ -10,31 +10,52 @@ rest:
   times (a job is not worked on before its submission), speed per type (work
   done on type g in a second is the job's speed on g), and a job never runs
   faster than one whole copy of itself (all its cards at once);
-* **relaxed**: gangs (a job's cards may be split over types and time, like a
-  fluid), preemption cost, CPU/memory of nodes, node boundaries.
+* **kept for long jobs**: a job's last run is one unbroken stretch on one GPU
+  type. That holds for every schedule the simulator can make: a preempted,
+  moved or failed run starts over from scratch (no checkpoints), so only the
+  last run finishes the job, and a run on one node is on one type;
+* **relaxed**: gangs of several replicas that may mix types, and short jobs,
+  are a fluid (split over types and time, moved for free); node boundaries;
+  CPU/memory of nodes; the cards that runs which did not finish held.
 
 Time is cut into ``slots`` equal slots over a horizon long enough for all the
-work. Variable ``u[j,g,k]``: seconds job j runs (all its cards) on type g in
-slot k. A job's completion ``C_j`` is at least its mean processing time plus
-half its fastest run time (work arrives at a rate of at most one run per
-``q_j`` seconds, so the mean of the work's time is at most ``C_j - q_j/2``),
-and the work of slot k happens no earlier than the slot's start; so
+work. A job is **whole** when its last run is on one type and even its fastest
+run spans at least ``WHOLE_MIN_SLOTS`` slots; the rest are **fluid**.
+
+*Fluid job* (the fluid LP): ``u[j,g,k]``, seconds job j runs (all its cards) on
+type g in slot k. Its completion ``C_j`` is at least its mean processing time
+plus half its fastest run time ``q_j`` (work arrives at a rate of at most one
+run per ``q_j`` seconds), and the work of slot k happens no earlier than the
+slot's start; so
 
     C_j >= sum_k f_jk * start_k + q_j / 2,   C_j >= r_j + q_j
 
-with ``f_jk`` the fraction of j's work done in slot k. Minimising
-``sum_j (C_j - r_j)`` is a valid lower bound of the sum of JCTs of any
-schedule (the schedule's own work fractions are feasible). Jobs that can never
-run (no allowed type, or CPU-only) count with their least possible JCT (0 or
-their run time), which keeps the bound a bound of the censored mean JCT
-(:mod:`app.simulate.measures`). Solved with HiGHS through
-``scipy.optimize.linprog`` (sparse constraint matrix).
+with ``f_jk`` the fraction of j's work done in slot k.
+
+*Whole job* (a time-indexed start LP, in cumulative form): ``Y[j,g,k]``, the
+share of j that started on type g by the end of slot k (k = ``slots``: at or
+after the horizon). A run of length ``P`` that starts in slot k covers slots
+k+1 .. k + floor(P/dt) - 1 from end to end whatever its start within slot k, so
+it holds its cards for all of each of them: the slot-m term of a whole job is
+``x * dt * (Y[m-1] - Y[m-floor(P/dt)])``. Its completion is at least its start
+slot's start (its release in the release slot) plus ``P``.
+
+Both kinds share one capacity row per type and slot: the card-seconds each
+holds there, at most the type's cards times ``dt``. A real schedule's runs are
+a feasible point (its last runs' starts, its fluid jobs' work), so minimising
+``sum_j (C_j - r_j)`` bounds the sum of JCTs of any schedule the simulator can
+make. Jobs that can never run (no allowed type, or CPU-only) count with their
+least possible JCT (0 or their run time); a job a policy leaves unfinished
+counts in that policy's mean with its censored JCT (:mod:`app.simulate.measures`),
+which the bound does not model apart. Solved with HiGHS's interior point
+method through ``scipy.optimize.linprog`` (sparse constraint matrix).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from app.scheduling.filters import allowed_types
 from app.scheduling.model import CycleResult
@@ -42,6 +63,9 @@ from app.scheduling.modes import replica_options
 from app.simulate.replay import ScenarioModel, SimJob, Simulator
 
 DEFAULT_SLOTS = 400  # finer slots tighten the bound (slot starts are early by < 1 slot)
+# a job whose fastest run spans this many slots is whole (module docstring); with fewer
+# it would cover at most one slot end to end, and the fluid bound says more of it
+WHOLE_MIN_SLOTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +75,20 @@ class Bound:
     slots: int
     horizon_s: float
     status: str  # HiGHS's message
+    whole_jobs: int = 0  # jobs the LP keeps whole (module docstring)
+
+
+@dataclass(frozen=True, slots=True)
+class _LpJob:
+    job: SimJob
+    cards: dict[str, float]  # cards of one whole copy, per allowed type
+    speed: dict[str, float]  # speed per allowed type
+    runtime_s: float  # run time at speed 1
+    one_type: bool  # its last run is on one type (one replica, or one allowed type)
+
+    @property
+    def fastest_s(self) -> float:
+        return self.runtime_s / max(self.speed.values())
 
 
 def _cards(job: SimJob, model: ScenarioModel) -> dict[str, float]:
@@ -75,14 +113,14 @@ def _cards(job: SimJob, model: ScenarioModel) -> dict[str, float]:
 
 
 def lower_bound(model: ScenarioModel, slots: int = DEFAULT_SLOTS) -> Bound:
-    """The fluid LP bound of mean JCT (module docstring)."""
+    """The LP bound of mean JCT (module docstring)."""
     jobs = Simulator(model, lambda _s: CycleResult()).jobs
     capacity: dict[str, float] = defaultdict(float)
     for n in model.cluster.nodes:
         if n.gpu_type is not None and n.schedulable:
             capacity[n.gpu_type] += len(n.devices)
     fixed = 0.0  # summed least JCTs of jobs outside the LP
-    lp: list[tuple[SimJob, dict[str, float], dict[str, float], float]] = []
+    lp: list[_LpJob] = []
     for j in jobs:
         cards = {g: x for g, x in _cards(j, model).items() if capacity.get(g, 0.0) >= x > 0}
         speed = {g: j.spec.speed.get(g, 1.0) for g in cards}
@@ -90,113 +128,138 @@ def lower_bound(model: ScenarioModel, slots: int = DEFAULT_SLOTS) -> Bound:
             # CPU-only: at least its run time; never schedulable: 0 (any bound is)
             fixed += j.runtime_s if j.request.mode == "gpus" and not j.request.gpus else 0.0
             continue
-        lp.append((j, cards, speed, j.runtime_s))
+        # CU requests and gangs of several replicas may spread one run over types
+        one_type = len(cards) == 1 or (j.request.mode != "gpu_units" and j.request.replicas <= 1)
+        lp.append(_LpJob(j, cards, speed, j.runtime_s, one_type))
     if not lp:
         return Bound(fixed / max(1, len(jobs)), len(jobs), 0, 0.0, "no GPU jobs")
     # horizon: the last release, the longest job, and all the work spread over every card;
-    # doubled while the LP has no room for the work (type restrictions)
-    last = max(j.submit_s for j, *_ in lp)
-    longest = max(p / max(s.values()) for _, _, s, p in lp)
-    work = sum(min(x * p / s[g] for g, x in c.items()) for _, c, s, p in lp)
+    # doubled while the LP has no room for the fluid jobs' work (type restrictions)
+    last = max(x.job.submit_s for x in lp)
+    longest = max(x.fastest_s for x in lp)
+    work = sum(min(c * x.runtime_s / x.speed[g] for g, c in x.cards.items()) for x in lp)
     # work that can run on one type only must fit that type's cards: without this the
     # first horizon of a window with more A100-only work than the A100s' share was
     # infeasible, and each doubling cost a whole solve
     only: dict[str, float] = defaultdict(float)
-    for _, c, s, p in lp:
-        if len(c) == 1:
-            (g, x), = c.items()
-            only[g] += x * p / s[g]
+    for x in lp:
+        if len(x.cards) == 1:
+            (g, c), = x.cards.items()
+            only[g] += c * x.runtime_s / x.speed[g]
     spread = max([work / max(1.0, sum(capacity.values())),
                   *(w / max(1.0, capacity[g]) for g, w in only.items())])
     horizon = last + longest + spread
     for _ in range(8):
         got = _solve(lp, capacity, horizon, slots)
         if got is not None:
-            total, message = got
+            total, message, whole = got
             total += fixed
-            return Bound(total / len(jobs), len(jobs), slots, horizon, message)
+            return Bound(total / len(jobs), len(jobs), slots, horizon, message, whole)
         horizon *= 2
     raise RuntimeError("the LP bound found no horizon with room for the work")
 
 
-def _solve(lp: list[tuple[SimJob, dict[str, float], dict[str, float], float]],
-           capacity: dict[str, float], horizon: float, slots: int) -> tuple[float, str] | None:
-    """(sum of the bound's JCTs, solver message), or None when the horizon is too short."""
+class _Matrix:
+    """The LP's sparse rows, built one nonzero at a time."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+
+    def add(self, row: int, col: int, val: float) -> None:
+        self.rows.append(row)
+        self.cols.append(col)
+        self.vals.append(val)
+
+    def build(self, nrows: int, ncols: int) -> Any:
+        from scipy.sparse import coo_array
+
+        return coo_array((self.vals, (self.rows, self.cols)), shape=(nrows, ncols)).tocsr()
+
+
+def _solve(lp: list[_LpJob], capacity: dict[str, float], horizon: float,
+           slots: int) -> tuple[float, str, int] | None:
+    """(sum of the bound's JCTs, solver message, whole jobs), or None when the horizon is
+    too short for the fluid jobs' work."""
     import numpy as np
     from scipy.optimize import linprog
-    from scipy.sparse import coo_array
 
     dt = horizon / slots
-    starts = np.arange(slots) * dt
     types = sorted(capacity)
     tix = {g: i for i, g in enumerate(types)}
-    # variables: u[j,g,k] for allowed (g, k >= release slot), then C_j
-    ub_rows: list[int] = []
-    ub_cols: list[int] = []
-    ub_vals: list[float] = []
-    eq_rows: list[int] = []
-    eq_cols: list[int] = []
-    eq_vals: list[float] = []
+    ub, eq = _Matrix(), _Matrix()
+    b_ub = [capacity[g] * dt for g in types for _ in range(slots)]  # rows: type x slot
     b_eq: list[float] = []
-    nvar = 0
-    ncap = slots * len(types)
-    b_ub = [capacity[g] * dt for g in types for _ in range(slots)]
-    row = ncap
-    cj_terms: list[list[tuple[int, float]]] = []
-    for jx, (j, cards, speed, p) in enumerate(lp):
-        k0 = min(slots - 1, int(j.submit_s // dt))
-        terms: list[tuple[int, float]] = []
+    cost: list[float] = []
+    low: list[float] = []
+
+    def var(c: float = 0.0, lo: float = 0.0) -> int:
+        cost.append(c)
+        low.append(lo)
+        return len(cost) - 1
+
+    whole = 0
+    for x in lp:
+        r = x.job.submit_s
+        k0 = min(slots - 1, int(r // dt))
+        spans = {g: int(x.runtime_s / x.speed[g] // dt) for g in x.cards}
+        erow = len(b_eq)
+        b_eq.append(1.0)
+        if x.one_type and min(spans.values()) >= WHOLE_MIN_SLOTS:
+            whole += 1
+            for g, n in x.cards.items():
+                run = x.runtime_s / x.speed[g]
+                y = [var() for _ in range(k0, slots + 1)]  # Y[k0..slots]
+                # sum_k start_k y_k + run Y_K, with y_k = Y_k - Y_(k-1), start_k0 = r
+                # (summed by parts: K dt Y_K - dt sum_(k<K) Y_k, plus (r - k0 dt) Y_k0)
+                cost[y[-1]] += slots * dt + run
+                for v in y[:-1]:
+                    cost[v] -= dt
+                cost[y[0]] += r - k0 * dt
+                for a, b in zip(y, y[1:], strict=False):  # Y non-decreasing
+                    ub.add(len(b_ub), a, 1.0)
+                    ub.add(len(b_ub), b, -1.0)
+                    b_ub.append(0.0)
+                eq.add(erow, y[-1], 1.0)
+                f = spans[g]
+                for m in range(k0 + 1, slots):  # slot m held by starts in m-f+1 .. m-1
+                    ub.add(tix[g] * slots + m, y[m - 1 - k0], n * dt)
+                    if m - f >= k0:
+                        ub.add(tix[g] * slots + m, y[m - f - k0], -n * dt)
+            continue
+        # fluid: u[g,k] seconds of a whole copy on type g in slot k
         per_slot: dict[int, list[int]] = defaultdict(list)
-        for g, x in cards.items():
+        terms: list[tuple[int, float]] = []
+        for g, n in x.cards.items():
+            rate = x.speed[g] / x.runtime_s  # fraction of the work per second
             for k in range(k0, slots):
-                v = nvar
-                nvar += 1
-                ub_rows.append(tix[g] * slots + k)
-                ub_cols.append(v)
-                ub_vals.append(x)
+                v = var()
+                ub.add(tix[g] * slots + k, v, n)
                 per_slot[k].append(v)
-                eq_rows.append(jx)
-                eq_cols.append(v)
-                eq_vals.append(speed[g] / p)  # fraction of the work per second
-                terms.append((v, speed[g] / p * float(starts[k])))
+                eq.add(erow, v, rate)
+                terms.append((v, rate * k * dt))
         for vs in per_slot.values():  # one whole copy at a time
             for v in vs:
-                ub_rows.append(row)
-                ub_cols.append(v)
-                ub_vals.append(1.0)
+                ub.add(len(b_ub), v, 1.0)
             b_ub.append(dt)
-            row += 1
-        b_eq.append(1.0)
-        cj_terms.append(terms)
-    ncj = len(lp)
-    c_first = nvar
-    nvar += ncj
-    # C_j >= sum f t + q/2  <=>  sum f t - C_j <= -q/2
-    for jx, (_j, _cards, speed, p) in enumerate(lp):
-        for v, coef in cj_terms[jx]:
-            ub_rows.append(row)
-            ub_cols.append(v)
-            ub_vals.append(coef)
-        ub_rows.append(row)
-        ub_cols.append(c_first + jx)
-        ub_vals.append(-1.0)
-        b_ub.append(-(p / max(speed.values())) / 2)
-        row += 1
-    a_ub = coo_array((ub_vals, (ub_rows, ub_cols)), shape=(row, nvar)).tocsr()
-    a_eq = coo_array((eq_vals, (eq_rows, eq_cols)), shape=(ncj, nvar)).tocsr()
-    cost = np.zeros(nvar)
-    cost[c_first:] = 1.0
-    bounds = np.zeros((nvar, 2))
+        # C_j >= sum f t + q/2  <=>  sum f t - C_j <= -q/2
+        cj = var(1.0, r + x.fastest_s)
+        for v, coef in terms:
+            ub.add(len(b_ub), v, coef)
+        ub.add(len(b_ub), cj, -1.0)
+        b_ub.append(-x.fastest_s / 2)
+    bounds = np.zeros((len(cost), 2))
+    bounds[:, 0] = low
     bounds[:, 1] = np.inf
-    for jx, (j, _cards, speed, p) in enumerate(lp):
-        bounds[c_first + jx, 0] = j.submit_s + p / max(speed.values())
-    res = linprog(cost, A_ub=a_ub, b_ub=np.array(b_ub), A_eq=a_eq, b_eq=np.array(b_eq),
-                  bounds=bounds, method="highs")
-    if res.status == 2:  # infeasible: not enough time for the work
+    res = linprog(np.array(cost), A_ub=ub.build(len(b_ub), len(cost)), b_ub=np.array(b_ub),
+                  A_eq=eq.build(len(b_eq), len(cost)), b_eq=np.array(b_eq), bounds=bounds,
+                  method="highs-ipm")
+    if res.status == 2:  # infeasible: not enough time for the fluid jobs' work
         return None
     if res.status != 0:
         raise RuntimeError(f"the LP bound was not solved: {res.message}")
-    return float(res.fun) - sum(j.submit_s for j, *_ in lp), str(res.message)
+    return float(res.fun) - sum(x.job.submit_s for x in lp), str(res.message), whole
 
 
 def gap(value: float | None, bound: float) -> float | None:

@@ -72,13 +72,14 @@ BOUND_SLOTS = 400  # time slots of the LP bound (fewer: a looser bound, much les
 
 
 def bound_of(model: ScenarioModel, slots: int | None = None) -> dict[str, Any]:
-    """The scenario's fluid LP lower bound of mean JCT (app/simulate/bound.py)."""
+    """The scenario's LP lower bound of mean JCT (app/simulate/bound.py)."""
     from app.simulate.bound import lower_bound
 
     t0 = time.process_time()
     b = lower_bound(model, slots=slots or BOUND_SLOTS)
     return {"jct_mean_s": round(b.jct_mean_s, 6), "slots": b.slots,
-            "horizon_s": round(b.horizon_s, 3), "cpu_s": round(time.process_time() - t0, 2)}
+            "horizon_s": round(b.horizon_s, 3), "whole_jobs": b.whole_jobs,
+            "cpu_s": round(time.process_time() - t0, 2)}
 
 
 def run_suite(paths: list[str], policies: list[str], progress: bool = False,
@@ -260,6 +261,13 @@ def _f(x: Any, nd: int = 0) -> str:
     if isinstance(x, float):
         return f"{x:,.{nd}f}"
     return str(x)
+
+
+def _whole(lb: dict[str, Any]) -> str:
+    """How many jobs the bound kept whole; a bound stored before it could has none."""
+    if "whole_jobs" not in lb:
+        return "every job fluid"
+    return f"{lb['whole_jobs']} jobs whole"
 
 
 def _gap(s: dict[str, Any], bound: dict[str, Any] | None) -> str:
@@ -517,8 +525,8 @@ def write_report(doc: dict[str, Any], out_dir: str | Path, plots: bool = True) -
     for name, sc in doc["scenarios"].items():
         lb = sc.get("bound")
         md += [f"## {name} (`{sc['path']}`)", "",
-               "" if lb is None else f"Lower bound of mean JCT (fluid LP, {lb['slots']} slots): "
-               f"{_f(lb['jct_mean_s'])} s.", "", scenario_table(sc["runs"], lb), "",
+               "" if lb is None else f"Lower bound of mean JCT (LP, {lb['slots']} slots, "
+               f"{_whole(lb)}): {_f(lb['jct_mean_s'])} s.", "", scenario_table(sc["runs"], lb), "",
                "Per team, wait P50 / P99 (s):", "", team_table(sc["runs"]), ""]
     if plots:
         for f in write_plots(doc, out):
