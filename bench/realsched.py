@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import platform
@@ -80,8 +79,7 @@ from app.domain.spec import JobSpec
 from app.scheduling.filters import allowed_types
 from app.scheduling.model import Snapshot
 from app.simulate.all_policies import make_policy
-from app.simulate.baseline_tuning import build
-from app.simulate.baseline_tuning import parse_settings as baseline_settings
+from app.simulate.baseline_tuning import build, settings_arg
 from app.simulate.baselines.kueue import KueuePolicy, KueueSettings
 from app.simulate.baselines.volcano import VolcanoSettings
 from app.simulate.replay import ScenarioModel, SimJob, SimulationResult, Simulator, to_json
@@ -738,30 +736,6 @@ def _has_default_sa(s: Session, ns: str) -> bool:
                for sa in s.core.list_namespaced_service_account(ns).items)
 
 
-def parse_settings(text: str) -> dict[str, Any]:
-    """``key=value,...`` as KueueSettings' fields (true/false for a flag; a list of
-    fair-sharing strategies joined by ``+``); a wrong key or value says which."""
-    out: dict[str, Any] = {}
-    defaults = {f.name: f.default for f in dataclasses.fields(KueueSettings)}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, eq, value = part.partition("=")
-        if not eq or key not in defaults:
-            raise argparse.ArgumentTypeError(
-                f"{part!r}: write key=value with a key of {sorted(defaults)}")
-        if isinstance(defaults[key], bool):
-            flag = {"true": True, "false": False}.get(value.lower())
-            if flag is None:
-                raise argparse.ArgumentTypeError(f"{part!r}: {key} is true or false")
-            out[key] = flag
-        else:
-            out[key] = tuple(value.split("+")) if key == "strategies" else value
-    try:
-        KueueSettings(**out)
-    except (TypeError, ValueError) as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("scenarios", nargs="+", type=Path)
@@ -773,12 +747,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0, help="wall seconds per scenario")
     ap.add_argument("--compare", action="store_true", help="run our model beside, print agreement")
     ap.add_argument("--out", type=Path, help="result JSON (a folder with several scenarios)")
-    ap.add_argument("--kueue-settings", type=parse_settings, default={},
+    ap.add_argument("--kueue-settings", type=settings_arg("kueue"), default={},
                     help="the Kueue model's settings, as the tuning names them, e.g. "
                     "flavor_order=fastest,nominal=cohort,cover_cpu_memory=true (default: "
                     "its defaults); the real Kueue is configured the same way")
-    ap.add_argument("--volcano-settings", default="",
-                    type=lambda t: baseline_settings("volcano", t),
+    ap.add_argument("--volcano-settings", default={}, type=settings_arg("volcano"),
                     help="the Volcano model's settings, e.g. reclaim=False (default: its "
                     "defaults, the tuned setting); the real Volcano is configured the same way")
     a = ap.parse_args()

@@ -62,6 +62,7 @@ from pathlib import Path
 
 from app.scheduling.filters import allowed_types
 from app.simulate.all_policies import make_policy
+from app.simulate.baseline_tuning import settings_arg
 from app.simulate.baselines.slurm import (
     BF_INTERVAL_S,
     BF_RESOLUTION_S,
@@ -535,29 +536,6 @@ def run(scenario: Path, speedup: float, timeout_s: float, settings: SlurmSetting
     return doc
 
 
-def parse_settings(text: str) -> SlurmSettings:
-    """``key=value,...`` as SlurmSettings' fields (numbers for the times, in scenario
-    seconds), e.g. ``node_weight=fastest,priority_max_age_s=86400``; a wrong key says
-    which are known."""
-    fields = {f.name: f for f in dataclasses.fields(SlurmSettings)}
-    out: dict[str, object] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, eq, value = part.partition("=")
-        if not eq or key not in fields:
-            raise argparse.ArgumentTypeError(
-                f"{part!r}: write key=value with a key of {sorted(fields)}")
-        if key in ("node_weight", "time_limits"):
-            out[key] = value
-        elif key == "bf_max_job_test":
-            out[key] = int(value)
-        else:
-            out[key] = float(value)
-    try:
-        return SlurmSettings(**out)  # type: ignore[arg-type]
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("scenarios", nargs="+", type=Path)
@@ -570,7 +548,7 @@ def main() -> None:
     ap.add_argument("--compare", action="store_true", help="run our model beside, print agreement")
     ap.add_argument("--out", type=Path, help="result JSON (a folder with several scenarios)")
     ap.add_argument("--logs", type=Path, help="keep Slurm's logs and slurm.conf here")
-    ap.add_argument("--slurm-settings", type=parse_settings, default=SlurmSettings(),
+    ap.add_argument("--slurm-settings", type=settings_arg("slurm"), default={},
                     help="the Slurm model's settings, as the tuning names them, e.g. "
                     "node_weight=fastest,priority_max_age_s=86400 (default: its defaults); "
                     "the real Slurm is configured the same way")
@@ -580,6 +558,7 @@ def main() -> None:
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores (shared), "
           f"load {os.getloadavg()[0]:.1f}; speed-up {a.speedup:g}x, tolerance {a.tolerance:g} s")
+    settings = SlurmSettings(**a.slurm_settings)
     rows = []
     for sc in a.scenarios:
         t = time.monotonic()
@@ -588,7 +567,7 @@ def main() -> None:
             f = a.saved / f"{sc.stem}-slurm.json" if a.saved.is_dir() else a.saved
             doc = json.loads(f.read_text())
         else:
-            doc = run(sc, a.speedup, a.timeout, a.slurm_settings, keep=keep)
+            doc = run(sc, a.speedup, a.timeout, settings, keep=keep)
         s = doc["summary"]
         print(f"{sc.name}: slurm (real): {s['jobs']} jobs, {s['finished']} finished in "
               f"{time.monotonic() - t:.0f} s wall" + (f" (saved: {a.saved})" if a.saved else ""))
@@ -597,7 +576,7 @@ def main() -> None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(doc, indent=1))
         if a.compare:
-            m = slurm_model_doc(Scenario.load(sc), a.slurm_settings)
+            m = slurm_model_doc(Scenario.load(sc), settings)
             ag = agreement(doc, m, a.tolerance)
             rows.append((sc.stem, s["jobs"], ag))
             for d in ag["differ"]:

@@ -171,6 +171,28 @@ def parse_settings(policy: str, text: str) -> Settings:
     return out
 
 
+
+def settings_arg(policy: str) -> Callable[[str], Settings]:
+    """:func:`parse_settings` for an ``argparse`` option of ``policy`` (the real-system
+    harnesses configure the real scheduler from the same text): the settings are also
+    built into the model's own settings, so a value the model refuses (a flavor order it
+    does not know) is refused on the command line, and each error keeps its message
+    (argparse drops a ValueError's)."""
+    import argparse
+
+    def parse(text: str) -> Settings:
+        try:
+            out = parse_settings(policy, text)
+            held = SETTINGS_CLASSES.get(policy)
+            if held is not None:
+                held(**out)
+        except (TypeError, ValueError) as e:
+            raise argparse.ArgumentTypeError(f"{policy} settings {text!r}: {e}") from None
+        return out
+
+    parse.__name__ = f"{policy} settings"
+    return parse
+
 def label(settings: Settings | None) -> str:
     """A short text of the settings that differ from the model's defaults."""
     if not settings:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.simulate.baseline_tuning import settings_arg
 from app.simulate.baselines.kueue import KueueSettings
 from app.simulate.baselines.volcano import VolcanoSettings
 from bench.real_volcano import (
@@ -44,7 +45,6 @@ from bench.realsched import (
     kueue_config,
     kueue_objects,
     model_doc,
-    parse_settings,
     run,
 )
 from tests.realkube.control_plane import MissingBinaries, find_binaries
@@ -97,7 +97,7 @@ def test_kueue_configuration_of_the_tuned_setting(tmp_path: Path):
     Configuration (uncovered, cpu and memory are excluded)."""
     f = tmp_path / "s.yaml"
     f.write_text(SCENARIO)
-    kv = parse_settings("flavor_order=fastest,nominal=cohort,cover_cpu_memory=true")
+    kv = settings_arg("kueue")("flavor_order=fastest,nominal=cohort,cover_cpu_memory=true")
     assert kv == {"flavor_order": "fastest", "nominal": "cohort", "cover_cpu_memory": True}
     settings = KueueSettings(**kv)
     objs = kueue_objects(Scenario.load(f), settings)
@@ -119,8 +119,8 @@ def test_kueue_configuration_of_the_tuned_setting(tmp_path: Path):
                                   "cover_cpu_memory=maybe"])
 def test_kueue_settings_text_says_what_is_wrong(text: str):
     import argparse
-    with pytest.raises(argparse.ArgumentTypeError):
-        parse_settings(text)
+    with pytest.raises(argparse.ArgumentTypeError, match="kueue settings"):
+        settings_arg("kueue")(text)
 
 
 def _binaries(kueue: bool = True, volcano: bool = False) -> None:

@@ -5,10 +5,12 @@ get wrong, so a comparison with real Slurm would compare the model with another 
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
+from app.simulate.baseline_tuning import settings_arg
 from app.simulate.baselines.slurm import SlurmSettings
 from bench.realsched import Scenario
 from bench.realslurm import (
@@ -17,7 +19,6 @@ from bench.realslurm import (
     compressed,
     gres_conf,
     node_weights,
-    parse_settings,
     sbatch_args,
     slurm_conf,
 )
@@ -132,10 +133,12 @@ def test_time_settings_must_compress_to_whole_units(sc: Scenario):
 
 
 def test_settings_from_the_command_line(sc: Scenario):
-    s = parse_settings("node_weight=fastest,priority_max_age_s=86400")
+    s = SlurmSettings(**settings_arg("slurm")("node_weight=fastest,priority_max_age_s=86400"))
     assert s == SlurmSettings(node_weight="fastest", priority_max_age_s=86400.0)
     c = conf(sc, node_weight="fastest", priority_max_age_s=86400.0)
     assert c["PriorityMaxAge"] == "288"  # one day at 5x, in minutes
     assert "Weight=1 " in c["NodeName=a100-0"]  # fastest first now
-    with pytest.raises(Exception, match="key=value"):
-        parse_settings("bf_window=3")
+    with pytest.raises(argparse.ArgumentTypeError, match="no setting 'bf_window'"):
+        settings_arg("slurm")("bf_window=3")
+    with pytest.raises(argparse.ArgumentTypeError, match="node_weight"):
+        settings_arg("slurm")("node_weight=heaviest")  # the model's own check
