@@ -480,14 +480,19 @@ def replay(env: dict[str, str], sc: Scenario, settings: SlurmSettings, speedup: 
     th.start()
     deadline = time.monotonic() + timeout_s
     rows: dict[str, list[str]] = {}
+    failing = ""  # squeue's error while it fails; the rows it gave last stay
     while time.monotonic() < deadline and not errors:
-        out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j|%T|%S|%e|%N"], env=env,
-                             capture_output=True, text=True).stdout
-        rows = {f[0]: f for f in (ln.split("|") for ln in out.splitlines()) if len(f) == 5}
-        if len(rows) == len(jobs) and all(r[1] == "COMPLETED" for r in rows.values()):
-            break
+        got = poll_squeue(env)
+        if isinstance(got, str):
+            failing = got
+        else:
+            failing, rows = "", got
+            if len(rows) == len(jobs) and all(r[1] == "COMPLETED" for r in rows.values()):
+                break
         time.sleep(POLL_S)
     th.join(5)
+    if failing:
+        errors.append(f"squeue still failed at the end of the run: {failing}")
     if errors:
         raise RuntimeError("; ".join(errors))
     events: list[dict] = []
@@ -508,6 +513,19 @@ def replay(env: dict[str, str], sc: Scenario, settings: SlurmSettings, speedup: 
     events.sort(key=lambda e: e["t"])
     return _result(sim, jobs, lives, events, "slurm", speedup, (time.time() - t0) * speedup)
 
+
+
+def poll_squeue(env: dict[str, str]) -> dict[str, list[str]] | str:
+    """Every job Slurm knows, by name: ``[name, state, start, end, nodes]``; or, when
+    squeue fails (slurmctld down or not answering), its error. Read as "no jobs", a failed
+    last call would wipe the record of the whole run and show every job never started,
+    as a 0 % in the fidelity table (one run on 2026-12-07 came out so, every job still
+    "waiting", with no logs kept to say why); the run now fails and says squeue's error."""
+    p = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j|%T|%S|%e|%N"], env=env,
+                       capture_output=True, text=True)
+    if p.returncode:
+        return p.stderr.strip() or f"squeue exited with {p.returncode}"
+    return {f[0]: f for f in (ln.split("|") for ln in p.stdout.splitlines()) if len(f) == 5}
 
 def _hostnames(env: dict[str, str], nodes: str) -> list[str]:
     if not nodes or nodes == "(null)":

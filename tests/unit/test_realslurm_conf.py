@@ -19,6 +19,7 @@ from bench.realslurm import (
     compressed,
     gres_conf,
     node_weights,
+    poll_squeue,
     sbatch_args,
     slurm_conf,
 )
@@ -142,3 +143,25 @@ def test_settings_from_the_command_line(sc: Scenario):
         settings_arg("slurm")("bf_window=3")
     with pytest.raises(argparse.ArgumentTypeError, match="node_weight"):
         settings_arg("slurm")("node_weight=heaviest")  # the model's own check
+
+
+def _squeue(tmp_path: Path, script: str) -> dict[str, str]:
+    """An environment whose PATH finds a stand-in ``squeue`` running ``script``."""
+    import os
+
+    exe = tmp_path / "squeue"
+    exe.write_text("#!/bin/sh\n" + script + "\n")
+    exe.chmod(0o755)
+    return {**os.environ, "PATH": f"{tmp_path}:{os.environ.get('PATH', '')}"}
+
+
+def test_a_failing_squeue_is_an_error_not_an_empty_queue(tmp_path: Path):
+    # squeue's answer for two jobs, one done, one waiting (%j|%T|%S|%e|%N)
+    env = _squeue(tmp_path, "echo 'a1|COMPLETED|100|160|a100-0'; echo 'b1|PENDING|N/A|N/A|'")
+    assert poll_squeue(env) == {"a1": ["a1", "COMPLETED", "100", "160", "a100-0"],
+                                "b1": ["b1", "PENDING", "N/A", "N/A", ""]}
+    # slurmctld gone: squeue says so on stderr and exits 1; that is not "no jobs"
+    env = _squeue(tmp_path, "echo 'slurm_load_jobs error: Unable to contact slurm controller"
+                  " (connect failure)' >&2; exit 1")
+    assert poll_squeue(env) == ("slurm_load_jobs error: Unable to contact slurm controller"
+                                " (connect failure)")
