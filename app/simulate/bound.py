@@ -83,8 +83,18 @@ class _LpJob:
     job: SimJob
     cards: dict[str, float]  # cards of one whole copy, per allowed type
     speed: dict[str, float]  # speed per allowed type
-    runtime_s: float  # run time at speed 1
-    one_type: bool  # its last run is on one type (one replica, or one allowed type)
+
+    @property
+    def runtime_s(self) -> float:
+        """Run time at speed 1."""
+        return self.job.runtime_s
+
+    @property
+    def one_type(self) -> bool:
+        """Its last run is on one type: one allowed type, or one replica of whole cards
+        (CU requests and gangs of several replicas may spread one run over types)."""
+        req = self.job.request
+        return len(self.cards) == 1 or (req.mode != "gpu_units" and req.replicas <= 1)
 
     @property
     def fastest_s(self) -> float:
@@ -128,9 +138,7 @@ def lower_bound(model: ScenarioModel, slots: int = DEFAULT_SLOTS) -> Bound:
             # CPU-only: at least its run time; never schedulable: 0 (any bound is)
             fixed += j.runtime_s if j.request.mode == "gpus" and not j.request.gpus else 0.0
             continue
-        # CU requests and gangs of several replicas may spread one run over types
-        one_type = len(cards) == 1 or (j.request.mode != "gpu_units" and j.request.replicas <= 1)
-        lp.append(_LpJob(j, cards, speed, j.runtime_s, one_type))
+        lp.append(_LpJob(j, cards, speed))
     if not lp:
         return Bound(fixed / max(1, len(jobs)), len(jobs), 0, 0.0, "no GPU jobs")
     # horizon: the last release, the longest job, and all the work spread over every card;
