@@ -19,29 +19,33 @@ rest:
   CPU/memory of nodes; the cards that runs which did not finish held.
 
 Time is cut into ``slots`` equal slots over a horizon long enough for all the
-work. A job is **whole** when its last run is on one type and even its fastest
-run spans at least ``WHOLE_MIN_SLOTS`` slots; the rest are **fluid**.
+work (the solver takes any slot bounds, ``edges``; every choice gives a valid
+bound, and finer slots a tighter one). A job is **whole** when its last run is on
+one type and even its fastest run spans at least ``WHOLE_MIN_SLOTS`` slots; the
+rest are **fluid**.
 
 *Fluid job* (the fluid LP): ``u[j,g,k]``, seconds job j runs (all its cards) on
 type g in slot k. Its completion ``C_j`` is at least its mean processing time
 plus half its fastest run time ``q_j`` (work arrives at a rate of at most one
 run per ``q_j`` seconds), and the work of slot k happens no earlier than the
-slot's start; so
+slot's start, nor than the job's release ``r_j``; so
 
-    C_j >= sum_k f_jk * start_k + q_j / 2,   C_j >= r_j + q_j
+    C_j >= sum_k f_jk * max(r_j, start_k) + q_j / 2,   C_j >= r_j + q_j
 
 with ``f_jk`` the fraction of j's work done in slot k.
 
 *Whole job* (a time-indexed start LP, in cumulative form): ``Y[j,g,k]``, the
 share of j that started on type g by the end of slot k (k = ``slots``: at or
-after the horizon). A run of length ``P`` that starts in slot k covers slots
-k+1 .. k + floor(P/dt) - 1 from end to end whatever its start within slot k, so
-it holds its cards for all of each of them: the slot-m term of a whole job is
-``x * dt * (Y[m-1] - Y[m-floor(P/dt)])``. Its completion is at least its start
-slot's start (its release in the release slot) plus ``P``.
+after the horizon). A run of length ``P`` that starts in slot k starts at or
+after ``s_k`` (the slot's start; in the release slot, the release) and before the
+slot ends, so it holds its cards for all of every later slot that ends by
+``s_k + P``: slots k+1 .. ``last_k``, and ``last_k`` grows with k. Slot m is then
+held by the starts in ``first(m)`` .. m-1 (the first k whose ``last_k`` reaches
+m), and its term is ``x * len_m * (Y[m-1] - Y[first(m)-1])``. Its completion is at
+least ``s_k + P``.
 
 Both kinds share one capacity row per type and slot: the card-seconds each
-holds there, at most the type's cards times ``dt``. A real schedule's runs are
+holds there, at most the type's cards times the slot's length. A real schedule's runs are
 a feasible point (its last runs' starts, its fluid jobs' work), so minimising
 ``sum_j (C_j - r_j)`` bounds the sum of JCTs of any schedule the simulator can
 make. Jobs that can never run (no allowed type, or CPU-only) count with their
@@ -53,6 +57,7 @@ method through ``scipy.optimize.linprog`` (sparse constraint matrix).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +67,9 @@ from app.scheduling.model import CycleResult
 from app.scheduling.modes import replica_options
 from app.simulate.replay import ScenarioModel, SimJob, Simulator
 
-DEFAULT_SLOTS = 400  # finer slots tighten the bound (slot starts are early by < 1 slot)
+# finer slots tighten the bound (a start counts from its slot's start, up to a slot early),
+# at a cost that grows faster than the slots (docs/evaluation.md: 400 and 800 slots)
+DEFAULT_SLOTS = 400
 # a job whose fastest run spans this many slots is whole (module docstring); with fewer
 # it would cover at most one slot end to end, and the fluid bound says more of it
 WHOLE_MIN_SLOTS = 3
@@ -158,11 +165,10 @@ def lower_bound(model: ScenarioModel, slots: int = DEFAULT_SLOTS) -> Bound:
                   *(w / max(1.0, capacity[g]) for g, w in only.items())])
     horizon = last + longest + spread
     for _ in range(8):
-        got = _solve(lp, capacity, horizon, slots)
+        got = _solve(lp, capacity, [horizon * k / slots for k in range(slots + 1)])
         if got is not None:
             total, message, whole = got
-            total += fixed
-            return Bound(total / len(jobs), len(jobs), slots, horizon, message, whole)
+            return Bound((total + fixed) / len(jobs), len(jobs), slots, horizon, message, whole)
         horizon *= 2
     raise RuntimeError("the LP bound found no horizon with room for the work")
 
@@ -186,18 +192,22 @@ class _Matrix:
         return coo_array((self.vals, (self.rows, self.cols)), shape=(nrows, ncols)).tocsr()
 
 
-def _solve(lp: list[_LpJob], capacity: dict[str, float], horizon: float,
-           slots: int) -> tuple[float, str, int] | None:
-    """(sum of the bound's JCTs, solver message, whole jobs), or None when the horizon is
-    too short for the fluid jobs' work."""
+def _solve(lp: list[_LpJob], capacity: dict[str, float], edges: list[float]
+           ) -> tuple[float, str, int] | None:
+    """(sum of the bound's JCTs, solver message, whole jobs) of the LP on the slots bounded
+    by ``edges`` (0 .. the horizon; slot k is ``[edges[k], edges[k + 1]]``), or None when
+    the horizon is too short for the fluid jobs' work."""
     import numpy as np
     from scipy.optimize import linprog
 
-    dt = horizon / slots
+    slots = len(edges) - 1
+    horizon = edges[-1]
+    size = [edges[k + 1] - edges[k] for k in range(slots)]
+    ends = edges[1:]
     types = sorted(capacity)
     tix = {g: i for i, g in enumerate(types)}
     ub, eq = _Matrix(), _Matrix()
-    b_ub = [capacity[g] * dt for g in types for _ in range(slots)]  # rows: type x slot
+    b_ub = [capacity[g] * size[m] for g in types for m in range(slots)]  # rows: type x slot
     b_eq: list[float] = []
     cost: list[float] = []
     low: list[float] = []
@@ -210,31 +220,40 @@ def _solve(lp: list[_LpJob], capacity: dict[str, float], horizon: float,
     whole = 0
     for x in lp:
         r = x.job.submit_s
-        k0 = min(slots - 1, int(r // dt))
-        spans = {g: int(x.runtime_s / x.speed[g] // dt) for g in x.cards}
+        k0 = min(slots - 1, bisect_right(edges, r) - 1)
+        first = size[k0]  # the release slot: "spans" counts slots of its length
+        spans = {g: int(x.runtime_s / x.speed[g] // first) for g in x.cards}
         erow = len(b_eq)
         b_eq.append(1.0)
         if x.one_type and min(spans.values()) >= WHOLE_MIN_SLOTS:
             whole += 1
+            # a start in slot k (at or after its start, and after r) is C = start + run; by
+            # parts over the cumulative Y: Y_k's coefficient is s_k - s_(k+1), with s_k0 = r,
+            # s_k the slot's start, and s at the overflow (start at or after the horizon)
+            # the horizon, whose Y is 1
+            at = [r, *edges[k0 + 1:slots], horizon]  # s_k0 .. s_slots
             for g, n in x.cards.items():
                 run = x.runtime_s / x.speed[g]
                 y = [var() for _ in range(k0, slots + 1)]  # Y[k0..slots]
-                # sum_k start_k y_k + run Y_K, with y_k = Y_k - Y_(k-1), start_k0 = r
-                # (summed by parts: K dt Y_K - dt sum_(k<K) Y_k, plus (r - k0 dt) Y_k0)
-                cost[y[-1]] += slots * dt + run
-                for v in y[:-1]:
-                    cost[v] -= dt
-                cost[y[0]] += r - k0 * dt
+                cost[y[-1]] += at[-1] + run
+                for i, v in enumerate(y[:-1]):
+                    cost[v] += at[i] - at[i + 1]
                 for a, b in zip(y, y[1:], strict=False):  # Y non-decreasing
                     ub.add(len(b_ub), a, 1.0)
                     ub.add(len(b_ub), b, -1.0)
                     b_ub.append(0.0)
                 eq.add(erow, y[-1], 1.0)
-                f = spans[g]
-                for m in range(k0 + 1, slots):  # slot m held by starts in m-f+1 .. m-1
-                    ub.add(tix[g] * slots + m, y[m - 1 - k0], n * dt)
-                    if m - f >= k0:
-                        ub.add(tix[g] * slots + m, y[m - f - k0], -n * dt)
+                # a start in slot k ends at or after at[k] + run, so it holds every later slot
+                # that ends by then, end to end: slots k+1 .. last[k] (non-decreasing in k).
+                # Slot m is held by the starts in first_k(m) .. m-1: Y[m-1] - Y[first_k(m)-1]
+                last = [bisect_right(ends, at[i] + run) - 1 for i in range(slots - k0)]
+                for m in range(k0 + 1, slots):
+                    f = k0 + bisect_left(last, m)  # the first start slot that holds slot m
+                    if f > m - 1:
+                        continue
+                    ub.add(tix[g] * slots + m, y[m - 1 - k0], n * size[m])
+                    if f > k0:
+                        ub.add(tix[g] * slots + m, y[f - 1 - k0], -n * size[m])
             continue
         # fluid: u[g,k] seconds of a whole copy on type g in slot k
         per_slot: dict[int, list[int]] = defaultdict(list)
@@ -246,11 +265,11 @@ def _solve(lp: list[_LpJob], capacity: dict[str, float], horizon: float,
                 ub.add(tix[g] * slots + k, v, n)
                 per_slot[k].append(v)
                 eq.add(erow, v, rate)
-                terms.append((v, rate * k * dt))
-        for vs in per_slot.values():  # one whole copy at a time
+                terms.append((v, rate * max(r, edges[k])))
+        for k, vs in per_slot.items():  # one whole copy at a time
             for v in vs:
                 ub.add(len(b_ub), v, 1.0)
-            b_ub.append(dt)
+            b_ub.append(size[k])
         # C_j >= sum f t + q/2  <=>  sum f t - C_j <= -q/2
         cj = var(1.0, r + x.fastest_s)
         for v, coef in terms:

@@ -44,6 +44,7 @@ import yaml
 
 from app.simulate.baseline_tuning import Settings, build, tune
 from app.simulate.baseline_tuning import label as setting_label
+from app.simulate.bound import DEFAULT_SLOTS, lower_bound
 from app.simulate.command import load_scenario
 from app.simulate.replay import ScenarioModel, Simulator, to_json
 
@@ -68,15 +69,12 @@ def run_one(model: ScenarioModel, policy: str,
     return out
 
 
-BOUND_SLOTS = 400  # time slots of the LP bound (fewer: a looser bound, much less CPU)
 
 
 def bound_of(model: ScenarioModel, slots: int | None = None) -> dict[str, Any]:
     """The scenario's LP lower bound of mean JCT (app/simulate/bound.py)."""
-    from app.simulate.bound import lower_bound
-
     t0 = time.process_time()
-    b = lower_bound(model, slots=slots or BOUND_SLOTS)
+    b = lower_bound(model, slots=slots or DEFAULT_SLOTS)
     return {"jct_mean_s": round(b.jct_mean_s, 6), "slots": b.slots,
             "horizon_s": round(b.horizon_s, 3), "whole_jobs": b.whole_jobs,
             "cpu_s": round(time.process_time() - t0, 2)}
@@ -360,7 +358,8 @@ def goals_table(doc: dict[str, Any]) -> str:
             return "met" if x["met"] else "**not met**"
 
         j, w, c, m = g["jct"], g["worst_team_p99"], g["closed"], g["max_team_slowdown"]
-        share = "- (no gap)" if c["share"] is None else f"{100 * c['share']:.0f} %"
+        # one decimal: 29.5 % shown as "30 %" beside "not met" read as a contradiction
+        share = "- (no gap)" if c["share"] is None else f"{100 * c['share']:.1f} %"
         lines.append(
             f"| {name} | {_f(j['gpuq'])} vs {_f(j['best_value'])} ({j['best']}) {ok(j)} | "
             f"{share} {ok(c)} | {_f(w['gpuq'])} vs {_f(w['best_value'])} ({w['best']}) {ok(w)} | "
@@ -563,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--no-bound", action="store_true", help="skip the LP lower bound")
-    ap.add_argument("--bound-slots", type=int, default=BOUND_SLOTS,
+    ap.add_argument("--bound-slots", type=int, default=DEFAULT_SLOTS,
                     help="time slots of the LP bound (fewer: looser, much faster)")
     ap.add_argument("--combine", nargs="+", default=None, metavar="SUITE_JSON",
                     help="write one report from suite.json files of earlier runs instead")

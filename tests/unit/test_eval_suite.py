@@ -58,7 +58,8 @@ def test_suite_runs_every_policy_and_checks_the_goals(tmp_path):
     scen.write_text(
         "trace: {format: alibaba-openb, nodes: n.csv, pods: p.csv,\n"
         "        options: {start_day: 10, days: 1, load: 2.0}}\n")
-    doc = run_suite([str(scen)], ["gpuq", "kueue", "volcano", "slurm"])
+    # a coarse bound (the default's slots cost minutes here): valid all the same
+    doc = run_suite([str(scen)], ["gpuq", "kueue", "volcano", "slurm"], slots=100)
     runs = doc["scenarios"]["tiny"]["runs"]
     assert set(runs) == {"gpuq", "kueue", "volcano", "slurm"}
     for r in runs.values():
@@ -71,7 +72,8 @@ def test_suite_runs_every_policy_and_checks_the_goals(tmp_path):
                               "thrown_away_pct", "all"} <= set(g)
     assert g["not_finished"]["gpuq"] == 0
     out = tmp_path / "report"
-    assert main([str(scen), "--policies", "gpuq,slurm", "--out", str(out), "--no-plots"]) == 0
+    assert main([str(scen), "--policies", "gpuq,slurm", "--out", str(out), "--no-plots",
+                 "--bound-slots", "100"]) == 0
     text = (out / "report.md").read_text()
     assert "| gpuq |" in text and "| slurm |" in text and "Goals" in text
     assert json.loads((out / "suite.json").read_text())["policies"] == ["gpuq", "slurm"]
