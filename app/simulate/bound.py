@@ -229,8 +229,8 @@ def _solve(lp: list[_LpJob], capacity: dict[str, float], edges: list[float]
             whole += 1
             # a start in slot k (at or after its start, and after r) is C = start + run; by
             # parts over the cumulative Y: Y_k's coefficient is s_k - s_(k+1), with s_k0 = r,
-            # s_k the slot's start, and s at the overflow (start at or after the horizon)
-            # the horizon, whose Y is 1
+            # s_k the slot's start, and the overflow's s (a start at or after the horizon)
+            # the horizon; the overflow's Y is 1
             at = [r, *edges[k0 + 1:slots], horizon]  # s_k0 .. s_slots
             for g, n in x.cards.items():
                 run = x.runtime_s / x.speed[g]
