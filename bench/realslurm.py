@@ -514,7 +514,6 @@ def replay(env: dict[str, str], sc: Scenario, settings: SlurmSettings, speedup: 
     return _result(sim, jobs, lives, events, "slurm", speedup, (time.time() - t0) * speedup)
 
 
-
 def poll_squeue(env: dict[str, str]) -> dict[str, list[str]] | str:
     """Every job Slurm knows, by name: ``[name, state, start, end, nodes]``; or, when
     squeue fails (slurmctld down or not answering), its error. Read as "no jobs", a failed
@@ -526,6 +525,7 @@ def poll_squeue(env: dict[str, str]) -> dict[str, list[str]] | str:
     if p.returncode:
         return p.stderr.strip() or f"squeue exited with {p.returncode}"
     return {f[0]: f for f in (ln.split("|") for ln in p.stdout.splitlines()) if len(f) == 5}
+
 
 def _hostnames(env: dict[str, str], nodes: str) -> list[str]:
     if not nodes or nodes == "(null)":

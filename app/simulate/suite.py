@@ -69,8 +69,6 @@ def run_one(model: ScenarioModel, policy: str,
     return out
 
 
-
-
 def bound_of(model: ScenarioModel, slots: int | None = None) -> dict[str, Any]:
     """The scenario's LP lower bound of mean JCT (app/simulate/bound.py)."""
     t0 = time.process_time()
