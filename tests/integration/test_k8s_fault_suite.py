@@ -268,6 +268,7 @@ class _Faults:
         waited = time.monotonic() - self.lost_at[node]
         if any(not p["metadata"].get("deletionTimestamp") for p in on_node):
             if waited < LOSS_PATIENCE_S:
+                self.kube.heal_heartbeats()  # the other Nodes' kubelets must keep beating
                 return False
             self.not_evicted.append(self._describe_lost(node, waited, on_node))
             for p in on_node:

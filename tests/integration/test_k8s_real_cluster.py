@@ -17,6 +17,8 @@ the mark must go) the moment the defect is fixed.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -459,6 +461,22 @@ def test_node_loss_requeues_the_job(kube, cluster):
     kube.wait_evicted(*_ns_name(p))
     got = _events_until(cluster, lambda g: any(e.phase == "gone" for e in g), timeout_s=15)
     assert "DeletionByTaintManager" in next(e.message for e in got if e.phase == "gone")
+
+
+def test_kubelets_that_stop_beating_are_restarted_and_the_loss_still_evicts(kube, cluster):
+    """The test harness itself: kwok (every simulated kubelet) stopped while a node is
+    lost puts the node lifecycle controller in master disruption mode; wait_evicted
+    restarts kwok (heal_heartbeats), the other Nodes beat again, and the eviction comes."""
+    p = _running(kube, cluster, "lost")
+    _lose_node(kube, "a100-0")
+    os.kill(kube.s.cp.procs["kwok"].pid, signal.SIGSTOP)
+    with pytest.warns(UserWarning, match="KWOK RESTARTED"):
+        pod = kube.wait_evicted(*_ns_name(p))
+    assert kube.kwok_healed
+    conds = {c["type"]: c.get("reason") for c in pod["status"].get("conditions") or []}
+    assert conds.get("DisruptionTarget") == "DeletionByTaintManager"
+    wait_for(lambda: all(a is not None and a < 3 for a in kube.lease_ages().values()), 20,
+             "the other Nodes' Leases renewed by the new kwok")
 
 
 def test_image_pull_backoff_fails_the_job_after_the_start_deadline(kube, nodes):

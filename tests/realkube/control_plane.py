@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import tempfile
@@ -111,6 +112,9 @@ class ControlPlane:
     #: kube-scheduler's client rate limit (0: its defaults, 50 QPS / burst 100)
     scheduler_qps: int = 0
     url: str = ""
+    kubeconfig: Path | None = None
+    #: how often :meth:`restart_kwok` replaced kwok (each old log is kept, kwok.log.N)
+    kwok_restarts: int = 0
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def _spawn(self, name: str, args: list[str]) -> None:
@@ -217,8 +221,13 @@ class ControlPlane:
                 *([f"--kube-api-qps={self.scheduler_qps}",
                    f"--kube-api-burst={self.scheduler_qps}"] if self.scheduler_qps else []),
             ])
+        self._start_kwok()
+        return self
+
+    def _start_kwok(self) -> None:
+        assert self.kubeconfig is not None
         self._spawn("kwok", [
-            "--kubeconfig", str(kubeconfig), "--config", str(STAGES),
+            "--kubeconfig", str(self.kubeconfig), "--config", str(STAGES),
             "--manage-nodes-with-label-selector", f"{KWOK_NODE_LABEL}=true",
             "--server-address", f"127.0.0.1:{free_port()}",
             "--node-lease-duration-seconds", str(self.node_lease_s),
@@ -227,7 +236,23 @@ class ControlPlane:
         time.sleep(0.5)
         if self.procs["kwok"].poll() is not None:
             raise RuntimeError(f"kwok exited:\n{self.log_tail('kwok')}")
-        return self
+
+    def restart_kwok(self) -> None:
+        """A new kwok process in place of the running one, its log kept as kwok.log.N:
+        all the simulated kubelets restart together (fixtures.RealKube.heal_heartbeats)."""
+        proc = self.procs["kwok"]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)  # a stopped process takes SIGTERM only then
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        self.kwok_restarts += 1
+        log = self.workdir / "kwok.log"
+        log.rename(log.with_name(f"kwok.log.{self.kwok_restarts}"))
+        self._start_kwok()
 
     def stop(self) -> None:
         for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver",

@@ -31,6 +31,7 @@ import json
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.realkube.control_plane import (
     KWOK_NODE_LABEL,
     LOSS_PATIENCE_S,
+    NODE_MONITOR_GRACE_S,
     REPO,
     ControlPlane,
     MissingBinaries,
@@ -164,6 +166,9 @@ class RealKube:
         self.url = session.cp.url
         self.namespace = namespace or session.next_job_namespace()
         self.node_names: set[str] = set()
+        #: :meth:`heal_heartbeats` restarted kwok during this test
+        self.kwok_healed = False
+        self._heartbeats_checked = 0.0
         self.extra_namespaces: list[str] = []
         self.make_namespace(self.namespace)
 
@@ -234,11 +239,15 @@ class RealKube:
 
     def wait_evicted(self, namespace: str, name: str) -> dict:
         """Wait (``LOSS_PATIENCE_S``) until the taint eviction controller has deleted the
-        Pod of a lost node (its deletionTimestamp is set); the Pod. A timeout carries
-        :meth:`loss_evidence` for the Pod's node."""
+        Pod of a lost node (its deletionTimestamp is set); the Pod. While waiting, the
+        kubelets of the other Nodes must keep beating (:meth:`heal_heartbeats`). A timeout
+        carries :meth:`loss_evidence` for the Pod's node."""
         def deleted() -> dict | None:
             pod = self.pod(namespace, name)
-            return pod if pod and pod["metadata"].get("deletionTimestamp") else None
+            if pod and pod["metadata"].get("deletionTimestamp"):
+                return pod
+            self.heal_heartbeats()
+            return None
 
         try:
             return wait_for(deleted, LOSS_PATIENCE_S, "taint eviction")
@@ -246,20 +255,62 @@ class RealKube:
             node = ((self.pod(namespace, name) or {}).get("spec") or {}).get("nodeName")
             raise AssertionError(f"{e}; {self.loss_evidence(node)}") from None
 
+    def lease_ages(self) -> dict[str, float | None]:
+        """Seconds since the kubelet (kwok) of each of this test's kwok-run Nodes last
+        renewed its Lease in kube-node-lease, the heartbeat the node lifecycle controller
+        reads (None: no Lease). kwok stamps renewTime from this machine's clock."""
+        coord = client.CoordinationV1Api(self.s.admin)
+        renewed = {ls.metadata.name: ls.spec.renew_time
+                   for ls in coord.list_namespaced_lease("kube-node-lease").items}
+        out: dict[str, float | None] = {}
+        for n in self.core.list_node().items:
+            if n.metadata.name in self.node_names and (
+                    n.metadata.labels or {}).get(KWOK_NODE_LABEL) == "true":
+                t = renewed.get(n.metadata.name)
+                out[n.metadata.name] = None if t is None else time.time() - t.timestamp()
+        return out
+
+    def heal_heartbeats(self) -> None:
+        """Restart kwok, once per test, when a Node it still runs has not renewed its Lease
+        for longer than the node-monitor grace period. Every simulated kubelet lives in
+        the one kwok process; when they all stop beating together the node lifecycle
+        controller enters "master disruption mode" and evicts nothing
+        (handleDisruption in pkg/controller/nodelifecycle/node_lifecycle_controller.go),
+        so a node-loss test would wait on the test's kubelets, not on the node it lost.
+        Seen in CI: kwok renewing no Lease for minutes (its node-lease queue in
+        pkg/kwok/controllers/node_lease_controller.go). Said loudly, with the ages."""
+        if self.kwok_healed or time.monotonic() < self._heartbeats_checked + 1.0:
+            return
+        self._heartbeats_checked = time.monotonic()
+        ages = self.lease_ages()
+        stale = {n: a for n, a in ages.items() if a is None or a > NODE_MONITOR_GRACE_S}
+        if not stale:
+            return
+        self.kwok_healed = True
+        warnings.warn(f"KWOK RESTARTED: the Leases of {sorted(stale)} were not renewed "
+                      f"(seconds since: {stale}); kwok's last lines:\n"
+                      f"{self.s.cp.log_tail('kwok', 10)}", stacklevel=2)
+        self.s.cp.restart_kwok()
+
     def loss_evidence(self, node: str | None) -> str:
         """Why a lost node's Pods may not have been evicted yet: its conditions and taints,
         which Nodes are Ready (all NotReady: the node lifecycle controller's "master
-        disruption mode", control_plane.LOSS_PATIENCE_S), and what the node lifecycle and
-        taint eviction controllers logged."""
+        disruption mode", control_plane.LOSS_PATIENCE_S), how old each kwok-run Node's
+        Lease is, whether kwok was restarted, and what the node lifecycle and taint
+        eviction controllers and kwok's lease controller logged."""
         n = self.node(node) if node else {}
         conds = {c["type"]: (c["status"], c.get("reason")) for c in
                  (n.get("status") or {}).get("conditions") or []}
         ready = {name: self.node_ready(name) for name in sorted(self.node_names)}
+        ages = {k: None if v is None else round(v, 1) for k, v in self.lease_ages().items()}
         lines = [ln for ln in self.s.cp.log_lines("kube-controller-manager")
                  if "node_lifecycle" in ln or "taint" in ln or "isruption" in ln]
+        kwok = [ln for ln in self.s.cp.log_lines("kwok") if "ease" in ln]
         return (f"node {node}: conditions {conds}, taints "
                 f"{(n.get('spec') or {}).get('taints')}; Ready: {ready}; "
-                "controller-manager:\n" + "\n".join(lines[-25:]))
+                f"seconds since each Lease was renewed: {ages}; kwok restarted: "
+                f"{self.kwok_healed}; controller-manager:\n" + "\n".join(lines[-25:])
+                + "\nkwok:\n" + "\n".join(kwok[-10:]))
 
     def update_node(self, name: str, fn: Callable[[dict], None]) -> None:
         """Read, change, replace; on a conflict read again and retry, as client-go's
