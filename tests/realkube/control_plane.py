@@ -243,12 +243,7 @@ class ControlPlane:
         proc = self.procs["kwok"]
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGCONT)  # a stopped process takes SIGTERM only then
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        _end(proc)
         self.kwok_restarts += 1
         log = self.workdir / "kwok.log"
         log.rename(log.with_name(f"kwok.log.{self.kwok_restarts}"))
@@ -258,14 +253,8 @@ class ControlPlane:
         for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver",
                      "etcd"):
             proc = self.procs.get(name)
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            if proc is not None and proc.poll() is None:
+                _end(proc)
 
     def cpu_seconds(self) -> dict[str, float]:
         """User + system CPU seconds each component has used so far (/proc/PID/stat),
@@ -283,6 +272,16 @@ class ControlPlane:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited {proc.returncode}:\n{self.log_tail(name)}")
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """SIGTERM, and SIGKILL after 10 s without an exit."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 #: util-linux's setpriv (Debian's util-linux, an essential package), for dies_with_parent
