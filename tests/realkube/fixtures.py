@@ -277,13 +277,16 @@ class RealKube:
         controller enters "master disruption mode" and evicts nothing
         (handleDisruption in pkg/controller/nodelifecycle/node_lifecycle_controller.go),
         so a node-loss test would wait on the test's kubelets, not on the node it lost.
-        Seen in CI: kwok renewing no Lease for minutes (its node-lease queue in
-        pkg/kwok/controllers/node_lease_controller.go). Said loudly, with the ages."""
+        A CI run showed that mode flipping on every 8 s for minutes, which fits kwok
+        renewing no Lease (its node-lease queue, pkg/kwok/controllers/
+        node_lease_controller.go, misbehaves when Nodes are re-created under the same
+        names). Said loudly, with the ages."""
         if self.kwok_healed or time.monotonic() < self._heartbeats_checked + 1.0:
             return
         self._heartbeats_checked = time.monotonic()
         ages = self.lease_ages()
-        stale = {n: a for n, a in ages.items() if a is None or a > NODE_MONITOR_GRACE_S}
+        stale = {n: None if a is None else round(a, 1) for n, a in ages.items()
+                 if a is None or a > NODE_MONITOR_GRACE_S}
         if not stale:
             return
         self.kwok_healed = True
